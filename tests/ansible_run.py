@@ -1,0 +1,82 @@
+"""Runs playbooks the way the tests need them: through ansible-runner, reading its events."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import ansible_runner
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    status: str
+    events: list[dict]
+    stats: dict
+    stdout: str
+
+    def results(self, task: str) -> dict[str, dict]:
+        """Per host, the result of the task with that name (ok, changed or failed)."""
+        found = {}
+        for event in self.events:
+            data = event.get("event_data", {})
+            if data.get("task") == task and event["event"] in (
+                "runner_on_ok",
+                "runner_on_failed",
+                "runner_on_unreachable",
+            ):
+                found[data["host"]] = data.get("res", {})
+        return found
+
+    def changed(self) -> dict[str, int]:
+        return dict(self.stats.get("changed", {}))
+
+    def failed_hosts(self) -> set[str]:
+        return set(self.stats.get("failures", {})) | set(self.stats.get("dark", {}))
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: str | Path,
+    private_dir: Path,
+    extravars: dict | None = None,
+    envvars: dict | None = None,
+    check: bool = False,
+    limit: str | None = None,
+) -> PlaybookRun:
+    playbook = Path(playbook)
+    if not playbook.is_absolute():
+        playbook = REPO / playbook
+    env = {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        # ansible-runner starts ansible-playbook from PATH: the one in this venv.
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "ANSIBLE_NOCOLOR": "1",
+        **(envvars or {}),
+    }
+    cmdline = ["--check", "--diff"] if check else []
+    runner = ansible_runner.run(
+        private_data_dir=str(private_dir),
+        project_dir=str(REPO),
+        playbook=str(playbook),
+        inventory=str(inventory),
+        extravars=extravars or {},
+        envvars=env,
+        cmdline=" ".join(cmdline) if cmdline else None,
+        limit=limit,
+        quiet=True,
+        timeout=900,
+    )
+    stdout = runner.stdout.read() if runner.stdout else ""
+    return PlaybookRun(
+        rc=runner.rc,
+        status=runner.status,
+        events=list(runner.events),
+        stats=runner.stats or {},
+        stdout=stdout,
+    )

@@ -1,0 +1,65 @@
+"""Shared fixtures: SSH test hosts in network namespaces and playbook runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import testhosts
+from tests.ansible_run import run_playbook
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+
+
+def _terminate(signum, frame):
+    # Turn SIGTERM into the same unwinding as Ctrl-C, so fixtures tear hosts down.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_sessionstart(session):
+    signal.signal(signal.SIGTERM, _terminate)
+    if os.geteuid() == 0:
+        testhosts.down_runs(stale_only=True)
+
+
+@pytest.fixture
+def make_testhosts():
+    """Factory: make_testhosts(["ct200", "h200"]) -> a running TestHostCluster, removed after."""
+    if os.geteuid() != 0:
+        pytest.skip("test hosts need root (network and mount namespaces)")
+    clusters = []
+
+    def make(profiles, **kwargs):
+        cluster = testhosts.TestHostCluster.up(profiles, **kwargs)
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.down()
+
+
+@pytest.fixture
+def playbook(tmp_path):
+    """run(playbook, inventory, **kwargs) with a fresh ansible-runner folder per call."""
+    calls = iter(range(1000))
+
+    def run(path, inventory, **kwargs):
+        private = tmp_path / f"runner-{next(calls)}"
+        private.mkdir()
+        return run_playbook(path, inventory, private, **kwargs)
+
+    return run
+
+
+# Custom modules import ansible.module_utils.<name> from the repo's module_utils/, the way
+# Ansible ships them to a host; make the same names importable in-process for unit tests.
+import ansible.module_utils  # noqa: E402
+
+if str(REPO / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(REPO / "module_utils"))
