@@ -1,0 +1,178 @@
+#!/usr/bin/python
+"""Ansible module capacity_plan: per-GPU weights, KV cache pool and fit verdict."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: capacity_plan
+short_description: Plan per-GPU memory for serving a DeepSeek-V3-style model with SGLang
+description:
+  - Pure computation from HF-style config.json files; changes nothing and supports check mode.
+  - Models what tensor parallelism splits and what it replicates (MLA's latent KV cache is
+    replicated on every rank), compressed-tensors INT4 routed experts with their group scales,
+    the BF16 rest, the vision tower and an optional drafter.
+  - The KV pool is what SGLang's static memory fraction leaves after the weights, in tokens.
+  - Does not fail when the model does not fit; returns C(fits=false) and a C(reason).
+version_added: "0.1.0"
+options:
+  model_config:
+    description: Path to the target model's config.json (on the machine running the module).
+    type: path
+    required: true
+  draft_model_config:
+    description: Path to the drafter's config.json, when the serving config uses one.
+    type: path
+  gpu_memory_mib:
+    description: Memory of one GPU as nvidia-smi reports it (gpu_facts devices[].memory_mib).
+    type: int
+    required: true
+  tp_size:
+    description: Tensor-parallel size.
+    type: int
+    required: true
+  mem_fraction_static:
+    description: SGLang's --mem-fraction-static.
+    type: float
+    required: true
+  kv_cache_dtype:
+    description: SGLang's --kv-cache-dtype; C(auto) keeps the model's BF16.
+    type: str
+    default: auto
+    choices: [auto, bf16, bfloat16, fp8_e4m3, fp8_e5m2]
+  overhead_mib:
+    description: >-
+      Memory per GPU SGLang never sees (driver reserve, CUDA context, NCCL buffers).
+      The default reproduces published SGLang KV pools for Kimi K2.5 at TP8.
+    type: int
+    default: 3072
+  min_kv_tokens:
+    description: Fewest KV cache tokens per GPU that count as fitting.
+    type: int
+    default: 16384
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Plan K2.6 with the DFlash drafter on 8x RTX PRO 6000
+  capacity_plan:
+    model_config: models/kimi-k2.6/config.json
+    draft_model_config: models/kimi-k2.6-dflash/config.json
+    gpu_memory_mib: 97887
+    tp_size: 8
+    mem_fraction_static: 0.85
+    kv_cache_dtype: auto
+  delegate_to: localhost
+  register: capacity
+"""
+
+RETURN = r"""
+weights_gib_per_gpu:
+  description: Target weights on one GPU, GiB.
+  returned: success
+  type: float
+  sample: 71.82
+draft_weights_gib_per_gpu:
+  description: Drafter weights on one GPU, GiB (0 without a drafter).
+  returned: success
+  type: float
+checkpoint_gib:
+  description: Size of the whole target checkpoint the config implies, GiB.
+  returned: success
+  type: float
+  sample: 554.27
+kv_bytes_per_token:
+  description: Target KV cache bytes per token on every GPU.
+  returned: success
+  type: int
+  sample: 70272
+draft_kv_bytes_per_token:
+  description: Drafter KV cache bytes per token on one GPU.
+  returned: success
+  type: int
+kv_pool_gib:
+  description: Memory left for the KV cache pool on one GPU, GiB.
+  returned: success
+  type: float
+kv_tokens:
+  description: Tokens the KV cache pool holds (target and drafter caches together).
+  returned: success
+  type: int
+static_budget_gib:
+  description: Usable memory times mem_fraction_static, GiB.
+  returned: success
+  type: float
+fits:
+  description: Whether weights fit and at least min_kv_tokens remain.
+  returned: success
+  type: bool
+reason:
+  description: Why it does not fit, and what to change; null when it fits.
+  returned: success
+  type: str
+"""
+
+import json  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.capacity import KV_DTYPE_BYTES, CapacityError, plan  # noqa: E402
+
+
+def read_config(module: AnsibleModule, option: str) -> dict | None:
+    path = module.params[option]
+    if path is None:
+        return None
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        module.fail_json(msg=f"{option}: {path} does not exist. Needed: an HF-style config.json.")
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"{option}: {path} is not a readable JSON config ({exc}).")
+    return None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "model_config": {"type": "path", "required": True},
+            "draft_model_config": {"type": "path"},
+            "gpu_memory_mib": {"type": "int", "required": True},
+            "tp_size": {"type": "int", "required": True},
+            "mem_fraction_static": {"type": "float", "required": True},
+            "kv_cache_dtype": {
+                "type": "str",
+                "default": "auto",
+                "choices": sorted(KV_DTYPE_BYTES),
+            },
+            "overhead_mib": {"type": "int", "default": 3072},
+            "min_kv_tokens": {"type": "int", "default": 16384},
+        },
+        supports_check_mode=True,
+    )
+    model_config = read_config(module, "model_config")
+    draft_config = read_config(module, "draft_model_config")
+    params = module.params
+    try:
+        result = plan(
+            model_config,
+            gpu_memory_mib=params["gpu_memory_mib"],
+            tp_size=params["tp_size"],
+            mem_fraction_static=params["mem_fraction_static"],
+            kv_cache_dtype=params["kv_cache_dtype"],
+            draft_model_config=draft_config,
+            overhead_mib=params["overhead_mib"],
+            min_kv_tokens=params["min_kv_tokens"],
+        )
+    except CapacityError as exc:
+        module.fail_json(msg=str(exc))
+    except KeyError as exc:
+        module.fail_json(
+            msg=f"the config lacks {exc}; needed: a DeepSeek-V3-style config (MLA dimensions)."
+        )
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
