@@ -19,23 +19,11 @@ description:
 version_added: "0.1.0"
 options:
   repos:
-    description: Repositories to check.
-    type: list
-    elements: dict
+    description: >-
+      Repositories to check, keyed by what each is for (target, dflash, eagle3); each value
+      has repo_id (owner/name) and revision (branch, tag or 40-character commit SHA, default main).
+    type: dict
     required: true
-    suboptions:
-      name:
-        description: What the repository is for (target, dflash, eagle3).
-        type: str
-        required: true
-      repo_id:
-        description: Repository id, owner/name.
-        type: str
-        required: true
-      revision:
-        description: Branch, tag or 40-character commit SHA.
-        type: str
-        default: main
   token:
     description: Hugging Face token; empty for none. Never returned or logged.
     type: str
@@ -55,8 +43,8 @@ EXAMPLES = r"""
 - name: Check hub access for the target and the DFlash drafter
   hub_repo_info:
     repos:
-      - {name: target, repo_id: moonshotai/Kimi-K2.6, revision: main}
-      - {name: dflash, repo_id: z-lab/Kimi-K2.6-DFlash, revision: main}
+      target: {repo_id: moonshotai/Kimi-K2.6, revision: main}
+      dflash: {repo_id: z-lab/Kimi-K2.6-DFlash, revision: main}
     token: "{{ kimi_hf_token }}"
   delegate_to: localhost
   no_log: true
@@ -192,16 +180,7 @@ def inspect(api, repo: dict, token: str | bool, endpoint: str) -> dict:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "repos": {
-                "type": "list",
-                "elements": "dict",
-                "required": True,
-                "options": {
-                    "name": {"type": "str", "required": True},
-                    "repo_id": {"type": "str", "required": True},
-                    "revision": {"type": "str", "default": "main"},
-                },
-            },
+            "repos": {"type": "dict", "required": True},
             "token": {"type": "str", "default": "", "no_log": True},
             "endpoint": {"type": "str"},
             "timeout": {"type": "float", "default": 20},
@@ -217,7 +196,12 @@ def main() -> None:
     api = HfApi(endpoint=endpoint)
     # False, not None: never fall back to a token cached on the controller.
     token = module.params["token"] or False
-    repos = {repo["name"]: inspect(api, repo, token, endpoint) for repo in module.params["repos"]}
+    repos = {}
+    for name, spec in module.params["repos"].items():
+        if not isinstance(spec, dict) or not spec.get("repo_id"):
+            module.fail_json(msg=f"repos.{name} needs a repo_id (owner/name); got {spec!r}")
+        repo = {"repo_id": spec["repo_id"], "revision": str(spec.get("revision") or "main")}
+        repos[name] = inspect(api, repo, token, endpoint)
     reachable = any(r["access"] != "unreachable" for r in repos.values())
     module.exit_json(changed=False, reachable=reachable, endpoint=endpoint, repos=repos)
 

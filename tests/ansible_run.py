@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ class PlaybookRun:
     events: list[dict]
     stats: dict
     stdout: str
+    private_dir: Path
 
     def results(self, task: str) -> dict[str, dict]:
         """Per host, the result of the task with that name (ok, changed or failed)."""
@@ -30,7 +32,9 @@ class PlaybookRun:
                 "runner_on_failed",
                 "runner_on_unreachable",
             ):
-                found[data["host"]] = data.get("res", {})
+                result = dict(data.get("res", {}))
+                result["failed"] = event["event"] != "runner_on_ok"
+                found[data["host"]] = result
         return found
 
     def changed(self) -> dict[str, int]:
@@ -60,18 +64,20 @@ def run_playbook(
         **(envvars or {}),
     }
     cmdline = ["--check", "--diff"] if check else []
-    runner = ansible_runner.run(
-        private_data_dir=str(private_dir),
-        project_dir=str(REPO),
-        playbook=str(playbook),
-        inventory=str(inventory),
-        extravars=extravars or {},
-        envvars=env,
-        cmdline=" ".join(cmdline) if cmdline else None,
-        limit=limit,
-        quiet=True,
-        timeout=900,
-    )
+    # The environment is inherited rather than given as envvars, which ansible-runner would
+    # write to env/envvars: a token passed that way would land on disk.
+    with patched_environ(env):
+        runner = ansible_runner.run(
+            private_data_dir=str(private_dir),
+            project_dir=str(REPO),
+            playbook=str(playbook),
+            inventory=str(inventory),
+            extravars=extravars or {},
+            cmdline=" ".join(cmdline) if cmdline else None,
+            limit=limit,
+            quiet=True,
+            timeout=900,
+        )
     stdout = runner.stdout.read() if runner.stdout else ""
     return PlaybookRun(
         rc=runner.rc,
@@ -79,4 +85,19 @@ def run_playbook(
         events=list(runner.events),
         stats=runner.stats or {},
         stdout=stdout,
+        private_dir=private_dir,
     )
+
+
+@contextlib.contextmanager
+def patched_environ(values: dict[str, str]):
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -194,11 +194,12 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             raise HubError(401, None, "Invalid credentials in Authorization header")
         return token
 
-    def _repo(self, repo_id: str, token: str | None) -> HubRepo:
+    def _repo(self, repo_id: str, token: str | None, need_access: bool = True) -> HubRepo:
+        """The repo; gated ones show their metadata to anyone, files only to approved tokens."""
         repo = self.server_hub.repos.get(repo_id)
         if repo is None:
             raise HubError(404, "RepoNotFound", "Repository not found")
-        if repo.gated and token not in repo.approved_tokens:
+        if need_access and repo.gated and token not in repo.approved_tokens:
             if token is None:
                 raise HubError(
                     401,
@@ -222,7 +223,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     # -- endpoints -----------------------------------------------------------------------
     def _api(self, rest: str, query: dict, token: str | None, send_body: bool) -> int:
         repo_id, tail = self._split_repo(rest)
-        repo = self._repo(repo_id, token)
+        repo = self._repo(repo_id, token, need_access=tail == "auth-check")
         if tail == "auth-check":
             return self._send_json(200, {}, send_body)
         revision = "main"
@@ -350,3 +351,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if send_body:
             self.wfile.write(body)
         return status
+
+
+def token_env(token: str, directory: Path) -> dict[str, str]:
+    """Environment that hands a token to the kit through a 0600 file, as `hf auth login` does.
+
+    The token itself stays out of the environment, which ansible-runner records on disk.
+    """
+    path = directory / "hf-token"
+    path.touch(mode=0o600)
+    path.write_text(token)
+    return {"HF_TOKEN": "", "HF_TOKEN_PATH": str(path)}

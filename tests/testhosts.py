@@ -1,7 +1,8 @@
 """SSH test hosts in Linux network namespaces, for running the playbooks for real.
 
 Each host is a network namespace on a private bridge with its own address, its own
-hostname (UTS namespace) and its own mount namespace in which /etc, /opt, /var,
+hostname (UTS namespace), its own process tree (PID namespace, sshd as PID 1) and its own
+mount namespace in which /etc, /opt, /var,
 /usr/local, /root and /srv are copy-on-write overlays and /tmp, /run and /dev/shm are
 private: whatever a role writes stays on that host. Its sshd takes keys only. A fake
 `nvidia-smi` on its PATH replays a GPU capture from tests/fixtures/gpu-hosts/.
@@ -214,15 +215,16 @@ class TestHostCluster:
         run(["ip", "link", "set", self.bridge, "up"])
         counts: dict[str, int] = {}
         for index, profile in enumerate(profiles):
-            capture = captures.get(profile) or PROFILE_CAPTURES.get(profile)
+            number = counts.get(profile, 0)
+            name = names[index] if names else f"{profile}-{number}"
+            # A capture per host name, else per profile, else the profile's default.
+            capture = captures.get(name) or captures.get(profile) or PROFILE_CAPTURES.get(profile)
             if not capture or not (FIXTURES / capture).is_dir():
                 raise TestHostError(
                     f"no GPU capture for profile {profile!r}: add one under {FIXTURES} "
                     f"and map it in PROFILE_CAPTURES (known: {sorted(PROFILE_CAPTURES)})"
                 )
-            number = counts.get(profile, 0)
             counts[profile] = number + 1
-            name = names[index] if names else f"{profile}-{number}"
             network = ipaddress.ip_network(self.subnet)
             host = TestHost(
                 name=name,
@@ -313,6 +315,10 @@ class TestHostCluster:
                 "unshare",
                 "--mount",
                 "--uts",
+                # Own process tree: pgrep, kill and /proc on one host never see another's.
+                "--pid",
+                "--fork",
+                "--mount-proc",
                 "--propagation",
                 "private",
                 "sh",

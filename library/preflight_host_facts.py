@@ -1,0 +1,193 @@
+#!/usr/bin/python
+"""Ansible module preflight_host_facts: what preflight needs to know beyond the GPUs."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: preflight_host_facts
+short_description: Disk space, weights present, init system, fabric manager and PCIe ACS state
+description:
+  - Free space on the filesystem that holds (or will hold) the weights directory.
+  - For each repository, the bytes of the listed files already on disk with the right size.
+  - Whether systemd is PID 1, and whether nvidia-fabricmanager is active (the systemd unit,
+    or an nv-fabricmanager process where systemd is not PID 1).
+  - With I(gpu_bus_ids), the ACS control flags of every PCIe bridge above the GPUs
+    (C(lspci -vvv)); bridges that redirect peer-to-peer traffic to the root complex are listed.
+  - Read-only; supports check mode.
+version_added: "0.1.0"
+options:
+  weights_dir:
+    description: Directory the weights go to.
+    type: path
+    required: true
+  repos:
+    description: >-
+      hub_repo_info's repos - name to repo_id and files; each repository lives in
+      weights_dir/repo_id.
+    type: dict
+    default: {}
+  check_fabricmanager:
+    description: Whether to look for nvidia-fabricmanager.
+    type: bool
+    default: false
+  gpu_bus_ids:
+    description: GPU PCI bus ids whose upstream bridges' ACS state to read; empty skips it.
+    type: list
+    elements: str
+    default: []
+  lspci_path:
+    description: Name or path of lspci.
+    type: str
+    default: lspci
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Inspect the host
+  preflight_host_facts:
+    weights_dir: /opt/kimi/weights
+    repos:
+      target: {repo_id: moonshotai/Kimi-K2.6, files: [{path: config.json, size: 3000}]}
+    check_fabricmanager: true
+  register: host
+"""
+
+RETURN = r"""
+pid1:
+  description: Name of PID 1 (systemd where it manages services).
+  returned: always
+  type: str
+  sample: systemd
+disk:
+  description: Free and total bytes where the weights directory is or would be created.
+  returned: always
+  type: dict
+present:
+  description: Per repository name, bytes_present and files_present.
+  returned: always
+  type: dict
+fabricmanager:
+  description: active (true, false, or null when not checked) and how it was checked.
+  returned: always
+  type: dict
+acs:
+  description: checked, reason when not, bridges with their ACSCtl flags, redirecting bridges.
+  returned: always
+  type: dict
+"""
+
+import os  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.gpu_topology import normalise_bus_id  # noqa: E402
+from ansible.module_utils.host_inspect import (  # noqa: E402
+    acs_redirects,
+    bytes_present,
+    disk_space,
+    parse_acs,
+    upstream_bridges,
+)
+
+
+def read_pid1() -> str:
+    try:
+        with open("/proc/1/comm") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def fabricmanager_state(module: AnsibleModule, pid1: str) -> dict:
+    if pid1 == "systemd":
+        systemctl = module.get_bin_path("systemctl")
+        if systemctl:
+            rc, out, _err = module.run_command([systemctl, "is-active", "nvidia-fabricmanager"])
+            return {"active": rc == 0, "how": "systemctl is-active", "state": out.strip()}
+    pgrep = module.get_bin_path("pgrep")
+    if not pgrep:
+        return {"active": None, "how": "pgrep missing", "state": "unknown"}
+    # -f: the kernel's process name is cut to 15 characters, one short of nv-fabricmanager.
+    rc, out, _err = module.run_command([pgrep, "-f", "(^|/)nv-fabricmanager( |$)"])
+    return {
+        "active": rc == 0,
+        "how": "process nv-fabricmanager",
+        "state": "running" if rc == 0 else "not running",
+    }
+
+
+def acs_state(module: AnsibleModule, bus_ids: list[str]) -> dict:
+    if not bus_ids:
+        return {"checked": False, "reason": "not asked", "bridges": [], "redirecting": []}
+    lspci = module.get_bin_path(module.params["lspci_path"])
+    if not lspci:
+        return {
+            "checked": False,
+            "reason": "lspci not found (install pciutils to check ACS)",
+            "bridges": [],
+            "redirecting": [],
+        }
+    bridges: dict[str, dict] = {}
+    missing = []
+    for bus_id in bus_ids:
+        device = f"/sys/bus/pci/devices/{normalise_bus_id(bus_id)}"
+        if not os.path.exists(device):
+            missing.append(bus_id)
+            continue
+        for bridge in upstream_bridges(device):
+            if bridge in bridges:
+                continue
+            rc, out, _err = module.run_command([lspci, "-vvv", "-s", bridge])
+            flags = parse_acs(out) if rc == 0 else None
+            bridges[bridge] = {"bdf": bridge, "acsctl": flags, "redirects": acs_redirects(flags)}
+    if missing and not bridges:
+        return {
+            "checked": False,
+            "reason": f"GPUs {', '.join(missing)} not found in /sys/bus/pci/devices",
+            "bridges": [],
+            "redirecting": [],
+        }
+    return {
+        "checked": True,
+        "reason": None,
+        "bridges": list(bridges.values()),
+        "redirecting": [b["bdf"] for b in bridges.values() if b["redirects"]],
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "weights_dir": {"type": "path", "required": True},
+            "repos": {"type": "dict", "default": {}},
+            "check_fabricmanager": {"type": "bool", "default": False},
+            "gpu_bus_ids": {"type": "list", "elements": "str", "default": []},
+            "lspci_path": {"type": "str", "default": "lspci"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    pid1 = read_pid1()
+    present = {
+        name: bytes_present(
+            os.path.join(params["weights_dir"], repo["repo_id"]), repo.get("files") or []
+        )
+        for name, repo in params["repos"].items()
+    }
+    module.exit_json(
+        changed=False,
+        pid1=pid1,
+        disk=disk_space(params["weights_dir"]),
+        present=present,
+        fabricmanager=(
+            fabricmanager_state(module, pid1)
+            if params["check_fabricmanager"]
+            else {"active": None, "how": "not checked", "state": "unknown"}
+        ),
+        acs=acs_state(module, params["gpu_bus_ids"]),
+    )
+
+
+if __name__ == "__main__":
+    main()

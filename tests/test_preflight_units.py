@@ -1,0 +1,148 @@
+"""Preflight helpers without hosts: ACS parsing, bytes present, verdict rules."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+from ansible.module_utils.host_inspect import (
+    acs_redirects,
+    bytes_present,
+    nearest_existing,
+    parse_acs,
+    upstream_bridges,
+)
+from ansible.module_utils.preflight import evaluate
+
+pytestmark = pytest.mark.preflight
+
+LSPCI_BRIDGE = """\
+03:08.0 PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])
+\tCapabilities: [168 v1] Access Control Services
+\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl+ DirectTrans+
+\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-
+"""
+
+
+def test_acs_flags_and_redirect():
+    flags = parse_acs(LSPCI_BRIDGE)
+    assert flags["SrcValid"] == "on" and flags["TransBlk"] == "off"
+    assert acs_redirects(flags) is True
+    assert (
+        acs_redirects(
+            parse_acs(
+                LSPCI_BRIDGE.replace(
+                    "ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl-",
+                    "ReqRedir- CmpltRedir- UpstreamFwd+ EgressCtrl-",
+                )
+            )
+        )
+        is False
+    )
+    assert parse_acs("00:01.0 Host bridge: no capabilities") is None
+
+
+def test_upstream_bridges_from_sysfs_layout(tmp_path):
+    device = tmp_path / "devices/pci0000:00/0000:00:01.1/0000:02:00.0/0000:03:08.0/0000:05:00.0"
+    device.mkdir(parents=True)
+    link = tmp_path / "bus_pci_devices_0000:05:00.0"
+    link.symlink_to(device)
+    assert upstream_bridges(str(link)) == ["0000:03:08.0", "0000:02:00.0", "0000:00:01.1"]
+
+
+def test_bytes_present_counts_only_files_of_the_right_size(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    (tmp_path / "b").write_bytes(b"x" * 5)  # truncated
+    files = [{"path": "a", "size": 10}, {"path": "b", "size": 9}, {"path": "c", "size": 3}]
+    assert bytes_present(str(tmp_path), files) == {"bytes_present": 10, "files_present": 1}
+
+
+def test_nearest_existing_parent(tmp_path):
+    assert nearest_existing(str(tmp_path / "x" / "y")) == str(tmp_path)
+    assert nearest_existing("/") == "/"
+    assert os.path.isdir(nearest_existing("/definitely/not/here"))
+
+
+GPU = {
+    "count": 8,
+    "models": {"NVIDIA B200": 8},
+    "driver_version": "580.159.04",
+    "devices": [{"compute_capability": "10.0"}] * 8,
+    "persistence_mode_off_gpus": [],
+    "fabric": {"state": "Completed", "per_gpu": ["Completed"] * 8},
+    "interconnect": "nvlink",
+    "nvlink_pairs": 28,
+    "gpu_pairs": 28,
+    "p2p_not_ok": {"read": [], "write": [], "nvlink": []},
+}
+EXPECTED = {
+    "profile": "b200",
+    "gpu_model": "NVIDIA B200",
+    "tp_size": 8,
+    "interconnect": "nvlink",
+    "min_driver_version": "580.65.06",
+    "cuda": "13.0",
+    "attention_backends": {"target": "trtllm_mla", "draft": "fa4", "tree": "triton"},
+}
+BACKENDS = {
+    "trtllm_mla": ["10.0"],
+    "fa4": ["10.0"],
+    "triton": ["9.0", "10.0", "12.0"],
+    "fa3": ["9.0"],
+}
+HOST = {
+    "fabricmanager": {"active": True, "state": "active", "how": "systemctl is-active"},
+    "disk": {"path": "/w", "measured_at": "/", "free_bytes": 1 << 40},
+    "present": {},
+}
+
+
+def judge(gpu=GPU, expected=EXPECTED, host=HOST, hub=None, warn_only=(), capacity=None):
+    return evaluate(
+        gpu, expected, BACKENDS, host, hub, ["target"], capacity or {}, 10, list(warn_only)
+    )
+
+
+def test_healthy_nvswitch_host_has_no_findings():
+    verdict = judge()
+    assert verdict["failures"] == [] and verdict["warning_messages"] == []
+
+
+def test_old_driver_fails_and_can_be_downgraded():
+    gpu = copy.deepcopy(GPU)
+    gpu["driver_version"] = "570.86.15"
+    assert "NVIDIA driver 570.86.15 found; needed 580.65.06" in judge(gpu)["failures"][0]
+    downgraded = judge(gpu, warn_only=["driver"])
+    assert downgraded["failures"] == [] and len(downgraded["warning_messages"]) == 1
+
+
+def test_fabric_not_ready_and_p2p_broken():
+    gpu = copy.deepcopy(GPU)
+    gpu["fabric"] = {"state": "In Progress", "per_gpu": ["In Progress"] * 8}
+    gpu["p2p_not_ok"]["read"] = [[0, 5]]
+    failures = " ".join(judge(gpu)["failures"])
+    assert "NVSwitch fabric state is In Progress" in failures
+    assert "P2P read is not OK between GPU pairs [[0, 5]]" in failures
+
+
+def test_pre_ampere_gpu_is_unsupported():
+    gpu = copy.deepcopy(GPU)
+    gpu["devices"] = [{"compute_capability": "7.0"}] * 8
+    assert any("below 8.0" in f for f in judge(gpu)["failures"])
+
+
+def test_unreachable_hub_skips_disk_with_a_warning():
+    hub = {
+        "reachable": False,
+        "repos": {
+            "target": {
+                "access": "unreachable",
+                "repo_id": "m/k",
+                "message": "the hub could not be reached",
+            }
+        },
+    }
+    verdict = judge(hub=hub)
+    assert any("could not be reached" in f for f in verdict["failures"])
+    assert any("download size is unknown" in w for w in verdict["warning_messages"])
