@@ -72,7 +72,7 @@ repos:
       gated: false
       access: ok
       message: null
-      files: [{path: config.json, size: 3000, sha256: null}]
+      files: [{path: config.json, size: 3000, sha256: null, blob_id: 4a5c...}]
       total_bytes: 595169411072
 """
 
@@ -165,6 +165,7 @@ def inspect(api, repo: dict, token: str | bool, endpoint: str) -> dict:
                     "path": sibling.rfilename,
                     "size": sibling.size,
                     "sha256": lfs.sha256 if lfs else None,
+                    "blob_id": getattr(sibling, "blob_id", None),
                 }
             )
         record["files"] = files

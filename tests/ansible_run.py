@@ -61,6 +61,9 @@ def run_playbook(
         # ansible-runner starts ansible-playbook from PATH: the one in this venv.
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         "ANSIBLE_NOCOLOR": "1",
+        # ansible-runner puts its own callback folder in this variable, which hides
+        # ansible.cfg's callback_plugins; it keeps what is already there, so name ours.
+        "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
         **(envvars or {}),
     }
     cmdline = ["--check", "--diff"] if check else []

@@ -63,3 +63,36 @@ import ansible.module_utils  # noqa: E402
 
 if str(REPO / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+
+
+@pytest.fixture(scope="session")
+def wheelhouse():
+    """Wheels of the hosts' download tools: test hosts cannot reach PyPI, the controller can."""
+    folder = REPO / "tests" / ".state" / "wheelhouse"
+    requirements = REPO / "roles" / "weights" / "files" / "requirements-host.txt"
+    stamp = folder / ".requirements"
+    if not stamp.is_file() or stamp.read_text() != requirements.read_text():
+        import shutil
+        import subprocess
+
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-r",
+                str(requirements),
+                "-d",
+                str(folder),
+            ],
+            check=True,
+        )
+        stamp.write_text(requirements.read_text())
+    return folder

@@ -16,9 +16,11 @@ raises the same exceptions: RepoNotFound, GatedRepo, RevisionNotFound, EntryNotF
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,13 +43,22 @@ class HubFile:
     def is_lfs(self) -> bool:
         return self.size >= LFS_MIN_SIZE or self.path.endswith(".safetensors")
 
-    @property
+    @functools.cached_property
     def git_oid(self) -> str:
-        return hashlib.sha1(b"blob %d\0" % self.size + self.data).hexdigest()  # noqa: S324
+        """Git's blob id: of the content, or of the LFS pointer file for LFS files."""
+        content = self.lfs_pointer if self.is_lfs else self.data
+        return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()  # noqa: S324
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def lfs_pointer(self) -> bytes:
+        return (
+            f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\n"
+            f"size {self.size}\n"
+        ).encode()
 
 
 @dataclass
@@ -72,6 +83,16 @@ class HubRepo:
 
 
 @dataclass
+class Stall:
+    """Stop sending a file after some bytes and hold the connection, `times` times."""
+
+    path: str
+    after_bytes: int
+    seconds: float
+    times: int = 1
+
+
+@dataclass
 class LoggedRequest:
     method: str
     path: str
@@ -87,6 +108,10 @@ class LocalHub:
         self.repos: dict[str, HubRepo] = {}
         self.valid_tokens: set[str] = set()
         self.requests: list[LoggedRequest] = []
+        self.stalls: list[Stall] = []
+        # Per-connection send rate for file bodies, in bytes/s; 0 sends as fast as possible.
+        self.bytes_per_second = 0
+        self._stopping = threading.Event()
         self._lock = threading.Lock()
         hub = self
 
@@ -127,7 +152,24 @@ class LocalHub:
         self._thread.start()
         return self
 
+    def take_stall(self, path: str) -> Stall | None:
+        with self._lock:
+            for stall in self.stalls:
+                if stall.path == path and stall.times > 0:
+                    stall.times -= 1
+                    return stall
+        return None
+
+    def fetched(self, path_suffix: str = "") -> list[LoggedRequest]:
+        """GET requests of file bodies, optionally of one file."""
+        return [
+            r
+            for r in self.requests
+            if r.method == "GET" and "/resolve/" in r.path and r.path.endswith(path_suffix)
+        ]
+
     def stop(self) -> None:
+        self._stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -174,6 +216,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         except HubError as error:
             status = error.status
             self._send_json(error.status, {"error": error.message}, send_body, error)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client went away mid-body (a killed or restarted download): expected here.
+            status = 499
+            self.close_connection = True
         finally:
             self.server_hub.log(
                 LoggedRequest(
@@ -319,15 +365,37 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 raise HubError(416, None, "Requested range not satisfiable")
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end}/{hub_file.size}"
-        body = hub_file.data[start : end + 1]
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(end + 1 - start))
         self.end_headers()
         if send_body:
-            self.wfile.write(body)
+            self._send_body(hub_file, start, end + 1)
         return status
+
+    def _send_body(self, hub_file: HubFile, start: int, stop: int) -> None:
+        hub = self.server_hub
+        stall = hub.take_stall(hub_file.path)
+        chunk = 1 << 20
+        position = start
+        while position < stop:
+            if stall and position - start >= stall.after_bytes:
+                # Hold the connection open without sending, like a stuck transfer.
+                hub._stopping.wait(stall.seconds)
+                self.close_connection = True
+                return
+            end = min(stop, position + chunk)
+            if stall:
+                end = (
+                    min(end, start + stall.after_bytes)
+                    if position - start < stall.after_bytes
+                    else end
+                )
+            self.wfile.write(hub_file.data[position:end])
+            if hub.bytes_per_second:
+                time.sleep((end - position) / hub.bytes_per_second)
+            position = end
 
     def _send_json(
         self,

@@ -1,0 +1,121 @@
+#!/usr/bin/python
+"""Ansible module weights_check: is a repository complete and intact on disk?"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: weights_check
+short_description: Compare a downloaded repository with the hub's file list and the manifest
+description:
+  - Read-only; supports check mode. Files whose size and modification time match a manifest
+    entry of the same revision are trusted without hashing, so an intact repository is
+    confirmed in seconds; any other file is hashed (C(full)) or size-checked (C(size)).
+  - Reports missing files and wrong ones (size or checksum); never changes anything.
+version_added: "0.1.0"
+options:
+  local_dir:
+    description: Folder of the repository.
+    type: path
+    required: true
+  revision:
+    description: 40-character commit SHA the files must belong to.
+    type: str
+    required: true
+  files:
+    description: The hub's file list (path, size, sha256, blob_id) from hub_repo_info.
+    type: list
+    elements: dict
+    required: true
+  verify:
+    description: C(full) hashes files the manifest does not vouch for; C(size) checks sizes.
+    type: str
+    default: full
+    choices: [full, size]
+  rehash:
+    description: Hash every file even when the manifest vouches for it.
+    type: bool
+    default: false
+  hash_workers:
+    description: Files hashed in parallel; 0 means one per CPU.
+    type: int
+    default: 0
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Check the target on disk
+  weights_check:
+    local_dir: /opt/kimi/weights/moonshotai/Kimi-K2.6
+    revision: 0123456789abcdef0123456789abcdef01234567
+    files: "{{ hub.repos.target.files }}"
+  register: on_disk
+"""
+
+RETURN = r"""
+complete:
+  description: Every file present and verified.
+  returned: always
+  type: bool
+missing:
+  description: Files not on disk.
+  returned: always
+  type: list
+  elements: str
+stale:
+  description: Files on disk with the wrong size or checksum, with the reason.
+  returned: always
+  type: list
+  elements: dict
+bytes_missing:
+  description: Bytes of the missing and wrong files.
+  returned: always
+  type: int
+hashed:
+  description: Files hashed by this check (0 when the manifest vouched for all).
+  returned: always
+  type: int
+"""
+
+import os  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.weights import inspect_files  # noqa: E402
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "local_dir": {"type": "path", "required": True},
+            "revision": {"type": "str", "required": True},
+            "files": {"type": "list", "elements": "dict", "required": True},
+            "verify": {"type": "str", "default": "full", "choices": ["full", "size"]},
+            "rehash": {"type": "bool", "default": False},
+            "hash_workers": {"type": "int", "default": 0},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    sizes = {f["path"]: f.get("size") or 0 for f in p["files"]}
+    found = inspect_files(
+        p["local_dir"],
+        p["files"],
+        p["revision"],
+        p["verify"],
+        p["hash_workers"] or os.cpu_count() or 1,
+        force_hash=p["rehash"],
+    )
+    wrong = found["missing"] + [s["path"] for s in found["stale"]]
+    module.exit_json(
+        changed=False,
+        complete=not wrong,
+        missing=found["missing"],
+        stale=found["stale"],
+        bytes_missing=sum(sizes[name] for name in wrong),
+        hashed=found["hashed"],
+    )
+
+
+if __name__ == "__main__":
+    main()

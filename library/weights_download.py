@@ -1,0 +1,499 @@
+#!/usr/bin/python
+"""Ansible module weights_download: resumable, watched, verified download of one hub repo."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: weights_download
+short_description: Download one Hugging Face repo at a pinned commit, watch it, verify it
+description:
+  - Meant to run under C(async); poll its progress with C(weights_status).
+  - Checks what is already on disk against the hub's file list (and the manifest of a
+    previous run), deletes only files of the repository that are wrong, then runs
+    C(snapshot_download) from I(python) (a venv holding huggingface_hub) in a child process.
+  - A watchdog restarts the child when the bytes on disk stop growing for I(stall_timeout)
+    seconds (bounded by I(max_restarts)); from the first restart on, xet transfers can be
+    turned off (I(xet_fallback)). After the last restart it fails naming the incomplete files.
+  - Verifies every file (sizes always; sha256 of LFS files and git blob ids of small files
+    in C(full) mode, hashing in parallel) and writes a manifest beside the weights.
+  - The token reaches the download only through the environment variable HF_TOKEN, set
+    with the task's C(environment) and C(no_log).
+  - Fails with the free space and the bytes still needed when the disk fills; what was
+    verified before stays on disk and in the manifest.
+version_added: "0.1.0"
+options:
+  repo_id:
+    description: Repository id, owner/name.
+    type: str
+    required: true
+  revision:
+    description: 40-character commit SHA.
+    type: str
+    required: true
+  local_dir:
+    description: Folder the repository is downloaded into.
+    type: path
+    required: true
+  files:
+    description: The hub's file list (path, size, sha256, blob_id) from hub_repo_info.
+    type: list
+    elements: dict
+    required: true
+  python:
+    description: Python with huggingface_hub installed.
+    type: path
+    required: true
+  status_file:
+    description: Where progress is written for weights_status.
+    type: path
+    required: true
+  log_file:
+    description: The child's output and the watchdog's log.
+    type: path
+    required: true
+  verify:
+    description: C(full) hashes, C(size) checks sizes only.
+    type: str
+    default: full
+    choices: [full, size]
+  rehash:
+    description: Hash every file even when the manifest vouches for it.
+    type: bool
+    default: false
+  stall_timeout:
+    description: Seconds without new bytes before a restart.
+    type: int
+    default: 300
+  max_restarts:
+    description: Restarts before giving up.
+    type: int
+    default: 5
+  xet_fallback:
+    description: Turn xet off (HF_HUB_DISABLE_XET=1) from the first restart on.
+    type: bool
+    default: true
+  max_workers:
+    description: Files downloaded in parallel.
+    type: int
+    default: 8
+  hash_workers:
+    description: Files hashed in parallel; 0 means one per CPU.
+    type: int
+    default: 0
+  poll_interval:
+    description: Seconds between progress updates.
+    type: float
+    default: 1.0
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Download the target (in the background)
+  weights_download:
+    repo_id: moonshotai/Kimi-K2.6
+    revision: 0123456789abcdef0123456789abcdef01234567
+    local_dir: /opt/kimi/weights/moonshotai/Kimi-K2.6
+    files: "{{ hub.repos.target.files }}"
+    python: /opt/kimi/tools-venv/bin/python
+    status_file: /opt/kimi/weights/.kimi/moonshotai--Kimi-K2.6/status.json
+    log_file: /opt/kimi/weights/.kimi/moonshotai--Kimi-K2.6/download.log
+  environment:
+    HF_TOKEN: "{{ kimi_hf_token }}"
+  async: 86400
+  poll: 0
+  no_log: true
+"""
+
+RETURN = r"""
+manifest:
+  description: Path of the manifest written beside the weights.
+  returned: success
+  type: str
+files_total:
+  description: Files in the repository.
+  returned: success
+  type: int
+bytes_total:
+  description: Bytes in the repository.
+  returned: success
+  type: int
+bytes_downloaded:
+  description: Bytes fetched by this run.
+  returned: success
+  type: int
+download_seconds:
+  description: Time spent downloading.
+  returned: success
+  type: float
+hashed_bytes:
+  description: Bytes hashed by the final verification.
+  returned: success
+  type: int
+hash_seconds:
+  description: Time the final verification took.
+  returned: success
+  type: float
+hash_workers:
+  description: Files hashed in parallel.
+  returned: success
+  type: int
+restarts:
+  description: Watchdog restarts.
+  returned: always
+  type: int
+repaired:
+  description: Files that were on disk but wrong, and were fetched again.
+  returned: success
+  type: list
+"""
+
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.weights import (  # noqa: E402
+    EXIT_AUTH,
+    EXIT_DISK_FULL,
+    EXIT_NOT_FOUND,
+    EXIT_REVISION,
+    WORKER,
+    bytes_on_disk,
+    free_bytes,
+    inspect_files,
+    now_iso,
+    remove_stale,
+    write_json_atomic,
+    write_manifest,
+)
+
+GIB = 1 << 30
+
+
+class Failure(Exception):
+    pass
+
+
+class Download:
+    def __init__(self, module: AnsibleModule):
+        self.module = module
+        self.p = module.params
+        self.files = self.p["files"]
+        self.total = sum(f.get("size") or 0 for f in self.files)
+        self.restarts = 0
+        self.status = {
+            "repo_id": self.p["repo_id"],
+            "revision": self.p["revision"],
+            "pid": os.getpid(),
+            "state": "checking",
+            "bytes_total": self.total,
+            "bytes_done": 0,
+            "files_total": len(self.files),
+            "files_done": 0,
+            "rate_bytes_per_s": 0,
+            "eta_s": None,
+            "restarts": 0,
+            "message": None,
+            "started": now_iso(),
+        }
+        self.workers = self.p["hash_workers"] or os.cpu_count() or 1
+
+    # -- bookkeeping -------------------------------------------------------------------
+    def log(self, line: str) -> None:
+        os.makedirs(os.path.dirname(self.p["log_file"]), exist_ok=True)
+        with open(self.p["log_file"], "a") as handle:
+            handle.write(f"{now_iso()} watchdog: {line}\n")
+
+    def publish(self, **changes) -> None:
+        self.status.update(changes, updated=now_iso())
+        os.makedirs(os.path.dirname(self.p["status_file"]), exist_ok=True)
+        write_json_atomic(self.p["status_file"], self.status)
+
+    # -- steps ---------------------------------------------------------------------------
+    def check(self) -> dict:
+        return inspect_files(
+            self.p["local_dir"],
+            self.files,
+            self.p["revision"],
+            "full" if self.p["rehash"] else self.p["verify"],
+            self.workers,
+            force_hash=self.p["rehash"],
+        )
+
+    def ensure_space(self, needed: int) -> None:
+        free = free_bytes(self.p["local_dir"])
+        if free < needed:
+            raise Failure(self.disk_message(free, needed))
+
+    def disk_message(self, free: int, needed: int) -> str:
+        return (
+            f"not enough disk space for {self.p['repo_id']} in {self.p['local_dir']}: "
+            f"{free / GIB:.2f} GiB free, {needed / GIB:.2f} GiB still needed. Files already "
+            "verified stay on disk and in the manifest. Fix: free space or point "
+            "kimi_weights_dir at a larger filesystem, then rerun to resume."
+        )
+
+    def incomplete_files(self) -> list[str]:
+        missing = []
+        for entry in self.files:
+            path = os.path.join(self.p["local_dir"], entry["path"])
+            try:
+                if entry.get("size") is not None and os.path.getsize(path) != entry["size"]:
+                    missing.append(entry["path"])
+            except OSError:
+                missing.append(entry["path"])
+        return missing
+
+    def spawn(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        if self.restarts and self.p["xet_fallback"]:
+            env["HF_HUB_DISABLE_XET"] = "1"
+        env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+        spec = {
+            "repo_id": self.p["repo_id"],
+            "revision": self.p["revision"],
+            "local_dir": self.p["local_dir"],
+            "max_workers": self.p["max_workers"],
+        }
+        log = open(self.p["log_file"], "a")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(
+                [self.p["python"], "-c", WORKER, json.dumps(spec)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    @staticmethod
+    def stop(child: subprocess.Popen) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+    def worker_error(self) -> dict:
+        """The worker's last JSON error line, if it printed one."""
+        try:
+            with open(self.p["log_file"]) as handle:
+                lines = handle.read().splitlines()[-50:]
+        except OSError:
+            return {}
+        for line in reversed(lines):
+            if line.startswith('{"error"'):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    break
+        return {}
+
+    def watch(self) -> int:
+        """Run the child until it finishes; restart it on stalls and crashes."""
+        downloaded_before, _ = bytes_on_disk(self.p["local_dir"], self.files)
+        started = time.monotonic()
+        child = self.spawn()
+        last_bytes, last_growth = downloaded_before, time.monotonic()
+        window = [(time.monotonic(), downloaded_before)]
+        while True:
+            time.sleep(self.p["poll_interval"])
+            done, files_done = bytes_on_disk(self.p["local_dir"], self.files)
+            now = time.monotonic()
+            window = [(t, b) for t, b in window if now - t <= 10] + [(now, done)]
+            rate = (window[-1][1] - window[0][1]) / max(now - window[0][0], 1e-6)
+            eta = (self.total - done) / rate if rate > 0 else None
+            self.publish(
+                state="downloading",
+                bytes_done=min(done, self.total),
+                files_done=files_done,
+                rate_bytes_per_s=max(rate, 0),
+                eta_s=eta,
+                restarts=self.restarts,
+            )
+            if done > last_bytes:
+                last_bytes, last_growth = done, now
+            code = child.poll()
+            if code == 0:
+                break
+            if code is not None:
+                self.handle_exit(code)
+                reason = f"the download process exited with code {code}"
+            elif now - last_growth > self.p["stall_timeout"]:
+                self.stop(child)
+                reason = (
+                    f"no new bytes for {self.p['stall_timeout']}s at "
+                    f"{done / GIB:.2f} of {self.total / GIB:.2f} GiB"
+                )
+            else:
+                continue
+            self.restarts += 1
+            if self.restarts > self.p["max_restarts"]:
+                incomplete = self.incomplete_files()
+                raise Failure(
+                    f"download of {self.p['repo_id']} gave up after {self.p['max_restarts']} "
+                    f"restarts ({reason}). Incomplete files: {', '.join(incomplete) or 'none'}. "
+                    f"Log: {self.p['log_file']}. Fix: check the host's connection to the hub, "
+                    "then rerun: completed files are kept."
+                )
+            xet = " with xet off" if self.p["xet_fallback"] else ""
+            self.log(f"{reason}; restart {self.restarts}/{self.p['max_restarts']}{xet}")
+            child = self.spawn()
+            last_growth = time.monotonic()
+        fetched, _ = bytes_on_disk(self.p["local_dir"], self.files)
+        self.download_seconds = time.monotonic() - started
+        return max(0, fetched - downloaded_before)
+
+    def handle_exit(self, code: int) -> None:
+        error = self.worker_error()
+        detail = error.get("detail", "")
+        repo = self.p["repo_id"]
+        if code == EXIT_DISK_FULL:
+            done, _ = bytes_on_disk(self.p["local_dir"], self.files)
+            raise Failure(
+                self.disk_message(free_bytes(self.p["local_dir"]), max(0, self.total - done))
+            )
+        if code == EXIT_AUTH:
+            kind = error.get("error")
+            if kind == "invalid_token":
+                raise Failure(
+                    f"the hub rejected the Hugging Face token while downloading {repo} (401). "
+                    "Fix: set a valid token (HF_TOKEN, kimi_hf_token or `hf auth login`)."
+                )
+            raise Failure(
+                f"{repo} is gated and the token has no approved access (or none was given). "
+                f"Fix: request access on the repository's page and set the token. ({detail})"
+            )
+        if code == EXIT_REVISION:
+            raise Failure(
+                f"revision {self.p['revision']} does not exist in {repo}. Fix: set the "
+                "repository's revision variable to an existing commit."
+            )
+        if code == EXIT_NOT_FOUND:
+            raise Failure(f"{repo} was not found on the hub. Fix: check the repository id.")
+
+    def run(self) -> dict:
+        os.makedirs(self.p["local_dir"], exist_ok=True)
+        os.makedirs(os.path.dirname(self.p["status_file"]), exist_ok=True)
+        self.publish(state="checking")
+        before = self.check()
+        # What is verified now stays usable, whatever happens to the rest.
+        write_manifest(
+            self.p["local_dir"],
+            self.p["repo_id"],
+            self.p["revision"],
+            self.p["verify"],
+            before["good"],
+        )
+        repaired = [s["path"] for s in before["stale"]]
+        remove_stale(self.p["local_dir"], repaired)
+        fetched = 0
+        self.download_seconds = 0.0
+        for _attempt in range(self.p["max_restarts"] + 1):
+            needed = sum(f.get("size") or 0 for f in self.files if f["path"] not in before["good"])
+            if not needed and not before["missing"] and not before["stale"]:
+                break
+            partial, _ = bytes_on_disk(self.p["local_dir"], self.files)
+            good_bytes = sum(r["size"] for r in before["good"].values())
+            self.ensure_space(max(0, needed - max(0, partial - good_bytes)))
+            self.log(f"downloading {self.p['repo_id']}@{self.p['revision']}")
+            fetched += self.watch()
+            self.publish(state="verifying")
+            started = time.monotonic()
+            before = self.check()
+            self.hash_seconds = time.monotonic() - started
+            write_manifest(
+                self.p["local_dir"],
+                self.p["repo_id"],
+                self.p["revision"],
+                self.p["verify"],
+                before["good"],
+            )
+            if not before["stale"] and not before["missing"]:
+                break
+            wrong = [s["path"] for s in before["stale"]] + before["missing"]
+            self.log(f"after download, wrong or missing: {', '.join(wrong)}; fetching again")
+            repaired += [s["path"] for s in before["stale"]]
+            remove_stale(self.p["local_dir"], [s["path"] for s in before["stale"]])
+            self.restarts += 1
+        else:
+            raise Failure(
+                f"{self.p['repo_id']} still has wrong or missing files after "
+                f"{self.p['max_restarts']} attempts: "
+                + ", ".join([s["path"] for s in before["stale"]] + before["missing"])
+            )
+        self.publish(
+            state="done",
+            bytes_done=self.total,
+            files_done=len(self.files),
+            eta_s=0,
+            message="verified",
+        )
+        return {
+            "manifest": os.path.join(self.p["local_dir"], "kimi-manifest.json"),
+            "files_total": len(self.files),
+            "bytes_total": self.total,
+            "bytes_downloaded": fetched,
+            "download_seconds": round(self.download_seconds, 3),
+            "hashed_bytes": before["hashed_bytes"],
+            "hash_seconds": round(getattr(self, "hash_seconds", 0.0), 3),
+            "hash_workers": self.workers,
+            "restarts": self.restarts,
+            "repaired": sorted(set(repaired)),
+        }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "repo_id": {"type": "str", "required": True},
+            "revision": {"type": "str", "required": True},
+            "local_dir": {"type": "path", "required": True},
+            "files": {"type": "list", "elements": "dict", "required": True},
+            "python": {"type": "path", "required": True},
+            "status_file": {"type": "path", "required": True},
+            "log_file": {"type": "path", "required": True},
+            "verify": {"type": "str", "default": "full", "choices": ["full", "size"]},
+            "rehash": {"type": "bool", "default": False},
+            "stall_timeout": {"type": "int", "default": 300},
+            "max_restarts": {"type": "int", "default": 5},
+            "xet_fallback": {"type": "bool", "default": True},
+            "max_workers": {"type": "int", "default": 8},
+            "hash_workers": {"type": "int", "default": 0},
+            "poll_interval": {"type": "float", "default": 1.0},
+        },
+    )
+    download = Download(module)
+    problem = None
+    revision = module.params["revision"]
+    if len(revision) != 40 or any(c not in "0123456789abcdef" for c in revision):
+        problem = (
+            f"revision must be a 40-character commit SHA, got {revision!r}; the weights "
+            "stage resolves branch names through the hub first."
+        )
+    elif not os.access(module.params["python"], os.X_OK):
+        problem = (
+            f"{module.params['python']} is not an executable Python; the weights stage "
+            "installs huggingface_hub into its tools venv first."
+        )
+    try:
+        if problem:
+            raise Failure(problem)
+        result = download.run()
+    except Failure as failure:
+        download.publish(state="failed", message=str(failure))
+        download.log(f"failed: {failure}")
+        module.fail_json(msg=str(failure), restarts=download.restarts)
+    except Exception as error:
+        download.publish(state="failed", message=f"{type(error).__name__}: {error}")
+        raise
+    module.exit_json(changed=True, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""Weights on disk: manifest, verification, progress accounting and the download worker.
+
+Shared by library/weights_check.py, weights_download.py and weights_status.py. The layout of
+one repository's folder (local_dir) is huggingface_hub's local_dir layout, plus the kit's
+manifest beside the weights:
+
+    <local_dir>/<files of the repo>
+    <local_dir>/.cache/huggingface/download/<file>.metadata      huggingface_hub's own
+    <local_dir>/.cache/huggingface/download/*.incomplete          partial downloads
+    <local_dir>/kimi-manifest.json                                what was verified, when
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+MANIFEST = "kimi-manifest.json"
+HF_STATE = os.path.join(".cache", "huggingface")
+CHUNK = 8 << 20
+# Exit codes of the download worker, so the module can tell its failures apart.
+EXIT_AUTH, EXIT_REVISION, EXIT_NOT_FOUND, EXIT_DISK_FULL = 2, 3, 4, 5
+
+WORKER = r"""
+import errno, json, sys
+spec = json.loads(sys.argv[1])
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
+                                    RevisionNotFoundError)
+def stop(code, kind, error):
+    print(json.dumps({"error": kind, "detail": str(error)[:2000]}), file=sys.stderr, flush=True)
+    sys.exit(code)
+try:
+    snapshot_download(repo_id=spec["repo_id"], revision=spec["revision"],
+                      local_dir=spec["local_dir"], max_workers=spec["max_workers"])
+except GatedRepoError as error:
+    stop(2, "gated", error)
+except RevisionNotFoundError as error:
+    stop(3, "revision_not_found", error)
+except RepositoryNotFoundError as error:
+    stop(4, "not_found", error)
+except HfHubHTTPError as error:
+    if error.response is not None and error.response.status_code == 401:
+        stop(2, "invalid_token", error)
+    raise
+except OSError as error:
+    if error.errno == errno.ENOSPC:
+        stop(5, "disk_full", error)
+    raise
+"""
+
+
+def file_entries(files: list[dict]) -> dict[str, dict]:
+    return {entry["path"]: entry for entry in files}
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json_atomic(path: str, data: dict, mode: int = 0o644) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.chmod(temporary, mode)
+    os.replace(temporary, path)
+
+
+def git_blob_sha1(path: str) -> str:
+    digest = hashlib.sha1(usedforsecurity=False)
+    digest.update(b"blob %d\0" % os.path.getsize(path))
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def hash_matches(path: str, entry: dict) -> tuple[bool, str]:
+    """Compare a file with the hub's sha256 (LFS) or git blob id (small files)."""
+    if entry.get("sha256"):
+        actual = sha256_file(path)
+        return actual == entry["sha256"], actual
+    if entry.get("blob_id"):
+        actual = git_blob_sha1(path)
+        return actual == entry["blob_id"], actual
+    return True, ""
+
+
+def inspect_files(
+    local_dir: str,
+    files: list[dict],
+    revision: str,
+    mode: str,
+    workers: int,
+    force_hash: bool = False,
+) -> dict:
+    """What is on disk against the hub's list and the manifest of earlier runs.
+
+    mode "size" checks sizes only. mode "full" hashes every file the manifest does not vouch
+    for: a manifest entry of the same revision whose size and modification time still match,
+    and which was hashed when it was written, is trusted without reading the file again
+    (force_hash re-reads everything). Returns good (path -> manifest record), missing, stale
+    (wrong size or checksum), and how much was hashed.
+    """
+    manifest = read_json(os.path.join(local_dir, MANIFEST)) or {}
+    recorded = manifest.get("files", {}) if manifest.get("revision") == revision else {}
+    good, missing, stale, to_hash = {}, [], [], []
+    for entry in files:
+        path = os.path.join(local_dir, entry["path"])
+        try:
+            stat = os.stat(path)
+        except OSError:
+            missing.append(entry["path"])
+            continue
+        if entry.get("size") is not None and stat.st_size != entry["size"]:
+            reason = f"size {stat.st_size}, expected {entry['size']}"
+            stale.append({"path": entry["path"], "reason": reason})
+            continue
+        record = recorded.get(entry["path"])
+        unchanged = (
+            record is not None
+            and record.get("size") == stat.st_size
+            and record.get("mtime_ns") == stat.st_mtime_ns
+        )
+        if mode == "size":
+            good[entry["path"]] = record if unchanged else _record(entry, stat, None)
+        elif unchanged and record.get("hash_checked") and not force_hash:
+            good[entry["path"]] = record
+        else:
+            to_hash.append((entry, stat))
+
+    def check(item):
+        entry, stat = item
+        ok, actual = hash_matches(os.path.join(local_dir, entry["path"]), entry)
+        return entry, stat, ok, actual
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for entry, stat, ok, actual in pool.map(check, to_hash):
+            if ok:
+                good[entry["path"]] = _record(entry, stat, actual)
+            else:
+                stale.append({"path": entry["path"], "reason": "checksum mismatch"})
+    return {
+        "good": good,
+        "missing": missing,
+        "stale": stale,
+        "hashed": len(to_hash),
+        "hashed_bytes": sum(stat.st_size for _entry, stat in to_hash),
+    }
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _record(entry: dict, stat: os.stat_result, digest: str | None) -> dict:
+    return {
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256": entry.get("sha256"),
+        "blob_id": entry.get("blob_id"),
+        "hash_checked": bool(digest),
+        "verified_at": now_iso(),
+    }
+
+
+def write_manifest(local_dir: str, repo_id: str, revision: str, mode: str, good: dict) -> str:
+    """The manifest: per file its size, mtime, expected hash and when it was verified."""
+    path = os.path.join(local_dir, MANIFEST)
+    write_json_atomic(
+        path,
+        {
+            "repo_id": repo_id,
+            "revision": revision,
+            "verify_mode": mode,
+            "verified_at": now_iso(),
+            "files": dict(sorted(good.items())),
+        },
+    )
+    return path
+
+
+def remove_stale(local_dir: str, paths: list[str]) -> None:
+    """Delete wrong files and huggingface_hub's record of them, so they are fetched again.
+
+    Only files of the repository are touched; anything else in the folder stays.
+    """
+    for name in paths:
+        for path in (
+            os.path.join(local_dir, name),
+            os.path.join(local_dir, HF_STATE, "download", f"{name}.metadata"),
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+
+def bytes_on_disk(local_dir: str, files: list[dict]) -> tuple[int, int]:
+    """(bytes downloaded so far, files complete): finished files plus partial downloads."""
+    done = complete = 0
+    for entry in files:
+        try:
+            size = os.path.getsize(os.path.join(local_dir, entry["path"]))
+        except OSError:
+            continue
+        if entry.get("size") is None or size == entry["size"]:
+            done += size
+            complete += 1
+    partial_root = os.path.join(local_dir, HF_STATE, "download")
+    for root, _dirs, names in os.walk(partial_root):
+        for name in names:
+            if name.endswith(".incomplete"):
+                with contextlib.suppress(OSError):
+                    done += os.path.getsize(os.path.join(root, name))
+    return done, complete
+
+
+def free_bytes(path: str) -> int:
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+def progress_line(status: dict) -> str:
+    total = status.get("bytes_total") or 0
+    done = status.get("bytes_done") or 0
+    percent = 100.0 * done / total if total else 0.0
+    rate = status.get("rate_bytes_per_s") or 0
+    eta = status.get("eta_s")
+    eta_text = "unknown" if eta is None else _duration(eta)
+    return (
+        f"{status.get('repo_id')}: {status.get('state')} {_size(done)} of {_size(total)} "
+        f"({percent:.1f}%), {_size(rate)}/s, ETA {eta_text}, files "
+        f"{status.get('files_done', 0)}/{status.get('files_total', 0)}, restarts "
+        f"{status.get('restarts', 0)}"
+    )
+
+
+def _size(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"

@@ -1,0 +1,273 @@
+"""The weights stage over SSH test hosts, against a local hub serving a generated 1 GiB repo."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.hub_server import LocalHub, Stall, token_env
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.weights, pytest.mark.integration]
+
+GOOD = "hf_weights_good_93e1a0"
+UNAPPROVED = "hf_weights_unapproved_11f4"
+BAD = "hf_weights_bad_7c2d"
+TARGET = "moonshotai/Kimi-K2.6"
+DFLASH = "z-lab/Kimi-K2.6-DFlash"
+SHARDS = 30
+SHARD_BYTES = 32 << 20  # 30 x 32 MiB + small files: about 1 GiB in 34 files
+WEIGHTS = "/opt/kimi/weights"
+
+
+def shard_name(index: int) -> str:
+    return f"model-{index + 1:05d}-of-{SHARDS:05d}.safetensors"
+
+
+@pytest.fixture(scope="module")
+def target_files() -> dict[str, bytes]:
+    generator = random.Random(20261130)
+    files = {shard_name(i): generator.randbytes(SHARD_BYTES) for i in range(SHARDS)}
+    files["config.json"] = (REPO / "models/kimi-k2.6/config.json").read_bytes()
+    files["tokenizer_config.json"] = b'{"model_max_length": 262144}'
+    files["model.safetensors.index.json"] = json.dumps({"weight_map": {}}).encode()
+    files["README.md"] = b"# test repository\n"
+    return files
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from tests.testhosts import TestHostCluster
+
+    names = ["fresh", "killed", "stalled", "smalldisk"]
+    hosts = TestHostCluster.up(["ct200"] * len(names), names=names)
+    try:
+        hosts.ssh("smalldisk", "mkdir -p /opt/kimi && mount -t tmpfs -o size=600m tmpfs /opt/kimi")
+        yield hosts
+    finally:
+        hosts.down()
+
+
+@pytest.fixture(scope="module")
+def hub(cluster, target_files):
+    # Listens on the bridge, where the test hosts reach the controller.
+    with LocalHub(host=cluster.gateway) as hub:
+        hub.valid_tokens |= {GOOD, UNAPPROVED}
+        hub.add_repo(TARGET, target_files)
+        generator = random.Random(7)
+        hub.add_repo(
+            DFLASH,
+            {
+                "config.json": b'{"block_size": 8}',
+                "model.safetensors": generator.randbytes(3 << 20),
+            },
+            gated=True,
+            approved_tokens={GOOD},
+        )
+        yield hub
+
+
+def weights(playbook, cluster, hub, wheelhouse, secrets: Path, limit: str, token=GOOD, **extra):
+    extravars = {
+        "kimi_serving_configs": ["ar", "dflash"],
+        "kimi_hf_endpoint": hub.url,
+        "weights_wheelhouse": str(wheelhouse),
+        "weights_poll_interval": 1,
+        "weights_stall_timeout": 4,
+        "weights_download_environment": {"HF_HUB_DISABLE_XET": "1"},
+        **extra,
+    }
+    return playbook(
+        "playbooks/weights.yml",
+        cluster.inventory,
+        extravars=extravars,
+        envvars=token_env(token, secrets),
+        limit=limit,
+    )
+
+
+def fetched_files(hub: LocalHub, since: int = 0, repo: str = TARGET) -> list[str]:
+    """Files of one repo whose bodies were requested, from request `since` on."""
+    prefix = f"/{repo}/resolve/"
+    return [r.path.split("/", 5)[5] for r in hub.fetched()[since:] if r.path.startswith(prefix)]
+
+
+def sha256_on_host(cluster, host: str, path: str) -> str:
+    return cluster.ssh(host, f"sha256sum {path}").stdout.split()[0]
+
+
+def host_path(cluster, host: str, path: str) -> Path:
+    """A file the host wrote, read through its overlay's upper layer on the controller."""
+    hdir = Path(cluster.host(host).state_dir)
+    return hdir / "upper" / path.lstrip("/")
+
+
+def test_download_verify_and_second_run_is_idle(
+    playbook, cluster, hub, wheelhouse, tmp_path, target_files
+):
+    first = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh")
+    assert first.rc == 0, first.stdout
+    # Progress lines came out on the polls.
+    assert f"{TARGET}: downloading" in first.stdout or f"{TARGET}: verifying" in first.stdout
+    local = f"{WEIGHTS}/{TARGET}"
+    for name in (shard_name(0), shard_name(SHARDS - 1), "config.json"):
+        assert (
+            sha256_on_host(cluster, "fresh", f"{local}/{name}")
+            == hashlib.sha256(target_files[name]).hexdigest()
+        )
+    manifest = json.loads(host_path(cluster, "fresh", f"{local}/kimi-manifest.json").read_text())
+    assert manifest["revision"] == hub.repos[TARGET].sha
+    assert set(manifest["files"]) == set(target_files)
+    assert all(entry["hash_checked"] for entry in manifest["files"].values())
+    assert sorted(fetched_files(hub)) == sorted(target_files)
+
+    before = len(hub.fetched())
+    started = time.monotonic()
+    second = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh")
+    elapsed = time.monotonic() - started
+    assert second.rc == 0, second.stdout
+    assert sum(second.changed().values()) == 0, second.stdout
+    assert fetched_files(hub, before) == [], "a second run fetched files again"
+    checks = second.results("Check on disk the weights of target")["fresh"]
+    assert checks["complete"] and checks["hashed"] == 0
+    print(f"second run: {elapsed:.1f}s")
+
+
+def test_corrupted_and_truncated_files_are_repaired(
+    playbook, cluster, hub, wheelhouse, tmp_path, target_files
+):
+    local = f"{WEIGHTS}/{TARGET}"
+    flipped, truncated = shard_name(3), shard_name(7)
+    cluster.ssh(
+        "fresh",
+        f"python3 -c \"f=open('{local}/{flipped}','r+b'); f.seek(12345); b=f.read(1); "
+        f'f.seek(12345); f.write(bytes([b[0]^1])); f.close()" && '
+        f"truncate -s 1000000 {local}/{truncated} && echo mine > {local}/my-notes.txt",
+    )
+    before = len(hub.fetched())
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh")
+    assert run.rc == 0, run.stdout
+    assert sorted(fetched_files(hub, before)) == sorted([flipped, truncated])
+    for name in (flipped, truncated):
+        assert (
+            sha256_on_host(cluster, "fresh", f"{local}/{name}")
+            == hashlib.sha256(target_files[name]).hexdigest()
+        )
+    # A file the user put there is never deleted.
+    assert cluster.ssh("fresh", f"cat {local}/my-notes.txt").stdout.strip() == "mine"
+    result = run.results("Result of the download of target")["fresh"]
+    assert sorted(result["repaired"]) == sorted([flipped, truncated])
+
+
+def test_killed_download_resumes_without_refetching_completed_files(
+    playbook, cluster, hub, wheelhouse, tmp_path, target_files
+):
+    hub.bytes_per_second = 6 << 20  # per connection: a download that takes a while
+    local = f"{WEIGHTS}/{TARGET}"
+    try:
+        outcome = {}
+        thread = threading.Thread(
+            target=lambda: outcome.update(
+                run=weights(playbook, cluster, hub, wheelhouse, tmp_path / "a", "killed")
+            )
+        )
+        (tmp_path / "a").mkdir()
+        thread.start()
+        deadline = time.monotonic() + 120
+        complete = []
+        while time.monotonic() < deadline:
+            listing = cluster.ssh(
+                "killed", f"stat -c '%n %s' {local}/*.safetensors 2>/dev/null", check=False
+            ).stdout
+            complete = [
+                Path(line.split()[0]).name
+                for line in listing.splitlines()
+                if int(line.split()[1]) == SHARD_BYTES
+            ]
+            if len(complete) >= 8:
+                break
+            time.sleep(0.5)
+        assert len(complete) >= 8, "the download never got going"
+        cluster.ssh(
+            "killed", "pkill -9 -f [w]eights_download; pkill -9 -f [s]napshot_download", check=False
+        )
+        thread.join(timeout=180)
+        first = outcome["run"]
+        assert first.rc != 0
+        assert "ended without finishing" in first.stdout
+    finally:
+        hub.bytes_per_second = 0
+    before = len(hub.fetched())
+    (tmp_path / "b").mkdir()
+    second = weights(playbook, cluster, hub, wheelhouse, tmp_path / "b", "killed")
+    assert second.rc == 0, second.stdout
+    refetched = set(fetched_files(hub, before))
+    assert not refetched & set(complete), (
+        f"completed files fetched again: {refetched & set(complete)}"
+    )
+    for name in (shard_name(0), shard_name(SHARDS - 1)):
+        assert (
+            sha256_on_host(cluster, "killed", f"{local}/{name}")
+            == hashlib.sha256(target_files[name]).hexdigest()
+        )
+
+
+def test_stalled_transfer_is_restarted_by_the_watchdog(
+    playbook, cluster, hub, wheelhouse, tmp_path, target_files
+):
+    stuck = shard_name(5)
+    hub.stalls.append(Stall(path=stuck, after_bytes=1 << 20, seconds=60))
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "stalled")
+    assert run.rc == 0, run.stdout
+    log = host_path(cluster, "stalled", f"{WEIGHTS}/.kimi/moonshotai--Kimi-K2.6/download.log")
+    text = log.read_text()
+    assert "no new bytes for 4s" in text and "restart 1/5 with xet off" in text
+    assert (
+        sha256_on_host(cluster, "stalled", f"{WEIGHTS}/{TARGET}/{stuck}")
+        == hashlib.sha256(target_files[stuck]).hexdigest()
+    )
+    result = run.results("Result of the download of target")["stalled"]
+    assert result["restarts"] >= 1
+
+
+def test_disk_full_says_free_and_needed(playbook, cluster, hub, wheelhouse, tmp_path):
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "smalldisk")
+    assert run.rc != 0
+    assert "not enough disk space for moonshotai/Kimi-K2.6" in run.stdout
+    assert "GiB free" in run.stdout and "GiB still needed" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("token", "extra", "expected"),
+    [
+        (UNAPPROVED, {}, "the token's account has no approved access"),
+        (BAD, {}, "the Hugging Face token was rejected as invalid"),
+        (GOOD, {"kimi_target_revision": "0" * 40}, "does not exist in moonshotai/Kimi-K2.6"),
+    ],
+    ids=["gated-without-access", "bad-token", "missing-revision"],
+)
+def test_access_problems(playbook, cluster, hub, wheelhouse, tmp_path, token, extra, expected):
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh", token=token, **extra)
+    assert run.rc != 0
+    assert expected in run.stdout
+    assert token not in run.stdout
+
+
+def test_token_appears_nowhere(cluster, tmp_path_factory):
+    """Everything the hosts wrote (weights, manifests, logs, async results) and the runner's
+    own files (events, artifacts) hold no token."""
+    roots = [Path(h.state_dir) for h in cluster.hosts] + [tmp_path_factory.getbasetemp()]
+    for token in (GOOD, UNAPPROVED, BAD):
+        found = subprocess.run(
+            ["grep", "-rl", "--exclude=hf-token", token, *map(str, roots)],
+            capture_output=True,
+            text=True,
+        )
+        assert found.stdout == "", f"{token} found in: {found.stdout}"

@@ -1,0 +1,148 @@
+"""Weights helpers without hosts: pins, manifest trust, status of a vanished download."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.weights import inspect_files, progress_line, write_manifest
+
+from tests.modules import run_module
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.weights
+
+
+def pins(path: Path) -> dict[str, str]:
+    found = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            found[name.lower().replace("_", "-")] = version
+    return found
+
+
+def test_host_tools_are_pinned_as_in_the_one_lock():
+    host = pins(REPO / "roles/weights/files/requirements-host.txt")
+    lock = pins(REPO / "requirements.lock")
+    assert host["huggingface-hub"] == "2.4.0"
+    assert {name: lock.get(name) for name in host} == host
+
+
+def repo(tmp_path: Path) -> tuple[Path, list[dict]]:
+    data = {"a.safetensors": b"a" * 4096, "config.json": b"{}"}
+    for name, content in data.items():
+        (tmp_path / name).write_bytes(content)
+    files = [
+        {
+            "path": "a.safetensors",
+            "size": 4096,
+            "sha256": hashlib.sha256(data["a.safetensors"]).hexdigest(),
+        },
+        {
+            "path": "config.json",
+            "size": 2,
+            "blob_id": hashlib.sha1(b"blob 2\0{}", usedforsecurity=False).hexdigest(),
+        },
+    ]
+    return tmp_path, files
+
+
+def test_manifest_vouches_for_unchanged_files_only(tmp_path):
+    folder, files = repo(tmp_path)
+    first = inspect_files(str(folder), files, "r" * 40, "full", 2)
+    assert first["hashed"] == 2 and not first["stale"] and not first["missing"]
+    write_manifest(str(folder), "o/n", "r" * 40, "full", first["good"])
+    second = inspect_files(str(folder), files, "r" * 40, "full", 2)
+    assert second["hashed"] == 0 and set(second["good"]) == {"a.safetensors", "config.json"}
+    # Another revision: the manifest says nothing about it.
+    assert inspect_files(str(folder), files, "s" * 40, "full", 2)["hashed"] == 2
+    # Same size, new content, new mtime: hashed again and caught.
+    (folder / "a.safetensors").write_bytes(b"b" * 4096)
+    third = inspect_files(str(folder), files, "r" * 40, "full", 2)
+    assert third["stale"] == [{"path": "a.safetensors", "reason": "checksum mismatch"}]
+    forced = inspect_files(str(folder), files, "r" * 40, "full", 2, force_hash=True)
+    assert forced["hashed"] == 2
+
+
+def test_weights_check_module_reports_missing_and_wrong(tmp_path):
+    folder, files = repo(tmp_path)
+    (folder / "config.json").write_bytes(b"{ }")
+    files.append({"path": "gone.bin", "size": 10, "sha256": "0" * 64})
+    result = run_module(
+        "weights_check", {"local_dir": str(folder), "revision": "r" * 40, "files": files}
+    )
+    assert result["complete"] is False
+    assert result["missing"] == ["gone.bin"]
+    assert result["stale"][0]["path"] == "config.json"
+    assert result["bytes_missing"] == 12
+
+
+def test_status_notices_a_download_that_died(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    status = tmp_path / "status.json"
+    status.write_text(
+        json.dumps(
+            {
+                "repo_id": "o/n",
+                "state": "downloading",
+                "pid": dead.pid,
+                "bytes_done": 5,
+                "bytes_total": 10,
+            }
+        )
+    )
+    result = run_module("weights_status", {"status_file": str(status)})
+    assert result["done"] and not result["succeeded"] and result["state"] == "gone"
+    assert "ended without finishing" in result["progress"]
+    status.write_text(
+        json.dumps(
+            {
+                "repo_id": "o/n",
+                "state": "downloading",
+                "pid": os.getpid(),
+                "bytes_done": 5 << 30,
+                "bytes_total": 10 << 30,
+                "rate_bytes_per_s": 1 << 30,
+                "eta_s": 5,
+                "files_done": 3,
+                "files_total": 6,
+            }
+        )
+    )
+    running = run_module("weights_status", {"status_file": str(status)})
+    assert not running["done"]
+    assert running["progress"] == (
+        "o/n: downloading 5.0 GiB of 10.0 GiB (50.0%), 1.0 GiB/s, ETA 0m05s, files 3/6, restarts 0"
+    )
+    missing = run_module("weights_status", {"status_file": str(tmp_path / "none.json")})
+    assert missing["state"] == "starting" and not missing["done"]
+
+
+def test_progress_line_without_rate():
+    line = progress_line({"repo_id": "o/n", "state": "checking", "bytes_total": 0})
+    assert "ETA unknown" in line
+
+
+def test_every_module_documents_itself():
+    """DOCUMENTATION, EXAMPLES and RETURN parse for every module (ansible-doc reads them)."""
+    for module in sorted((REPO / "library").glob("*.py")):
+        result = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ansible-doc"),
+                "-M",
+                str(REPO / "library"),
+                "-t",
+                "module",
+                module.stem,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, f"{module.name}: {result.stderr}"
