@@ -33,7 +33,7 @@ from tests.modules import run_module
 
 pytestmark = pytest.mark.tuning
 
-# Real NCCL_DEBUG=INFO lines. The "vm [n]" block is from ../shared/fixtures/gpu-hosts/h200-x2/
+# Real NCCL_DEBUG=INFO lines. The "vm [n]" block is from tests/fixtures/gpu-hosts/h200-x2/
 # nccl-debug-excerpt.log (host name and pids anonymised); the "vm:870:870" lines are from the
 # reference loop's NCCL_DEBUG=INFO output on the 2x H200 machine of docs/measurements/README.md
 # (2026-11-30, NCCL 2.28.9+cuda13.0, NV18, NCCL_NVLS_ENABLE=0).
