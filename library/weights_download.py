@@ -11,7 +11,9 @@ description:
   - Meant to run under C(async); poll its progress with C(weights_status).
   - Checks what is already on disk against the hub's file list (and the manifest of a
     previous run), deletes only files of the repository that are wrong, then runs
-    C(snapshot_download) from I(python) (a venv holding huggingface_hub) in a child process.
+    C(snapshot_download) from I(python) (a venv holding huggingface_hub) in a child process,
+    or, with xet off, a plain parallel HTTP transfer from the hub's /resolve/ endpoint that
+    resumes inside partly downloaded files.
   - A watchdog restarts the child when the bytes on disk stop growing for I(stall_timeout)
     seconds (bounded by I(max_restarts)); from the first restart on, xet transfers can be
     turned off (I(xet_fallback)). After the last restart it fails naming the incomplete files.
@@ -70,7 +72,10 @@ options:
     type: int
     default: 5
   xet_fallback:
-    description: Turn xet off (HF_HUB_DISABLE_XET=1) from the first restart on.
+    description: >-
+      From the first restart on, download over plain HTTP with in-file resume instead of
+      huggingface_hub's xet transfer (which has stalled on huge repos). With
+      HF_HUB_DISABLE_XET=1 in the environment, plain HTTP is used from the start.
     type: bool
     default: true
   max_workers:
@@ -249,17 +254,25 @@ class Download:
                 missing.append(entry["path"])
         return missing
 
+    def transfer(self) -> str:
+        """huggingface_hub (xet where offered) first; plain HTTP with in-file resume when xet
+        is off, and from the first restart on with xet_fallback."""
+        if os.environ.get("HF_HUB_DISABLE_XET") == "1":
+            return "http"
+        return "http" if self.restarts and self.p["xet_fallback"] else "hub"
+
     def spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
-        if self.restarts and self.p["xet_fallback"]:
-            env["HF_HUB_DISABLE_XET"] = "1"
         env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
         spec = {
             "repo_id": self.p["repo_id"],
             "revision": self.p["revision"],
             "local_dir": self.p["local_dir"],
             "max_workers": self.p["max_workers"],
+            "transfer": self.transfer(),
+            "files": [{"path": f["path"], "size": f.get("size")} for f in self.files],
         }
+        self.log(f"transfer: {spec['transfer']}")
         log = open(self.p["log_file"], "a")  # noqa: SIM115 - handed to the child
         try:
             return subprocess.Popen(
@@ -302,7 +315,10 @@ class Download:
         last_bytes, last_growth = downloaded_before, time.monotonic()
         window = [(time.monotonic(), downloaded_before)]
         while True:
-            time.sleep(self.p["poll_interval"])
+            # Wake often to notice the child's exit; publish progress every poll_interval.
+            deadline = time.monotonic() + self.p["poll_interval"]
+            while child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
             done, files_done = bytes_on_disk(self.p["local_dir"], self.files)
             now = time.monotonic()
             window = [(t, b) for t, b in window if now - t <= 10] + [(now, done)]
@@ -341,7 +357,7 @@ class Download:
                     f"Log: {self.p['log_file']}. Fix: check the host's connection to the hub, "
                     "then rerun: completed files are kept."
                 )
-            xet = " with xet off" if self.p["xet_fallback"] else ""
+            xet = " with xet off (plain HTTP)" if self.p["xet_fallback"] else ""
             self.log(f"{reason}; restart {self.restarts}/{self.p['max_restarts']}{xet}")
             child = self.spawn()
             last_growth = time.monotonic()

@@ -26,27 +26,95 @@ CHUNK = 8 << 20
 EXIT_AUTH, EXIT_REVISION, EXIT_NOT_FOUND, EXIT_DISK_FULL = 2, 3, 4, 5
 
 WORKER = r"""
-import errno, json, sys
+import errno, json, os, sys
+from concurrent.futures import ThreadPoolExecutor
+
 spec = json.loads(sys.argv[1])
-from huggingface_hub import snapshot_download
-from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
-                                    RevisionNotFoundError)
+
+
 def stop(code, kind, error):
     print(json.dumps({"error": kind, "detail": str(error)[:2000]}), file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+def hub_transfer():
+    # huggingface_hub's own path: xet where the hub offers it, HTTP otherwise.
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+    try:
+        snapshot_download(repo_id=spec["repo_id"], revision=spec["revision"],
+                          local_dir=spec["local_dir"], max_workers=spec["max_workers"])
+    except GatedRepoError as error:
+        stop(2, "gated", error)
+    except RevisionNotFoundError as error:
+        stop(3, "revision_not_found", error)
+    except RepositoryNotFoundError as error:
+        stop(4, "not_found", error)
+    except HfHubHTTPError as error:
+        if error.response is not None and error.response.status_code == 401:
+            stop(2, "invalid_token", error)
+        raise
+
+
+def http_transfer():
+    # Plain HTTP from /resolve/, resuming inside files with Range requests.
+    import urllib.error
+    import urllib.request
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    token = os.environ.get("HF_TOKEN")
+    partial_root = os.path.join(spec["local_dir"], ".cache", "huggingface", "download")
+
+    def fetch(entry):
+        final = os.path.join(spec["local_dir"], entry["path"])
+        size = entry.get("size")
+        if os.path.exists(final) and (size is None or os.path.getsize(final) == size):
+            return
+        part = os.path.join(partial_root, entry["path"] + ".kimi.incomplete")
+        os.makedirs(os.path.dirname(part), exist_ok=True)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        if size is not None and have > size:
+            have = 0
+        if size is None or have < size:
+            url = f"{endpoint}/{spec['repo_id']}/resolve/{spec['revision']}/{entry['path']}"
+            request = urllib.request.Request(url)
+            if token:
+                # Unredirected: never sent on to a storage host that a redirect points at.
+                request.add_unredirected_header("Authorization", f"Bearer {token}")
+            if have:
+                request.add_header("Range", f"bytes={have}-")
+            with urllib.request.urlopen(request, timeout=120) as response:
+                if have and response.status != 206:
+                    have = 0
+                with open(part, "ab" if have else "wb") as out:
+                    while block := response.read(1 << 20):
+                        out.write(block)
+        if size is not None and os.path.getsize(part) != size:
+            raise OSError(f"{entry['path']}: got {os.path.getsize(part)} of {size} bytes")
+        os.replace(part, final)
+
+    try:
+        with ThreadPoolExecutor(spec["max_workers"]) as pool:
+            list(pool.map(fetch, spec["files"]))
+    except urllib.error.HTTPError as error:
+        code = error.headers.get("X-Error-Code")
+        if code == "GatedRepo":
+            stop(2, "gated", error)
+        if error.code == 401:
+            stop(2, "invalid_token", error)
+        if code == "RevisionNotFound":
+            stop(3, "revision_not_found", error)
+        if code == "RepoNotFound":
+            stop(4, "not_found", error)
+        raise
+
+
 try:
-    snapshot_download(repo_id=spec["repo_id"], revision=spec["revision"],
-                      local_dir=spec["local_dir"], max_workers=spec["max_workers"])
-except GatedRepoError as error:
-    stop(2, "gated", error)
-except RevisionNotFoundError as error:
-    stop(3, "revision_not_found", error)
-except RepositoryNotFoundError as error:
-    stop(4, "not_found", error)
-except HfHubHTTPError as error:
-    if error.response is not None and error.response.status_code == 401:
-        stop(2, "invalid_token", error)
-    raise
+    if spec["transfer"] == "hub":
+        hub_transfer()
+    else:
+        http_transfer()
 except OSError as error:
     if error.errno == errno.ENOSPC:
         stop(5, "disk_full", error)

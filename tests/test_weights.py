@@ -76,6 +76,8 @@ def hub(cluster, target_files):
 
 def weights(playbook, cluster, hub, wheelhouse, secrets: Path, limit: str, token=GOOD, **extra):
     extravars = {
+        # The controller's record of each host, kept out of the repository's state/.
+        "weights_controller_state_dir": str(Path(cluster.state_dir) / "controller-state"),
         "kimi_serving_configs": ["ar", "dflash"],
         "kimi_hf_endpoint": hub.url,
         "weights_wheelhouse": str(wheelhouse),
@@ -138,6 +140,24 @@ def test_download_verify_and_second_run_is_idle(
     checks = second.results("Check on disk the weights of target")["fresh"]
     assert checks["complete"] and checks["hashed"] == 0
     print(f"second run: {elapsed:.1f}s")
+
+    # plan.yml reports what the weights stage recorded, without contacting the host.
+    out = tmp_path / "plan"
+    plan = playbook(
+        "plan.yml",
+        cluster.inventory,
+        extravars={
+            "plan_output_dir": str(out),
+            "plan_state_dir": str(Path(cluster.state_dir) / "controller-state"),
+            "kimi_serving_configs": ["ar", "dflash"],
+        },
+        envvars={"HF_ENDPOINT": hub.url, **token_env(GOOD, tmp_path)},
+        limit="fresh",
+    )
+    assert plan.rc == 0, plan.stdout
+    planned = json.loads((out / "fresh" / "plan.json").read_text())["repos"]["target"]
+    assert planned["bytes_present"] == planned["bytes"] == sum(map(len, target_files.values()))
+    assert planned["files"] == len(target_files)
 
 
 def test_corrupted_and_truncated_files_are_repaired(

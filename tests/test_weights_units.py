@@ -146,3 +146,47 @@ def test_every_module_documents_itself():
             text=True,
         )
         assert result.returncode == 0, f"{module.name}: {result.stderr}"
+
+
+@pytest.mark.parametrize("xet_disabled", ["1", ""], ids=["plain-http", "huggingface_hub"])
+def test_download_module_both_transfers(tmp_path, monkeypatch, xet_disabled):
+    """Plain HTTP (xet off) and snapshot_download (xet allowed) both land verified files."""
+    from tests.hub_server import LocalHub
+
+    data = {"a.safetensors": os.urandom(3 << 20), "config.json": b'{"x": 1}'}
+    with LocalHub() as hub:
+        hub.add_repo("o/n", data)
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_HUB_DISABLE_XET", xet_disabled)
+        listing = [
+            {
+                "path": name,
+                "size": len(content),
+                "sha256": hashlib.sha256(content).hexdigest()
+                if name.endswith(".safetensors")
+                else None,
+                "blob_id": hub.repos["o/n"].files[name].git_oid,
+            }
+            for name, content in data.items()
+        ]
+        result = run_module(
+            "weights_download",
+            {
+                "repo_id": "o/n",
+                "revision": hub.repos["o/n"].sha,
+                "local_dir": str(tmp_path / "w"),
+                "files": listing,
+                "python": sys.executable,
+                "status_file": str(tmp_path / "s" / "status.json"),
+                "log_file": str(tmp_path / "s" / "download.log"),
+                "poll_interval": 0.2,
+            },
+        )
+    assert not result.get("failed"), result
+    assert result["bytes_total"] == sum(len(c) for c in data.values())
+    transfer = "http" if xet_disabled else "hub"
+    assert f"transfer: {transfer}" in (tmp_path / "s" / "download.log").read_text()
+    for name, content in data.items():
+        assert (tmp_path / "w" / name).read_bytes() == content
+    manifest = json.loads((tmp_path / "w" / "kimi-manifest.json").read_text())
+    assert all(entry["hash_checked"] for entry in manifest["files"].values())
