@@ -68,6 +68,7 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         for config in plan["serving_configs"].values():
             assert config["capacity"]["fits"] is True
             assert config["capacity"]["weights_gib_per_gpu"] == pytest.approx(71.82, abs=0.01)
+        check_launch_commands(plan)
         markdown = (out / name / "plan.md").read_text()
         assert f"# Deploy plan for {name} ({profile})" in markdown
         assert "| ddtree | dflash |" in markdown
@@ -125,3 +126,38 @@ def test_plan_never_contacts_the_hosts(playbook, hub, tmp_path):
     assert run.rc == 0, run.stdout
     plan = json.loads((tmp_path / "out" / "unreachable-b200" / "plan.json").read_text())
     assert plan["hardware"]["target_attention_backend"] == "trtllm_mla"
+
+
+SNAPSHOT = REPO / "tests" / "contract" / "sglang-0.5.23-args.json"
+
+
+def check_launch_commands(plan: dict) -> None:
+    """The contract: every release-runtime argv the kit renders passes the pinned parser, and
+    the same argv with one flag misspelt does not."""
+    from ansible.module_utils.sglang_args import ArgvError, load_snapshot, validate_argv
+
+    snapshot = load_snapshot(SNAPSHOT)
+    launches = [
+        launch for config in plan["serving_configs"].values() for launch in config["launch"]
+    ]
+    names = {launch["name"] for launch in launches}
+    assert names == {
+        "ar",
+        "eagle3",
+        "dflash",
+        "ddtree-b16",
+        "ddtree-b32",
+        "ddtree-b64",
+        "ddtree-b128",
+    }
+    for launch in launches:
+        argv = launch["argv"]
+        assert argv[1:3] == ["-m", "sglang.launch_server"]
+        assert launch["environment"]["HF_HUB_OFFLINE"] == "1"
+        if launch["runtime"] != f"sglang=={snapshot['sglang_version']}":
+            assert launch["runtime"].startswith("git+")
+            continue
+        validate_argv(argv[3:], snapshot)
+        misspelt = [a.replace("--mem-fraction-static", "--mem-fraction-statik") for a in argv[3:]]
+        with pytest.raises(ArgvError, match="mem-fraction-statik"):
+            validate_argv(misspelt, snapshot)

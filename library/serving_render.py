@@ -1,0 +1,94 @@
+#!/usr/bin/python
+"""Ansible module serving_render: serving configs to launch argv, environment and runtime."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: serving_render
+short_description: Render SGLang serving configs into launch commands for one host
+description:
+  - Pure computation (module_utils/serving.py), shared by the server role and plan.yml.
+  - DDTree budgets expand into one config each (C(ddtree-b16), ...).
+  - C(configs) has secrets masked (the API key in argv, tokens and keys in the environment);
+    C(reveal=true) adds C(configs_unmasked) for the task that writes the server's files,
+    which must run with C(no_log).
+  - Fails with a clear message for an unknown config, a server beyond loopback without an API
+    key, a git runtime without url and ref, or multi-node settings without dist_init_addr.
+version_added: "0.1.0"
+options:
+  definitions:
+    description: kimi_serving_config_definitions.
+    type: dict
+    required: true
+  selected:
+    description: Names of the configs to render (kimi_serving_configs).
+    type: list
+    elements: str
+    required: true
+  settings:
+    description: Host settings (see module_utils/serving.py render()); no secrets here.
+    type: dict
+    required: true
+  api_key:
+    description: The server's API key, needed when it listens beyond loopback.
+    type: str
+    default: ""
+  reveal:
+    description: Also return the configs with secrets in place.
+    type: bool
+    default: false
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Render the serving configs
+  serving_render:
+    definitions: "{{ kimi_serving_config_definitions }}"
+    selected: "{{ kimi_serving_configs }}"
+    settings: "{{ server_settings }}"
+  register: rendered
+"""
+
+RETURN = r"""
+configs:
+  description: Per config name, argv, environment and runtime with secrets masked.
+  returned: always
+  type: list
+  elements: dict
+configs_unmasked:
+  description: The same with secrets in place (only with reveal).
+  returned: when reveal
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.serving import ServingConfigError, masked, render_all  # noqa: E402
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "definitions": {"type": "dict", "required": True},
+            "selected": {"type": "list", "elements": "str", "required": True},
+            "settings": {"type": "dict", "required": True},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "reveal": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    settings = dict(module.params["settings"], api_key=module.params["api_key"])
+    try:
+        configs = render_all(module.params["definitions"], module.params["selected"], settings)
+    except (ServingConfigError, KeyError) as error:
+        module.fail_json(msg=f"cannot render the serving configs: {error}")
+    result = {"changed": False, "configs": [masked(c) for c in configs]}
+    if module.params["reveal"]:
+        result["configs_unmasked"] = configs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
