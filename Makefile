@@ -11,8 +11,8 @@ STAMP := $(VENV)/.installed-lock
 ROOT_PLAYBOOKS := deploy_kimi.yml benchmark_kimi.yml plan.yml teardown.yml
 INVENTORIES := $(sort $(wildcard inventory/*/hosts.yml))
 # Debian packages the tests need: sshd and ip(8) build the namespace test hosts, whose
-# Python must be able to create the weights stage's venv.
-TEST_DEBS := openssh-server iproute2 python3-venv
+# Python must create the weights stage's venv and run Ansible's pip module (pkg_resources).
+TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools
 
 .PHONY: help setup lock test test-deps lint syntax pytest clean-testhosts clean
 

@@ -8,15 +8,22 @@ DOCUMENTATION = r"""
 module: weights_check
 short_description: Compare a downloaded repository with the hub's file list and the manifest
 description:
-  - Read-only; supports check mode. Files whose size and modification time match a manifest
-    entry of the same revision are trusted without hashing, so an intact repository is
-    confirmed in seconds; any other file is hashed (C(full)) or size-checked (C(size)).
-  - Reports missing files and wrong ones (size or checksum); never changes anything.
+  - Files whose size and modification time match a manifest entry of the same revision are
+    trusted without hashing, so an intact repository is confirmed in seconds; any other file
+    is hashed (C(full)) or size-checked (C(size)).
+  - Reports missing files and wrong ones (size or checksum) and never touches the weights.
+    When every file is right and some had to be hashed (weights put there by hand, a lost
+    manifest), it writes the manifest and reports changed, so the next run hashes nothing.
+    Supports check mode (then it writes nothing).
 version_added: "0.1.0"
 options:
   local_dir:
     description: Folder of the repository.
     type: path
+    required: true
+  repo_id:
+    description: Repository id, written into the manifest.
+    type: str
     required: true
   revision:
     description: 40-character commit SHA the files must belong to.
@@ -48,12 +55,17 @@ EXAMPLES = r"""
 - name: Check the target on disk
   weights_check:
     local_dir: /opt/kimi/weights/moonshotai/Kimi-K2.6
+    repo_id: moonshotai/Kimi-K2.6
     revision: 0123456789abcdef0123456789abcdef01234567
     files: "{{ hub.repos.target.files }}"
   register: on_disk
 """
 
 RETURN = r"""
+manifest_refreshed:
+  description: The manifest was written with the files this check verified.
+  returned: always
+  type: bool
 complete:
   description: Every file present and verified.
   returned: always
@@ -81,13 +93,14 @@ hashed:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.weights import inspect_files  # noqa: E402
+from ansible.module_utils.weights import inspect_files, write_manifest  # noqa: E402
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "local_dir": {"type": "path", "required": True},
+            "repo_id": {"type": "str", "required": True},
             "revision": {"type": "str", "required": True},
             "files": {"type": "list", "elements": "dict", "required": True},
             "verify": {"type": "str", "default": "full", "choices": ["full", "size"]},
@@ -102,13 +115,18 @@ def main() -> None:
         p["local_dir"],
         p["files"],
         p["revision"],
-        p["verify"],
+        "full" if p["rehash"] else p["verify"],
         p["hash_workers"] or os.cpu_count() or 1,
         force_hash=p["rehash"],
     )
     wrong = found["missing"] + [s["path"] for s in found["stale"]]
+    # Files just hashed go into the manifest, so the next run need not read them again.
+    refreshed = bool(found["hashed"]) and not wrong and not module.check_mode
+    if refreshed:
+        write_manifest(p["local_dir"], p["repo_id"], p["revision"], p["verify"], found["good"])
     module.exit_json(
-        changed=False,
+        changed=refreshed,
+        manifest_refreshed=refreshed,
         complete=not wrong,
         missing=found["missing"],
         stale=found["stale"],

@@ -19,8 +19,8 @@ description:
     turned off (I(xet_fallback)). After the last restart it fails naming the incomplete files.
   - Verifies every file (sizes always; sha256 of LFS files and git blob ids of small files
     in C(full) mode, hashing in parallel) and writes a manifest beside the weights.
-  - The token reaches the download only through the environment variable HF_TOKEN, set
-    with the task's C(environment) and C(no_log).
+  - The token (in I(hf_token_file)) reaches the download process only through its
+    environment.
   - Fails with the free space and the bytes still needed when the disk fills; what was
     verified before stays on disk and in the manifest.
 version_added: "0.1.0"
@@ -42,6 +42,13 @@ options:
     type: list
     elements: dict
     required: true
+  hf_token_file:
+    description: >-
+      File on the host holding the Hugging Face token for gated repositories (mode 0600; the
+      weights role writes it for the download and removes it after). The token is read here
+      and handed to the download process in its environment only, so it is never part of the
+      module's arguments, a command line or the result.
+    type: path
   python:
     description: Python with huggingface_hub installed.
     type: path
@@ -104,8 +111,7 @@ EXAMPLES = r"""
     python: /opt/kimi/tools-venv/bin/python
     status_file: /opt/kimi/weights/.kimi/moonshotai--Kimi-K2.6/status.json
     log_file: /opt/kimi/weights/.kimi/moonshotai--Kimi-K2.6/download.log
-  environment:
-    HF_TOKEN: "{{ kimi_hf_token }}"
+    hf_token_file: /opt/kimi/weights/.kimi/hf-token
   async: 86400
   poll: 0
   no_log: true
@@ -172,6 +178,7 @@ from ansible.module_utils.weights import (  # noqa: E402
     free_bytes,
     inspect_files,
     now_iso,
+    remove_other_partials,
     remove_stale,
     write_json_atomic,
     write_manifest,
@@ -182,6 +189,30 @@ GIB = 1 << 30
 
 class Failure(Exception):
     pass
+
+
+def detach_and_follow_parent() -> None:
+    """In the child: its own process group (so the watchdog can kill all of it), and killed
+    by the kernel when the module dies (so no orphan keeps writing after a kill or timeout)."""
+    os.setsid()
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def kill_previous_worker(pid_file: str) -> None:
+    """A worker left running by an earlier run whose module was killed outright."""
+    try:
+        with open(pid_file) as handle:
+            pid = int(handle.read().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            ours = b"kimi-weights-worker" in handle.read()
+    except (OSError, ValueError):
+        return
+    if ours:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 class Download:
@@ -207,6 +238,8 @@ class Download:
             "started": now_iso(),
         }
         self.workers = self.p["hash_workers"] or os.cpu_count() or 1
+        self.transfer_now: str | None = None
+        self.pid_file = os.path.join(os.path.dirname(self.p["status_file"]), "worker.pid")
 
     # -- bookkeeping -------------------------------------------------------------------
     def log(self, line: str) -> None:
@@ -220,14 +253,19 @@ class Download:
         write_json_atomic(self.p["status_file"], self.status)
 
     # -- steps ---------------------------------------------------------------------------
-    def check(self) -> dict:
+    def on_disk(self) -> tuple[int, int]:
+        return bytes_on_disk(self.p["local_dir"], self.files, self.p["revision"], self.transfer_now)
+
+    def check(self, first: bool = False) -> dict:
+        # rehash re-reads everything once; later checks trust what that one verified.
+        rehash = self.p["rehash"] and first
         return inspect_files(
             self.p["local_dir"],
             self.files,
             self.p["revision"],
-            "full" if self.p["rehash"] else self.p["verify"],
+            "full" if rehash else self.p["verify"],
             self.workers,
-            force_hash=self.p["rehash"],
+            force_hash=rehash,
         )
 
     def ensure_space(self, needed: int) -> None:
@@ -264,27 +302,47 @@ class Download:
     def spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
         env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+        env.pop("HF_TOKEN", None)
+        if self.p["hf_token_file"]:
+            try:
+                with open(self.p["hf_token_file"]) as handle:
+                    token = handle.read().strip()
+            except OSError as error:
+                raise Failure(
+                    f"cannot read the token file {self.p['hf_token_file']}: {error}"
+                ) from error
+            if token:
+                env["HF_TOKEN"] = token
+        transfer = self.transfer()
+        if transfer == "http":
+            remove_other_partials(self.p["local_dir"], self.p["revision"], transfer)
         spec = {
             "repo_id": self.p["repo_id"],
             "revision": self.p["revision"],
             "local_dir": self.p["local_dir"],
             "max_workers": self.p["max_workers"],
-            "transfer": self.transfer(),
+            "transfer": transfer,
             "files": [{"path": f["path"], "size": f.get("size")} for f in self.files],
+            "missing": self.incomplete_files(),
         }
         self.log(f"transfer: {spec['transfer']}")
         log = open(self.p["log_file"], "a")  # noqa: SIM115 - handed to the child
         try:
-            return subprocess.Popen(
-                [self.p["python"], "-c", WORKER, json.dumps(spec)],
+            child = subprocess.Popen(
+                # The marker lets a later run recognise a worker this module left behind.
+                [self.p["python"], "-c", WORKER, json.dumps(spec), "kimi-weights-worker"],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
-                start_new_session=True,
+                preexec_fn=detach_and_follow_parent,
             )
         finally:
             log.close()
+        self.transfer_now = transfer
+        with open(self.pid_file, "w") as handle:
+            handle.write(f"{child.pid}\n")
+        return child
 
     @staticmethod
     def stop(child: subprocess.Popen) -> None:
@@ -309,7 +367,7 @@ class Download:
 
     def watch(self) -> int:
         """Run the child until it finishes; restart it on stalls and crashes."""
-        downloaded_before, _ = bytes_on_disk(self.p["local_dir"], self.files)
+        downloaded_before, _ = self.on_disk()
         started = time.monotonic()
         child = self.spawn()
         last_bytes, last_growth = downloaded_before, time.monotonic()
@@ -319,7 +377,7 @@ class Download:
             deadline = time.monotonic() + self.p["poll_interval"]
             while child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-            done, files_done = bytes_on_disk(self.p["local_dir"], self.files)
+            done, files_done = self.on_disk()
             now = time.monotonic()
             window = [(t, b) for t, b in window if now - t <= 10] + [(now, done)]
             rate = (window[-1][1] - window[0][1]) / max(now - window[0][0], 1e-6)
@@ -361,7 +419,7 @@ class Download:
             self.log(f"{reason}; restart {self.restarts}/{self.p['max_restarts']}{xet}")
             child = self.spawn()
             last_growth = time.monotonic()
-        fetched, _ = bytes_on_disk(self.p["local_dir"], self.files)
+        fetched, _ = self.on_disk()
         self.download_seconds = time.monotonic() - started
         return max(0, fetched - downloaded_before)
 
@@ -370,7 +428,7 @@ class Download:
         detail = error.get("detail", "")
         repo = self.p["repo_id"]
         if code == EXIT_DISK_FULL:
-            done, _ = bytes_on_disk(self.p["local_dir"], self.files)
+            done, _ = self.on_disk()
             raise Failure(
                 self.disk_message(free_bytes(self.p["local_dir"]), max(0, self.total - done))
             )
@@ -396,8 +454,9 @@ class Download:
     def run(self) -> dict:
         os.makedirs(self.p["local_dir"], exist_ok=True)
         os.makedirs(os.path.dirname(self.p["status_file"]), exist_ok=True)
+        kill_previous_worker(self.pid_file)
         self.publish(state="checking")
-        before = self.check()
+        before = self.check(first=True)
         # What is verified now stays usable, whatever happens to the rest.
         write_manifest(
             self.p["local_dir"],
@@ -410,11 +469,12 @@ class Download:
         remove_stale(self.p["local_dir"], repaired)
         fetched = 0
         self.download_seconds = 0.0
-        for _attempt in range(self.p["max_restarts"] + 1):
+        attempts = self.p["max_restarts"] + 1
+        for _attempt in range(attempts):
             needed = sum(f.get("size") or 0 for f in self.files if f["path"] not in before["good"])
             if not needed and not before["missing"] and not before["stale"]:
                 break
-            partial, _ = bytes_on_disk(self.p["local_dir"], self.files)
+            partial, _ = self.on_disk()
             good_bytes = sum(r["size"] for r in before["good"].values())
             self.ensure_space(max(0, needed - max(0, partial - good_bytes)))
             self.log(f"downloading {self.p['repo_id']}@{self.p['revision']}")
@@ -436,12 +496,10 @@ class Download:
             self.log(f"after download, wrong or missing: {', '.join(wrong)}; fetching again")
             repaired += [s["path"] for s in before["stale"]]
             remove_stale(self.p["local_dir"], [s["path"] for s in before["stale"]])
-            self.restarts += 1
         else:
             raise Failure(
-                f"{self.p['repo_id']} still has wrong or missing files after "
-                f"{self.p['max_restarts']} attempts: "
-                + ", ".join([s["path"] for s in before["stale"]] + before["missing"])
+                f"{self.p['repo_id']} still has wrong or missing files after {attempts} "
+                "downloads: " + ", ".join([s["path"] for s in before["stale"]] + before["missing"])
             )
         self.publish(
             state="done",
@@ -472,6 +530,7 @@ def main() -> None:
             "local_dir": {"type": "path", "required": True},
             "files": {"type": "list", "elements": "dict", "required": True},
             "python": {"type": "path", "required": True},
+            "hf_token_file": {"type": "path"},
             "status_file": {"type": "path", "required": True},
             "log_file": {"type": "path", "required": True},
             "verify": {"type": "str", "default": "full", "choices": ["full", "size"]},

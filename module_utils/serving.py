@@ -125,14 +125,23 @@ def render(name: str, base: str, definition: dict, budget: int | None, s: dict) 
     }
 
 
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return upper in SECRET_ENV or any(
+        word in upper for word in ("TOKEN", "KEY", "SECRET", "PASSWORD", "PROXY")
+    )
+
+
 def masked(rendered: dict) -> dict:
     """The same config with secrets replaced, for plans, results and logs."""
     argv = list(rendered["argv"])
-    for index, arg in enumerate(argv[:-1]):
-        if arg == "--api-key":
+    for index, arg in enumerate(argv):
+        if arg.startswith("--api-key="):
+            argv[index] = f"--api-key={MASK}"
+        elif arg == "--api-key" and index + 1 < len(argv):
             argv[index + 1] = MASK
     environment = {
-        key: (MASK if key in SECRET_ENV or "TOKEN" in key or "KEY" in key else value)
+        key: (MASK if is_secret_name(key) else value)
         for key, value in rendered["environment"].items()
     }
     return {**rendered, "argv": argv, "environment": environment}

@@ -43,8 +43,10 @@ def hub_transfer():
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
                                         RevisionNotFoundError)
     try:
+        # Only what is missing: files already verified are not looked at again.
         snapshot_download(repo_id=spec["repo_id"], revision=spec["revision"],
-                          local_dir=spec["local_dir"], max_workers=spec["max_workers"])
+                          local_dir=spec["local_dir"], max_workers=spec["max_workers"],
+                          allow_patterns=spec["missing"])
     except GatedRepoError as error:
         stop(2, "gated", error)
     except RevisionNotFoundError as error:
@@ -70,7 +72,8 @@ def http_transfer():
         size = entry.get("size")
         if os.path.exists(final) and (size is None or os.path.getsize(final) == size):
             return
-        part = os.path.join(partial_root, entry["path"] + ".kimi.incomplete")
+        suffix = f".{spec['revision'][:12]}.kimi.incomplete"
+        part = os.path.join(partial_root, entry["path"] + suffix)
         os.makedirs(os.path.dirname(part), exist_ok=True)
         os.makedirs(os.path.dirname(final), exist_ok=True)
         have = os.path.getsize(part) if os.path.exists(part) else 0
@@ -279,7 +282,36 @@ def remove_stale(local_dir: str, paths: list[str]) -> None:
                 os.remove(path)
 
 
-def bytes_on_disk(local_dir: str, files: list[dict]) -> tuple[int, int]:
+def partial_files(local_dir: str, revision: str, transfer: str | None = None) -> list[str]:
+    """Partial downloads: the kit's own (per revision) and, for the hub transfer, hub ones."""
+    mine = f".{revision[:12]}.kimi.incomplete"
+    found = []
+    for root, _dirs, names in os.walk(os.path.join(local_dir, HF_STATE, "download")):
+        for name in names:
+            if name.endswith(mine) or (
+                transfer in (None, "hub")
+                and name.endswith(".incomplete")
+                and not name.endswith(".kimi.incomplete")
+            ):
+                found.append(os.path.join(root, name))
+    return found
+
+
+def remove_other_partials(local_dir: str, revision: str, transfer: str) -> None:
+    """Partial files no transfer of this revision will resume: leftovers of another revision,
+    and huggingface_hub's own once the plain HTTP transfer has taken over."""
+    keep = set(partial_files(local_dir, revision, transfer))
+    for root, _dirs, names in os.walk(os.path.join(local_dir, HF_STATE, "download")):
+        for name in names:
+            path = os.path.join(root, name)
+            if name.endswith(".incomplete") and path not in keep:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+
+
+def bytes_on_disk(
+    local_dir: str, files: list[dict], revision: str = "", transfer: str | None = None
+) -> tuple[int, int]:
     """(bytes downloaded so far, files complete): finished files plus partial downloads."""
     done = complete = 0
     for entry in files:
@@ -290,12 +322,9 @@ def bytes_on_disk(local_dir: str, files: list[dict]) -> tuple[int, int]:
         if entry.get("size") is None or size == entry["size"]:
             done += size
             complete += 1
-    partial_root = os.path.join(local_dir, HF_STATE, "download")
-    for root, _dirs, names in os.walk(partial_root):
-        for name in names:
-            if name.endswith(".incomplete"):
-                with contextlib.suppress(OSError):
-                    done += os.path.getsize(os.path.join(root, name))
+    for path in partial_files(local_dir, revision, transfer):
+        with contextlib.suppress(OSError):
+            done += os.path.getsize(path)
     return done, complete
 
 

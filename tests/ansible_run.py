@@ -52,6 +52,7 @@ def run_playbook(
     envvars: dict | None = None,
     check: bool = False,
     limit: str | None = None,
+    verbosity: int = 0,
 ) -> PlaybookRun:
     playbook = Path(playbook)
     if not playbook.is_absolute():
@@ -67,8 +68,9 @@ def run_playbook(
         **(envvars or {}),
     }
     cmdline = ["--check", "--diff"] if check else []
-    # The environment is inherited rather than given as envvars, which ansible-runner would
-    # write to env/envvars: a token passed that way would land on disk.
+    # Inherited rather than given as envvars (written to env/envvars). ansible-runner still
+    # records the whole environment in artifacts/<id>/command, so tests hand tokens over in a
+    # file (tests.hub_server.token_env), never in the environment.
     with patched_environ(env):
         runner = ansible_runner.run(
             private_data_dir=str(private_dir),
@@ -78,6 +80,7 @@ def run_playbook(
             extravars=extravars or {},
             cmdline=" ".join(cmdline) if cmdline else None,
             limit=limit,
+            verbosity=verbosity or None,
             quiet=True,
             timeout=900,
         )

@@ -66,6 +66,15 @@ def test_api_key_beyond_loopback_is_required_and_masked():
     assert shown["argv"][-1] == MASK and "sk-secret" not in str(shown)
     assert shown["environment"]["HF_TOKEN"] == MASK
     assert shown["environment"]["HF_HUB_OFFLINE"] == "1"
+    inline = masked(
+        {
+            **config,
+            "argv": ["--api-key=sk-2"],
+            "environment": {"hf_token": "t", "https_proxy": "u:p@h"},
+        }
+    )
+    assert inline["argv"] == [f"--api-key={MASK}"]
+    assert set(inline["environment"].values()) == {MASK}
 
 
 def test_bad_inputs_fail_clearly():

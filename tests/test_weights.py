@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import subprocess
 import threading
 import time
@@ -74,7 +75,9 @@ def hub(cluster, target_files):
         yield hub
 
 
-def weights(playbook, cluster, hub, wheelhouse, secrets: Path, limit: str, token=GOOD, **extra):
+def weights(
+    playbook, cluster, hub, wheelhouse, secrets: Path, limit: str, token=GOOD, verbosity=0, **extra
+):
     extravars = {
         # The controller's record of each host, kept out of the repository's state/.
         "weights_controller_state_dir": str(Path(cluster.state_dir) / "controller-state"),
@@ -92,6 +95,7 @@ def weights(playbook, cluster, hub, wheelhouse, secrets: Path, limit: str, token
         extravars=extravars,
         envvars=token_env(token, secrets),
         limit=limit,
+        verbosity=verbosity,
     )
 
 
@@ -116,8 +120,10 @@ def test_download_verify_and_second_run_is_idle(
 ):
     first = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh")
     assert first.rc == 0, first.stdout
-    # Progress lines came out on the polls.
-    assert f"{TARGET}: downloading" in first.stdout or f"{TARGET}: verifying" in first.stdout
+    # The kimi_progress callback printed the status on the polls.
+    assert re.search(
+        r"\[fresh\] (moonshotai/Kimi-K2\.6: \w+|waiting for the download)", first.stdout
+    )
     local = f"{WEIGHTS}/{TARGET}"
     for name in (shard_name(0), shard_name(SHARDS - 1), "config.json"):
         assert (
@@ -172,8 +178,10 @@ def test_corrupted_and_truncated_files_are_repaired(
         f"truncate -s 1000000 {local}/{truncated} && echo mine > {local}/my-notes.txt",
     )
     before = len(hub.fetched())
-    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh")
+    # -vvv prints every remote command line: the token must not be on any of them.
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh", verbosity=3)
     assert run.rc == 0, run.stdout
+    assert "SSH: EXEC" in run.stdout and GOOD not in run.stdout
     assert sorted(fetched_files(hub, before)) == sorted([flipped, truncated])
     for name in (flipped, truncated):
         assert (
@@ -222,6 +230,12 @@ def test_killed_download_resumes_without_refetching_completed_files(
         first = outcome["run"]
         assert first.rc != 0
         assert "ended without finishing" in first.stdout
+        # A throttled download: bytes, rate, ETA and files on the polls.
+        assert re.search(
+            r"\[killed\] moonshotai/Kimi-K2\.6: downloading [\d.]+ [KMG]iB of "
+            r"[\d.]+ [KMG]iB \([\d.]+%\), [\d.]+ [KMG]iB/s, ETA \S+, files \d+/34",
+            first.stdout,
+        ), first.stdout[-3000:]
     finally:
         hub.bytes_per_second = 0
     before = len(hub.fetched())

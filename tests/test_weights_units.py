@@ -75,7 +75,8 @@ def test_weights_check_module_reports_missing_and_wrong(tmp_path):
     (folder / "config.json").write_bytes(b"{ }")
     files.append({"path": "gone.bin", "size": 10, "sha256": "0" * 64})
     result = run_module(
-        "weights_check", {"local_dir": str(folder), "revision": "r" * 40, "files": files}
+        "weights_check",
+        {"local_dir": str(folder), "repo_id": "o/n", "revision": "r" * 40, "files": files},
     )
     assert result["complete"] is False
     assert result["missing"] == ["gone.bin"]
@@ -190,3 +191,16 @@ def test_download_module_both_transfers(tmp_path, monkeypatch, xet_disabled):
         assert (tmp_path / "w" / name).read_bytes() == content
     manifest = json.loads((tmp_path / "w" / "kimi-manifest.json").read_text())
     assert all(entry["hash_checked"] for entry in manifest["files"].values())
+
+
+def test_weights_check_records_files_it_verified(tmp_path):
+    """Weights put in place by hand are hashed once, then vouched for by the manifest."""
+    folder, files = repo(tmp_path)
+    args = {"local_dir": str(folder), "repo_id": "o/n", "revision": "r" * 40, "files": files}
+    first = run_module("weights_check", args)
+    assert first["complete"] and first["hashed"] == 2
+    assert first["changed"] and first["manifest_refreshed"]
+    second = run_module("weights_check", args)
+    assert second["complete"] and second["hashed"] == 0 and not second["changed"]
+    untouched = run_module("weights_check", {**args, "revision": "s" * 40}, check_mode=True)
+    assert untouched["hashed"] == 2 and not untouched["changed"]
