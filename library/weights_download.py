@@ -253,6 +253,11 @@ class Download:
         write_json_atomic(self.p["status_file"], self.status)
 
     # -- steps ---------------------------------------------------------------------------
+    def record(self, good: dict) -> None:
+        write_manifest(
+            self.p["local_dir"], self.p["repo_id"], self.p["revision"], self.p["verify"], good
+        )
+
     def on_disk(self) -> tuple[int, int]:
         return bytes_on_disk(self.p["local_dir"], self.files, self.p["revision"], self.transfer_now)
 
@@ -458,13 +463,7 @@ class Download:
         self.publish(state="checking")
         before = self.check(first=True)
         # What is verified now stays usable, whatever happens to the rest.
-        write_manifest(
-            self.p["local_dir"],
-            self.p["repo_id"],
-            self.p["revision"],
-            self.p["verify"],
-            before["good"],
-        )
+        self.record(before["good"])
         repaired = [s["path"] for s in before["stale"]]
         remove_stale(self.p["local_dir"], repaired)
         fetched = 0
@@ -483,13 +482,7 @@ class Download:
             started = time.monotonic()
             before = self.check()
             self.hash_seconds = time.monotonic() - started
-            write_manifest(
-                self.p["local_dir"],
-                self.p["repo_id"],
-                self.p["revision"],
-                self.p["verify"],
-                before["good"],
-            )
+            self.record(before["good"])
             if not before["stale"] and not before["missing"]:
                 break
             wrong = [s["path"] for s in before["stale"]] + before["missing"]
