@@ -168,6 +168,7 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_inspect import disk_space  # noqa: E402
 from ansible.module_utils.weights import (  # noqa: E402
     EXIT_AUTH,
     EXIT_DISK_FULL,
@@ -175,7 +176,6 @@ from ansible.module_utils.weights import (  # noqa: E402
     EXIT_REVISION,
     WORKER,
     bytes_on_disk,
-    free_bytes,
     inspect_files,
     now_iso,
     remove_other_partials,
@@ -273,8 +273,11 @@ class Download:
             force_hash=rehash,
         )
 
+    def free(self) -> int:
+        return disk_space(self.p["local_dir"])["free_bytes"]
+
     def ensure_space(self, needed: int) -> None:
-        free = free_bytes(self.p["local_dir"])
+        free = self.free()
         if free < needed:
             raise Failure(self.disk_message(free, needed))
 
@@ -435,7 +438,7 @@ class Download:
         if code == EXIT_DISK_FULL:
             done, _ = self.on_disk()
             raise Failure(
-                self.disk_message(free_bytes(self.p["local_dir"]), max(0, self.total - done))
+                self.disk_message(self.free(), max(0, self.total - done))
             )
         if code == EXIT_AUTH:
             kind = error.get("error")
@@ -458,7 +461,6 @@ class Download:
 
     def run(self) -> dict:
         os.makedirs(self.p["local_dir"], exist_ok=True)
-        os.makedirs(os.path.dirname(self.p["status_file"]), exist_ok=True)
         kill_previous_worker(self.pid_file)
         self.publish(state="checking")
         before = self.check(first=True)

@@ -328,13 +328,6 @@ def bytes_on_disk(
     return done, complete
 
 
-def free_bytes(path: str) -> int:
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    stats = os.statvfs(path)
-    return stats.f_bavail * stats.f_frsize
-
-
 def progress_line(status: dict) -> str:
     total = status.get("bytes_total") or 0
     done = status.get("bytes_done") or 0
