@@ -437,9 +437,7 @@ class Download:
         repo = self.p["repo_id"]
         if code == EXIT_DISK_FULL:
             done, _ = self.on_disk()
-            raise Failure(
-                self.disk_message(self.free(), max(0, self.total - done))
-            )
+            raise Failure(self.disk_message(self.free(), max(0, self.total - done)))
         if code == EXIT_AUTH:
             kind = error.get("error")
             if kind == "invalid_token":
