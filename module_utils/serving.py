@@ -52,10 +52,11 @@ def render(name: str, base: str, definition: dict, budget: int | None, s: dict) 
 
     s (settings): pythons {release, git}, model_path, draft_model_paths, tp_size,
     mem_fraction_static, kv_cache_dtype, chunked_prefill_size, attention_backends {target,
-    draft, tree}, host, port, api_key, tool_call_parser, reasoning_parser, nnodes, node_rank,
-    dist_init_addr, environment, release, git {url, ref}, extra_args.
+    draft, tree}, host, port, api_key, secrets_file, tool_call_parser, reasoning_parser,
+    nnodes, node_rank, dist_init_addr, environment, release, git {url, ref}, extra_args.
     """
     tree = bool(definition.get("tree"))
+    secrets: dict = {}
     backends = s["attention_backends"]
     kind = definition.get("runtime", "release")
     argv = [
@@ -105,7 +106,13 @@ def render(name: str, base: str, definition: dict, budget: int | None, s: dict) 
                 f"{name}: the server listens on {s['host']}, beyond loopback; set "
                 "kimi_server_api_key (ansible-vault) so that only clients with the key get in"
             )
-        argv += ["--api-key", s["api_key"]]
+        if s.get("secrets_file"):
+            # sglang serve merges a --config YAML file into argv before parsing: the key stays
+            # in a root-only file instead of /proc/<pid>/cmdline and `ps` output.
+            argv += ["--config", s["secrets_file"]]
+            secrets = {"api_key": s["api_key"]}
+        else:
+            argv += ["--api-key", s["api_key"]]
     if definition.get("runtime", "release") == "git":
         git = s.get("git") or {}
         if not git.get("url") or not git.get("ref"):
@@ -122,6 +129,8 @@ def render(name: str, base: str, definition: dict, budget: int | None, s: dict) 
         "environment": environment,
         "runtime": runtime,
         "runtime_kind": definition.get("runtime", "release"),
+        # Written by the server role to secrets_file (0600); never shown unmasked.
+        "secrets": secrets,
     }
 
 
@@ -144,7 +153,8 @@ def masked(rendered: dict) -> dict:
         key: (MASK if is_secret_name(key) else value)
         for key, value in rendered["environment"].items()
     }
-    return {**rendered, "argv": argv, "environment": environment}
+    secrets = {key: MASK for key in rendered.get("secrets") or {}}
+    return {**rendered, "argv": argv, "environment": environment, "secrets": secrets}
 
 
 def render_all(definitions: dict, selected: list[str], settings: dict) -> list[dict]:

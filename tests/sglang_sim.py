@@ -57,14 +57,50 @@ class Settings:
     max_running: int = field(default_factory=lambda: int(env_float("SGLANG_SIM_MAX_RUNNING", 256)))
 
 
+SNAPSHOT = "sglang-0.5.23-args.json"
+
+
+def validator_paths() -> tuple[Path, Path]:
+    """(folder of sglang_args.py, snapshot file) in the repo, or beside this file once it is
+    packaged as a stand-in sglang wheel (tests/fake_sglang.py)."""
+    here = Path(__file__).resolve().parent
+    if (here / "sglang_args.py").is_file():
+        return here, here / SNAPSHOT
+    return here.parent / "module_utils", here / "contract" / SNAPSHOT
+
+
+def merge_config_file(argv: list[str]) -> list[str]:
+    """`sglang serve --config FILE.yaml` as prepare_server_args does it: the file's keys become
+    flags placed before the command line's own, so the command line wins."""
+    if "--config" not in argv:
+        return argv
+    index = argv.index("--config")
+    import yaml
+
+    with open(argv[index + 1], encoding="utf-8") as handle:
+        data = yaml.safe_load(handle) or {}
+    merged: list[str] = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is True:
+            merged.append(flag)
+        elif value is not False and value is not None:
+            merged += [flag, str(value)]
+    return merged + argv[:index] + argv[index + 2 :]
+
+
 def parse_args(argv: list[str]) -> dict:
     """Validate against the pinned parser's snapshot; return the few values the simulator uses."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "module_utils"))
+    module_dir, snapshot_file = validator_paths()
+    sys.path.insert(0, str(module_dir))
     from sglang_args import ArgvError, load_snapshot, validate_argv
 
-    snapshot = load_snapshot(
-        Path(__file__).resolve().parent / "contract" / "sglang-0.5.23-args.json"
-    )
+    snapshot = load_snapshot(snapshot_file)
+    try:
+        argv = merge_config_file(argv)
+    except (OSError, ValueError, IndexError) as error:
+        print(f"launch_server: error: --config: {error}", file=sys.stderr)
+        sys.exit(2)
     try:
         validate_argv(argv, snapshot)
     except ArgvError as error:
@@ -295,7 +331,10 @@ async def serve(args: dict, settings: Settings) -> None:
             }
             body = await reader.readexactly(int(headers.get("content-length", 0) or 0))
             path = target.split("?", 1)[0]
-            if args["api_key"] and headers.get("authorization") != f"Bearer {args['api_key']}":
+            # SGLang lets health and metrics through without the key (utils/auth.py).
+            open_path = path.startswith(("/health", "/metrics"))
+            authorized = headers.get("authorization") == f"Bearer {args['api_key']}"
+            if args["api_key"] and not open_path and not authorized:
                 await respond(writer, 401, b'{"error": "Unauthorized"}', "application/json")
             elif path == "/health":
                 await respond(writer, 200 if simulator.loaded else 503, b"")

@@ -98,3 +98,48 @@ def test_multi_node_flags():
     assert argv[argv.index("--nnodes") + 1] == "2"
     assert argv[argv.index("--node-rank") + 1] == "1"
     assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.1:5000"
+
+
+def test_api_key_goes_to_the_secrets_file_not_the_command_line():
+    [config] = render_all(
+        DEFINITIONS,
+        ["ar"],
+        {
+            **SETTINGS,
+            "host": "10.0.0.5",
+            "api_key": "sk-secret",
+            "secrets_file": "/etc/kimi/sglang-secrets.yaml",
+        },
+    )
+    assert config["argv"][-2:] == ["--config", "/etc/kimi/sglang-secrets.yaml"]
+    assert "sk-secret" not in config["argv"]
+    assert config["secrets"] == {"api_key": "sk-secret"}
+    assert masked(config)["secrets"] == {"api_key": MASK}
+    # On loopback there is no key and no secrets file.
+    [local] = render_all(
+        DEFINITIONS, ["ar"], {**SETTINGS, "secrets_file": "/etc/kimi/sglang-secrets.yaml"}
+    )
+    assert "--config" not in local["argv"] and local["secrets"] == {}
+
+
+def test_systemd_and_environment_file_quoting():
+    import importlib.util
+    import shlex
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "filter_plugins" / "kimi_filters.py"
+    spec = importlib.util.spec_from_file_location("kimi_filters", path)
+    filters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(filters)
+    line = filters.systemd_exec_line(
+        ["/v/bin/python", "-m", "x", "--a", "two words", "50%", "$HOME"]
+    )
+    assert line == '/v/bin/python -m x --a "two words" "50%%" "$$HOME"'
+    env = filters.env_file_line("NCCL_X", 'a "b" \\c')
+    assert env == 'NCCL_X="a \\"b\\" \\\\c"'
+    # The supervisor reads it back with shlex, as systemd does with EnvironmentFile.
+    assert shlex.split(env) == ['NCCL_X=a "b" \\c']
+    with pytest.raises(ValueError, match="newline"):
+        filters.env_file_line("K", "a\nb")
+    with pytest.raises(ValueError, match="not a valid environment variable name"):
+        filters.env_file_line("1BAD", "x")
