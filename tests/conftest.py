@@ -96,3 +96,44 @@ def wheelhouse():
         )
         stamp.write_text(requirements.read_text())
     return folder
+
+
+@pytest.fixture(scope="session")
+def runtime_wheelhouse(wheelhouse, tmp_path_factory):
+    """The hosts' wheelhouse plus the stand-in sglang wheel (tests/fake_sglang.py) and the build
+    backend a git install of SGLang needs: the runtime role installs from it with --no-index."""
+    import shutil
+    import subprocess
+
+    from tests.fake_sglang import build_wheel
+
+    build = REPO / "tests" / ".state" / "wheelhouse-build"
+    requirements = REPO / "tests" / "fixtures" / "requirements-build.txt"
+    stamp = build / ".requirements"
+    if not stamp.is_file() or stamp.read_text() != requirements.read_text():
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir(parents=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-r",
+                str(requirements),
+                "-d",
+                str(build),
+            ],
+            check=True,
+        )
+        stamp.write_text(requirements.read_text())
+    folder = tmp_path_factory.mktemp("runtime-wheelhouse")
+    for source in (wheelhouse, build):
+        for wheel in source.glob("*.whl"):
+            shutil.copy2(wheel, folder)
+    build_wheel(folder)
+    return folder

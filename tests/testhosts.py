@@ -141,10 +141,17 @@ class TestHostCluster:
                 return host
         raise KeyError(name)
 
-    def ssh(self, host: TestHost | str, command: str, check: bool = True, timeout: float = 60):
+    def ssh(
+        self,
+        host: TestHost | str,
+        command: str,
+        check: bool = True,
+        timeout: float = 60,
+        input: str | None = None,
+    ):
         if isinstance(host, str):
             host = self.host(host)
-        return run(host.ssh_command(self, command), check=check, timeout=timeout)
+        return run(host.ssh_command(self, command), check=check, timeout=timeout, input=input)
 
     def save(self) -> None:
         (self.root / "state.json").write_text(json.dumps(asdict(self), indent=2))

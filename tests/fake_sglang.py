@@ -1,0 +1,129 @@
+"""A stand-in `sglang` distribution whose `python -m sglang.launch_server` is the simulator.
+
+The runtime role installs it from a wheelhouse exactly as it installs the real release, and the
+server role runs it exactly as it runs the real server: the package carries tests/sglang_sim.py,
+the argv validator and the pinned parser's snapshot, so it refuses what sglang 0.5.23 refuses.
+Its requirements are pinned like the real wheel's (PyYAML, which `--config` needs, and
+packaging), so the runtime role's pin and `pip check` assertions have something to check.
+
+build_wheel() makes the wheel; build_git_source() makes a git repository laid out like SGLang's
+(the package under python/) with a pull-request ref, for the git runtime.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VERSION = "0.5.23"
+REQUIRES = ["PyYAML==6.0.4", "packaging==26.4", 'pytest>=8; extra == "test"']
+LAUNCH = "import sys\n\nfrom sglang.simulator import main\n\nsys.exit(main())\n"
+
+
+def package_files(version: str) -> dict[str, bytes]:
+    return {
+        "sglang/__init__.py": f'__version__ = "{version}"\n'.encode(),
+        "sglang/version.py": f'__version__ = "{version}"\n'.encode(),
+        "sglang/launch_server.py": LAUNCH.encode(),
+        "sglang/simulator.py": (REPO / "tests/sglang_sim.py").read_bytes(),
+        "sglang/sglang_args.py": (REPO / "module_utils/sglang_args.py").read_bytes(),
+        "sglang/sglang-0.5.23-args.json": (
+            REPO / "tests/contract/sglang-0.5.23-args.json"
+        ).read_bytes(),
+    }
+
+
+def record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def build_wheel(folder: Path, version: str = VERSION, requires: list[str] | None = None) -> Path:
+    return wheel(folder, "sglang", version, package_files(version), requires or REQUIRES)
+
+
+def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], requires: list[str]):
+    """A pure-Python wheel with the given files and Requires-Dist lines."""
+    folder.mkdir(parents=True, exist_ok=True)
+    info = f"{name.replace('-', '_')}-{version}.dist-info"
+    metadata = "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
+        name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)
+    )
+    files = dict(files)
+    files[f"{info}/METADATA"] = metadata.encode()
+    files[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: kimi-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = [record_line(n, data) for n, data in files.items()] + [f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for n, data in sorted(files.items()):
+            # Fixed timestamps: the same inputs give the same wheel, byte for byte.
+            archive.writestr(zipfile.ZipInfo(n, (2026, 1, 1, 0, 0, 0)), data)
+    return path
+
+
+def git(folder: Path, *args: str) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "tests",
+        "GIT_AUTHOR_EMAIL": "tests@example.invalid",
+        "GIT_COMMITTER_NAME": "tests",
+        "GIT_COMMITTER_EMAIL": "tests@example.invalid",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(
+        ["git", "-C", str(folder), *args], check=True, capture_output=True, text=True, env=env
+    )
+    return done.stdout.strip()
+
+
+def build_git_source(folder: Path, pr_ref: str = "refs/pull/29907/head") -> dict:
+    """A bare repository with `main` and a pull-request ref one commit ahead of it."""
+    work = folder / "work"
+    bare = folder / "sglang.git"
+    work.mkdir(parents=True)
+    git(work, "init", "-q", "-b", "main")
+    version = f"{VERSION}.dev1"
+    for name, data in package_files(version).items():
+        path = work / "python" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (work / "python" / "pyproject.toml").write_text(
+        "[build-system]\n"
+        'requires = ["setuptools"]\n'
+        'build-backend = "setuptools.build_meta"\n\n'
+        "[project]\n"
+        f'name = "sglang"\nversion = "{version}"\n'
+        f"dependencies = {REQUIRES[:2]!r}\n".replace("'", '"')
+        + "\n"
+        "[tool.setuptools.package-data]\n"
+        'sglang = ["*.json"]\n'
+    )
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "release")
+    main = git(work, "rev-parse", "HEAD")
+    (work / "python" / "sglang" / "ddtree.py").write_text("BUDGETS = (16, 32, 64, 128)\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "DDTree")
+    pr = git(work, "rev-parse", "HEAD")
+    git(work, "update-ref", pr_ref, pr)
+    git(work, "reset", "-q", "--hard", main)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True)
+    git(bare, "update-ref", pr_ref, pr)
+    return {"url": f"file://{bare}", "ref": pr_ref, "commit": pr, "main": main}
+
+
+PATCH = """\
+--- a/python/sglang/ddtree.py
++++ b/python/sglang/ddtree.py
+@@ -1 +1,2 @@
+ BUDGETS = (16, 32, 64, 128)
++PATCHED = True
+"""
