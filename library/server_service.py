@@ -1,0 +1,279 @@
+#!/usr/bin/python
+"""Ansible module server_service: start, restart on change, or stop the SGLang server."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: server_service
+short_description: Run the SGLang server under systemd or a supervisor, restarting on change only
+description:
+  - One interface over two managers. C(systemd) (where systemd is PID 1) runs the unit the
+    server role wrote; C(supervisor) runs C(kimi-supervise) with the spec file the role wrote,
+    which keeps the server running with a pid file, a log file and a restart policy.
+  - Which launch a running server has is read from the process's own environment
+    (C(KIMI_SERVER_CONFIG_HASH), a hash of its argv, environment and secrets). With
+    O(state=started) the server is started when it is not running, restarted when its hash
+    differs from O(config_hash), and left alone otherwise, so a second run reports no change.
+  - O(state=stopped) stops it (and disables the unit under systemd); the process group goes
+    with it, workers included.
+  - Supports check mode (reports what it would do).
+version_added: "0.1.0"
+options:
+  manager:
+    description: C(systemd) or C(supervisor).
+    type: str
+    choices: [systemd, supervisor]
+    required: true
+  name:
+    description: Unit name (systemd) or the server's name in messages.
+    type: str
+    default: kimi-sglang
+  state:
+    description: C(started) or C(stopped).
+    type: str
+    choices: [started, stopped]
+    default: started
+  config_hash:
+    description: Hash of the launch the server should run; required with O(state=started).
+    type: str
+  spec_file:
+    description: Supervisor spec (JSON) written by the server role.
+    type: path
+  supervisor_script:
+    description: Path of C(kimi-supervise).
+    type: path
+  pid_file:
+    description: Supervisor pid file.
+    type: path
+  state_file:
+    description: Supervisor state file.
+    type: path
+  stop_timeout:
+    description: Seconds to wait for the server to stop before it is killed.
+    type: int
+    default: 120
+  start_timeout:
+    description: Seconds to wait for the supervisor to report the server process started.
+    type: int
+    default: 30
+  daemon_reload:
+    description: Reload systemd's units first (the unit file was just written).
+    type: bool
+    default: false
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Start the server, restarting it only when its launch changed
+  server_service:
+    manager: supervisor
+    config_hash: "{{ launch_hash }}"
+    spec_file: /etc/kimi/sglang-supervise.json
+    supervisor_script: /opt/kimi/bin/kimi-supervise
+    pid_file: /var/lib/kimi/server/supervise.pid
+    state_file: /var/lib/kimi/server/state.json
+"""
+
+RETURN = r"""
+action:
+  description: What was done, C(none), C(started), C(restarted) or C(stopped).
+  returned: always
+  type: str
+pid:
+  description: Pid of the server process after the action (null when stopped).
+  returned: always
+  type: int
+previous_hash:
+  description: Launch hash of the server that was running before, if any.
+  returned: always
+  type: str
+restarts:
+  description: Restarts the manager had made before this action.
+  returned: always
+  type: int
+restarts_after:
+  description: The manager's restart count after this action (the health wait's baseline).
+  returned: always
+  type: int
+now:
+  description: The host's clock (epoch seconds) after the action.
+  returned: always
+  type: float
+"""
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.server_control import (  # noqa: E402
+    running_config_hash,
+    stop_supervisor,
+    supervisor_status,
+    systemd_status,
+)
+
+
+class Service:
+    def __init__(self, module: AnsibleModule):
+        self.module = module
+        self.p = module.params
+
+    def run(self, argv: list[str], check: bool = True) -> tuple[int, str, str]:
+        rc, out, err = self.module.run_command(argv)
+        if check and rc != 0:
+            self.module.fail_json(
+                msg=f"{' '.join(argv)} failed (exit {rc}): {(err or out).strip()[-2000:]}"
+            )
+        return rc, out, err
+
+    def status(self) -> dict:
+        if self.p["manager"] == "systemd":
+            try:
+                return systemd_status(lambda a: self.run(a, check=False), self.p["name"])
+            except RuntimeError as error:
+                self.module.fail_json(msg=str(error))
+        return supervisor_status(self.p["pid_file"], self.p["state_file"])
+
+    # --- systemd ---------------------------------------------------------------------------
+    def systemd_start(self, status: dict, restart: bool) -> None:
+        if self.p["daemon_reload"] or status["needs_reload"] or not status["loaded"]:
+            self.run(["systemctl", "daemon-reload"])
+        if status["failed"]:
+            self.run(["systemctl", "reset-failed", self.p["name"]])
+        if not status["enabled"]:
+            self.run(["systemctl", "enable", self.p["name"]])
+        self.run(["systemctl", "restart" if restart else "start", self.p["name"]])
+
+    def systemd_stop(self) -> None:
+        self.run(["systemctl", "disable", "--now", self.p["name"]])
+
+    # --- supervisor ------------------------------------------------------------------------
+    def supervisor_start(self) -> dict:
+        for key in ("spec_file", "supervisor_script", "pid_file", "state_file"):
+            if not self.p[key]:
+                self.module.fail_json(msg=f"manager supervisor needs {key}")
+        started = time.time()
+        process = subprocess.Popen(
+            [sys.executable, self.p["supervisor_script"], self.p["spec_file"]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + self.p["start_timeout"]
+        while time.monotonic() < deadline:
+            code = process.poll()
+            status = supervisor_status(self.p["pid_file"], self.p["state_file"])
+            if status["running"] and status["supervisor_pid"] == process.pid:
+                state = self.read_state()
+                if state.get("updated_at", 0) >= started and state.get("status") != "starting":
+                    process.stderr.close()
+                    return status
+            if code is not None:
+                error = process.stderr.read().decode(errors="replace").strip()
+                self.module.fail_json(
+                    msg=(
+                        f"the supervisor exited at once (status {code}): {error or 'no output'}. "
+                        f"See {self.spec().get('log_file')}."
+                    )
+                )
+            time.sleep(0.1)
+        self.module.fail_json(
+            msg=(
+                f"the supervisor (pid {process.pid}) did not report the server started within "
+                f"{self.p['start_timeout']} s; see {self.spec().get('log_file')}"
+            )
+        )
+        return {}
+
+    def read_state(self) -> dict:
+        try:
+            with open(self.p["state_file"], encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return {}
+
+    def spec(self) -> dict:
+        try:
+            with open(self.p["spec_file"], encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError, TypeError):
+            return {}
+
+    # --- the interface ---------------------------------------------------------------------
+    def ensure(self) -> None:
+        status = self.status()
+        previous = running_config_hash(status["pid"])
+        if previous is None and status["manager"] == "supervisor" and status["running"]:
+            # Between restarts there is no server process; the supervisor relaunches the same.
+            previous = self.read_state().get("config_hash") or None
+        result = {"previous_hash": previous, "restarts": status["restarts"]}
+        # The host's clock and the restart count the health wait measures from.
+        result["now"] = time.time()
+        result["restarts_after"] = status["restarts"]
+        if self.p["state"] == "stopped":
+            if not status["running"]:
+                self.module.exit_json(changed=False, action="none", pid=None, **result)
+            if not self.module.check_mode:
+                if self.p["manager"] == "systemd":
+                    self.systemd_stop()
+                else:
+                    stop_supervisor(status, self.p["stop_timeout"] + 10)
+            self.module.exit_json(changed=True, action="stopped", pid=None, **result)
+        if not self.p["config_hash"]:
+            self.module.fail_json(msg="state=started needs config_hash")
+        wanted = self.p["config_hash"]
+        if status["running"] and previous == wanted:
+            # A unit change that does not touch the launch (limits, restart policy) still has
+            # to reach systemd; the running server keeps going.
+            reload = self.p["daemon_reload"] or status.get("needs_reload")
+            if self.p["manager"] == "systemd" and reload and not self.module.check_mode:
+                self.run(["systemctl", "daemon-reload"])
+            if self.p["manager"] == "systemd" and not status["enabled"]:
+                if not self.module.check_mode:
+                    self.run(["systemctl", "enable", self.p["name"]])
+                self.module.exit_json(changed=True, action="enabled", pid=status["pid"], **result)
+            self.module.exit_json(changed=False, action="none", pid=status["pid"], **result)
+        action = "restarted" if status["running"] else "started"
+        if self.module.check_mode:
+            self.module.exit_json(changed=True, action=action, pid=status["pid"], **result)
+        if self.p["manager"] == "systemd":
+            self.systemd_start(status, restart=status["running"])
+            after = self.status()
+        else:
+            if status["running"]:
+                stop_supervisor(status, self.p["stop_timeout"] + 10)
+            after = self.supervisor_start()
+        result.update(now=time.time(), restarts_after=after.get("restarts", 0))
+        self.module.exit_json(changed=True, action=action, pid=after.get("pid"), **result)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "manager": {"type": "str", "choices": ["systemd", "supervisor"], "required": True},
+            "name": {"type": "str", "default": "kimi-sglang"},
+            "state": {"type": "str", "choices": ["started", "stopped"], "default": "started"},
+            "config_hash": {"type": "str"},
+            "spec_file": {"type": "path"},
+            "supervisor_script": {"type": "path"},
+            "pid_file": {"type": "path"},
+            "state_file": {"type": "path"},
+            "stop_timeout": {"type": "int", "default": 120},
+            "start_timeout": {"type": "int", "default": 30},
+            "daemon_reload": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    os.umask(0o022)
+    Service(module).ensure()
+
+
+if __name__ == "__main__":
+    main()
