@@ -7,11 +7,19 @@ capture covers fail loudly instead of inventing output.
 
 Faults: a file /etc/fake-nvidia-smi/fault on the test host holding `no-driver` or
 `no-devices` makes every call fail the way the real tool does in that state.
+
+Persistence mode: `-pm 0|1` (all GPUs, or those given with `-i`) is kept in
+/etc/fake-nvidia-smi/persistence_mode.json (GPU index to Enabled or Disabled), which overrides
+the capture in every later answer; tests write that file to start from persistence mode off. A
+file /etc/fake-nvidia-smi/persistence_mode.denied makes `-pm` fail as it does without root.
+FAKE_NVIDIA_SMI_STATE_DIR moves /etc/fake-nvidia-smi.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -19,6 +27,9 @@ from pathlib import Path
 CAPTURE_ENV = "FAKE_NVIDIA_SMI_CAPTURE"
 DEFAULT_CAPTURE = Path(__file__).resolve().parent.parent / "share" / "fake-nvidia-smi"
 FAULT_FILE = Path(os.environ.get("FAKE_NVIDIA_SMI_FAULT_FILE", "/etc/fake-nvidia-smi/fault"))
+STATE_DIR = Path(os.environ.get("FAKE_NVIDIA_SMI_STATE_DIR", "/etc/fake-nvidia-smi"))
+PERSISTENCE_FILE = "persistence_mode.json"
+PERSISTENCE_DENIED = "persistence_mode.denied"
 
 # What the real tool prints (and its exit codes) when the driver is absent or sees no GPU.
 NO_DRIVER = (
@@ -58,6 +69,62 @@ def read_capture(name: str) -> str:
     return path.read_text()
 
 
+def persistence_overrides() -> dict[int, str]:
+    path = STATE_DIR / PERSISTENCE_FILE
+    if not path.is_file():
+        return {}
+    return {int(index): mode for index, mode in json.loads(path.read_text()).items()}
+
+
+def query_xml() -> str:
+    """The -q -x capture with the persistence mode that `-pm` set."""
+    overrides = persistence_overrides()
+    count = iter(range(1_000_000))
+
+    def replace(match: re.Match) -> str:
+        index = next(count)
+        mode = overrides.get(index, match.group(2))
+        return f"{match.group(1)}{mode}{match.group(3)}"
+
+    return re.sub(
+        r"(<persistence_mode>)([^<]*)(</persistence_mode>)",
+        replace,
+        read_capture("nvidia-smi-q.xml"),
+    )
+
+
+def set_persistence(args: list[str]) -> int:
+    """`nvidia-smi [-i ID[,ID]] -pm 0|1`, IDs being indexes or PCI bus ids."""
+    value = args[args.index("-pm") + 1]
+    rows = gpu_rows()
+    if "-i" in args:
+        wanted = args[args.index("-i") + 1].split(",")
+        chosen = [r for r in rows if r["index"] in wanted or r["pci.bus_id"] in wanted]
+        if not chosen:
+            sys.stdout.write(f"No devices were found matching {args[args.index('-i') + 1]}\n")
+            return 6
+    else:
+        chosen = rows
+    if (STATE_DIR / PERSISTENCE_DENIED).exists():
+        for row in chosen:
+            sys.stdout.write(
+                f"Unable to set persistence mode for GPU {row['pci.bus_id']}: "
+                "Insufficient Permissions\n"
+            )
+        sys.stdout.write("Terminating early due to previous errors.\n")
+        return 4
+    overrides = {str(k): v for k, v in persistence_overrides().items()}
+    for row in chosen:
+        mode = "Enabled" if value == "1" else "Disabled"
+        overrides[row["index"]] = mode
+        legacy = " Legacy" if value == "1" else ""
+        sys.stdout.write(f"{mode}{legacy} persistence mode for GPU {row['pci.bus_id']}.\n")
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    (STATE_DIR / PERSISTENCE_FILE).write_text(json.dumps(overrides, sort_keys=True) + "\n")
+    sys.stdout.write("All done.\n")
+    return 0
+
+
 def p2p_block(kind: str) -> str:
     """One `topo -p2p X` block out of topo-p2p.txt, where each starts with `== topo -p2p X`."""
     blocks: dict[str, list[str]] = {}
@@ -75,7 +142,7 @@ def p2p_block(kind: str) -> str:
 
 def gpu_rows() -> list[dict[str, str]]:
     """Per GPU, every known field as nvidia-smi's csv shows it, units included."""
-    root = ET.fromstring(read_capture("nvidia-smi-q.xml"))
+    root = ET.fromstring(query_xml())
     driver = root.findtext("driver_version", "")
     rows = []
     for index, gpu in enumerate(root.findall("gpu")):
@@ -99,6 +166,8 @@ def gpu_rows() -> list[dict[str, str]]:
             values = [v.strip() for v in line.split(",")]
             record = dict(zip(header, values, strict=True))
             rows[int(record["index"])].update(record)
+    for index, mode in persistence_overrides().items():
+        rows[index]["persistence_mode"] = mode
     return rows
 
 
@@ -144,7 +213,7 @@ def main(argv: list[str]) -> int:
 
     args = list(argv)
     if sorted(args) in (["-q", "-x"], ["--query", "--xml-format"], ["-qx"]):
-        sys.stdout.write(read_capture("nvidia-smi-q.xml"))
+        sys.stdout.write(query_xml())
         return 0
     if args in (["topo", "-m"], ["topo", "--matrix"]):
         sys.stdout.write(read_capture("topo-m.txt"))
@@ -152,6 +221,8 @@ def main(argv: list[str]) -> int:
     if len(args) == 3 and args[:2] == ["topo", "-p2p"]:
         sys.stdout.write(p2p_block(args[2]))
         return 0
+    if "-pm" in args and args[-1] in ("0", "1") and len(args) in (2, 4):
+        return set_persistence(args)
     if args in (["-L"], ["--list-gpus"]):
         sys.stdout.write(list_gpus())
         return 0
@@ -163,7 +234,8 @@ def main(argv: list[str]) -> int:
         return 0
     sys.stderr.write(
         f"fake nvidia-smi: no capture answers `nvidia-smi {' '.join(args)}`; "
-        "supported: -q -x, topo -m, topo -p2p X, -L, --query-gpu=... --format=csv[,...]\n"
+        "supported: -q -x, topo -m, topo -p2p X, -L, --query-gpu=... --format=csv[,...], "
+        "[-i ID] -pm 0|1\n"
     )
     return 2
 

@@ -1,0 +1,757 @@
+"""The tuning stage: host_tuning in-process against fake /proc/sys and /sys trees, then the
+role over SSH test hosts (converge, idempotence, check mode, restore through teardown.yml, a
+missing fabric manager).
+
+kernel.numa_balancing and cpufreq are not namespaced, so every run here points the module's
+root prefix at a fake tree (tmp_path in-process, /srv on test hosts, which is private to each
+host); the real values of this machine are compared before and after. Test hosts have no GPU
+or torch, so the all-reduce check is turned off (tests/test_allreduce_check.py covers it).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.modules import run_module
+
+REPO = Path(__file__).resolve().parent.parent
+FAKES = REPO / "tests" / "fakes"
+CAPTURES = REPO / "tests" / "fixtures" / "gpu-hosts"
+DRIVER = "580.159.04"  # of every GPU capture
+pytestmark = pytest.mark.tuning
+
+REAL_SYSCTL = Path("/proc/sys/kernel/numa_balancing")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def real_machine_untouched():
+    """Whatever a test does, this machine's own NUMA balancing stays as it was."""
+    before = REAL_SYSCTL.read_text() if REAL_SYSCTL.exists() else None
+    yield
+    after = REAL_SYSCTL.read_text() if REAL_SYSCTL.exists() else None
+    assert after == before, "a test changed this machine's kernel.numa_balancing"
+
+
+# --------------------------------------------------------------------------------------------
+# In-process: a fake host in tmp_path.
+
+FAKE_SYSTEMCTL = """\
+#!{python}
+import json, os, sys
+path = os.environ["FAKE_SYSTEMCTL_STATE"]
+units = json.load(open(path))
+command, name = sys.argv[1], sys.argv[2]
+unit = units.get(name)
+if command == "show":
+    if unit is None:
+        print("LoadState=not-found\\nActiveState=inactive\\nUnitFileState=")
+    else:
+        print(f"LoadState=loaded\\nActiveState={{unit['active']}}\\nUnitFileState={{unit['file']}}")
+    sys.exit(0)
+if unit is None:
+    print(f"Failed to {{command}} {{name}}.service: Unit not found.", file=sys.stderr)
+    sys.exit(5)
+if unit.get("fails") == command:
+    print(f"Job for {{name}}.service failed.", file=sys.stderr)
+    sys.exit(1)
+changes = {{"enable": ("file", "enabled"), "disable": ("file", "disabled"),
+           "start": ("active", "active"), "stop": ("active", "inactive")}}
+field, value = changes[command]
+unit[field] = value
+json.dump(units, open(path, "w"))
+"""
+
+
+def warning_text(result: dict) -> str:
+    """Warnings as text, whether plain strings or ansible-core 2.19's structured summaries."""
+    return json.dumps(result.get("warnings", []))
+
+
+def write_exe(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+class FakeHost:
+    """A fake root tree, a fake nvidia-smi and systemctl, and the module arguments for them."""
+
+    def __init__(self, tmp_path: Path, monkeypatch, capture: str = "ct200-x8"):
+        self.tmp = tmp_path
+        self.root = tmp_path / "root"
+        self.etc = tmp_path / "etc"
+        self.bin = tmp_path / "bin"
+        self.smi_state = tmp_path / "fake-nvidia-smi"
+        self.units_file = tmp_path / "units.json"
+        self.set("proc/sys/kernel/numa_balancing", "1\n")
+        for cpu in range(4):
+            self.set(f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", "powersave\n")
+            self.set(
+                f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_available_governors",
+                "performance powersave\n",
+            )
+        monkeypatch.setenv("FAKE_NVIDIA_SMI_CAPTURE", str(CAPTURES / capture))
+        monkeypatch.setenv("FAKE_NVIDIA_SMI_STATE_DIR", str(self.smi_state))
+        monkeypatch.setenv("FAKE_NVIDIA_SMI_FAULT_FILE", str(self.smi_state / "fault"))
+        monkeypatch.setenv("FAKE_SYSTEMCTL_STATE", str(self.units_file))
+        self.smi = write_exe(
+            self.bin / "nvidia-smi",
+            f'#!/bin/sh\nexec {sys.executable} {FAKES / "nvidia_smi.py"} "$@"\n',
+        )
+        # Never the machine's own systemctl, even by accident: a fake in every argument set.
+        self.systemctl = write_exe(
+            self.bin / "systemctl", FAKE_SYSTEMCTL.format(python=sys.executable)
+        )
+        self.units({})
+        gpus = 8 if capture.endswith("x8") else 2
+        self.persistence({str(i): "Disabled" for i in range(gpus)})
+
+    def set(self, relative: str, text: str) -> Path:
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def get(self, relative: str) -> str:
+        return (self.root / relative).read_text().strip()
+
+    def units(self, units: dict) -> None:
+        self.units_file.write_text(json.dumps(units))
+
+    def unit_state(self) -> dict:
+        return json.loads(self.units_file.read_text())
+
+    def persistence(self, modes: dict) -> None:
+        self.smi_state.mkdir(exist_ok=True)
+        (self.smi_state / "persistence_mode.json").write_text(json.dumps(modes))
+
+    def persistence_modes(self) -> set[str]:
+        out = subprocess.run(
+            [str(self.smi), "--query-gpu=persistence_mode", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return set(out.split())
+
+    @property
+    def state_file(self) -> Path:
+        return self.tmp / "var" / "tuning-state.json"
+
+    @property
+    def nccl_conf(self) -> Path:
+        return self.etc / "nccl.conf"
+
+    @property
+    def sysctl_conf(self) -> Path:
+        return self.etc / "sysctl.d" / "90-kimi-tuning.conf"
+
+    def args(self, **overrides) -> dict:
+        return {
+            "state_file": str(self.state_file),
+            "root": str(self.root),
+            "sysctls": {"kernel.numa_balancing": "0"},
+            "sysctl_conf": str(self.sysctl_conf),
+            "cpu_governor": "performance",
+            "nccl_environment": {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"},
+            "nccl_conf": str(self.nccl_conf),
+            "persistence_mode": True,
+            "nvidia_smi_path": str(self.smi),
+            "systemctl_path": str(self.systemctl),
+            "lspci_path": str(self.bin / "no-lspci"),
+            "service_manager": "direct",
+            **overrides,
+        }
+
+    def restore_args(self) -> dict:
+        return {
+            "state": "restored",
+            "state_file": str(self.state_file),
+            "nvidia_smi_path": str(self.smi),
+            "systemctl_path": str(self.systemctl),
+            "service_manager": "direct",
+        }
+
+    def values(self) -> dict:
+        return {
+            "numa_balancing": self.get("proc/sys/kernel/numa_balancing"),
+            "governors": {
+                self.get(f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor")
+                for cpu in range(4)
+            },
+            "nccl_conf": self.nccl_conf.read_text() if self.nccl_conf.exists() else None,
+            "sysctl_conf": self.sysctl_conf.read_text() if self.sysctl_conf.exists() else None,
+            "persistence": self.persistence_modes(),
+        }
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    return FakeHost(tmp_path, monkeypatch)
+
+
+def test_apply_sets_and_records_every_value_then_changes_nothing(host):
+    result = run_module("host_tuning", host.args())
+    assert not result.get("failed"), result["msg"]
+    assert result["changed"]
+    values = host.values()
+    assert values["numa_balancing"] == "0"
+    assert values["governors"] == {"performance"}
+    assert values["persistence"] == {"Enabled"}
+    assert "NCCL_IB_DISABLE=1\nNCCL_P2P_DISABLE=1\n" in values["nccl_conf"]
+    # NCCL takes every line with "=" as a variable: the header must have none.
+    assert all("=" not in line for line in values["nccl_conf"].splitlines() if line.startswith("#"))
+    assert "kernel.numa_balancing = 0\n" in values["sysctl_conf"]
+
+    state = json.loads(host.state_file.read_text())
+    assert stat.S_IMODE(host.state_file.stat().st_mode) == 0o600
+    changes = state["changes"]
+    assert changes["sysctl:kernel.numa_balancing"]["previous"] == "1"
+    assert changes["cpufreq:scaling_governor"]["previous"] == {
+        f"cpu{i}": "powersave" for i in range(4)
+    }
+    assert changes[f"file:{host.nccl_conf}"]["previous"] == {"exists": False}
+    assert sum(key.startswith("persistence_mode:") for key in changes) == 8
+    assert result["recorded"] == list(changes)
+    descriptions = [c["description"] for c in result["changes"]]
+    assert "sysctl kernel.numa_balancing: 1 -> 0" in descriptions
+    assert "CPU governor on 4 CPU(s): powersave -> performance" in descriptions
+
+    again = run_module("host_tuning", host.args())
+    assert not again["changed"], again["changes"]
+    assert again["changes"] == []
+    assert json.loads(host.state_file.read_text()) == state
+
+
+def test_check_mode_reports_and_changes_nothing(host):
+    before = host.values()
+    result = run_module("host_tuning", host.args(), check_mode=True)
+    assert result["changed"]
+    assert {c["key"] for c in result["changes"]} >= {
+        "sysctl:kernel.numa_balancing",
+        "cpufreq:scaling_governor",
+        f"file:{host.nccl_conf}",
+        f"file:{host.sysctl_conf}",
+    }
+    assert result["msg"].startswith("would change")
+    assert host.values() == before
+    assert not host.state_file.exists()
+
+
+def test_restore_brings_previous_values_back(host):
+    host.etc.mkdir(parents=True)
+    host.nccl_conf.write_text("NCCL_DEBUG=WARN\n")
+    host.nccl_conf.chmod(0o640)
+    before = host.values()
+    assert run_module("host_tuning", host.args())["changed"]
+    assert host.values() != before
+
+    check = run_module("host_tuning", host.restore_args(), check_mode=True)
+    assert check["changed"] and check["msg"].startswith("would restore")
+    assert host.state_file.exists()
+
+    restored = run_module("host_tuning", host.restore_args())
+    assert not restored.get("failed"), restored["msg"]
+    assert restored["changed"]
+    descriptions = [c["description"] for c in restored["changes"]]
+    assert "restore sysctl kernel.numa_balancing: 0 -> 1" in descriptions
+    assert f"restore file {host.nccl_conf}: managed content -> previous content" in descriptions
+    assert host.values() == before
+    assert stat.S_IMODE(host.nccl_conf.stat().st_mode) == 0o640
+    assert not host.sysctl_conf.exists()
+    assert not host.state_file.exists()
+
+    again = run_module("host_tuning", host.restore_args())
+    assert not again["changed"]
+    assert "nothing to restore" in again["msg"]
+
+
+def test_first_previous_value_is_kept_across_runs(host):
+    run_module("host_tuning", host.args())
+    host.set("proc/sys/kernel/numa_balancing", "2\n")
+    rerun = run_module("host_tuning", host.args())
+    assert [c["key"] for c in rerun["changes"]] == ["sysctl:kernel.numa_balancing"]
+    state = json.loads(host.state_file.read_text())
+    assert state["changes"]["sysctl:kernel.numa_balancing"]["previous"] == "1"
+    run_module("host_tuning", host.restore_args())
+    assert host.get("proc/sys/kernel/numa_balancing") == "1"
+
+
+def test_missing_sysctl_and_cpufreq_are_skipped_cleanly(tmp_path, monkeypatch):
+    host = FakeHost(tmp_path, monkeypatch, capture="h200-x2")
+    (host.root / "proc").rename(tmp_path / "gone-proc")
+    (host.root / "sys").rename(tmp_path / "gone-sys")
+    result = run_module("host_tuning", host.args())
+    assert not result.get("failed"), result["msg"]
+    skipped = {s["what"]: s["reason"] for s in result["not_applied"]}
+    assert "does not exist in this kernel" in skipped["sysctl kernel.numa_balancing"]
+    assert "no cpufreq" in skipped["cpu_governor"]
+    # Only the sysctls the kernel has go to the sysctl.d file: here none, so no file.
+    assert not host.sysctl_conf.exists()
+    assert host.persistence_modes() == {"Enabled"}
+
+
+def test_governor_the_kernel_lacks_fails_clearly(host):
+    result = run_module("host_tuning", host.args(cpu_governor="ondemand"))
+    assert result["failed"]
+    assert "The CPU governor ondemand is not available on cpu0" in result["msg"]
+    assert "performance powersave" in result["msg"]
+    assert "tuning_cpu_governor" in result["msg"]
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({"NCCL_P2P_DISABLE": 1}, "is a int; needed a string"),
+        ({"P2P_DISABLE": "1"}, "is not an NCCL variable"),
+        ({"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "PIX"}, "keep one of the two"),
+        ({"NCCL_ALGO": "Ring\nTree"}, "multi-line"),
+    ],
+    ids=["integer", "not-nccl", "p2p-contradiction", "newline"],
+)
+def test_bad_nccl_environment_fails_before_changing_anything(host, environment, expected):
+    result = run_module("host_tuning", host.args(nccl_environment=environment))
+    assert result["failed"]
+    assert expected in result["msg"]
+    assert "kimi_nccl_environment" in result["msg"]
+    assert host.get("proc/sys/kernel/numa_balancing") == "1"
+    assert not host.state_file.exists()
+
+
+def test_persistence_refused_fails_and_keeps_what_changed_restorable(host):
+    (host.smi_state / "persistence_mode.denied").write_text("")
+    result = run_module("host_tuning", host.args())
+    assert result["failed"]
+    assert "Persistence mode is still off" in result["msg"]
+    assert "Insufficient Permissions" in result["msg"]
+    assert "root on the host" in result["msg"]
+    # What was changed before the failure is recorded, so teardown can still put it back.
+    state = json.loads(host.state_file.read_text())
+    assert "sysctl:kernel.numa_balancing" in state["changes"]
+    (host.smi_state / "persistence_mode.denied").unlink()
+    run_module("host_tuning", host.restore_args())
+    assert host.get("proc/sys/kernel/numa_balancing") == "1"
+
+
+def test_corrupt_state_file_fails_clearly(host):
+    host.state_file.parent.mkdir(parents=True)
+    host.state_file.write_text("{not json")
+    result = run_module("host_tuning", host.args())
+    assert result["failed"]
+    assert "is not JSON" in result["msg"] and "values to restore" in result["msg"]
+    assert host.get("proc/sys/kernel/numa_balancing") == "1"
+
+
+def nvswitch_host(tmp_path, monkeypatch, fm_version: str | None = DRIVER) -> FakeHost:
+    host = FakeHost(tmp_path, monkeypatch, capture="b200-x8")
+    if fm_version:
+        write_exe(
+            host.bin / "nv-fabricmanager",
+            f"#!/bin/sh\necho 'Fabric Manager version is : {fm_version}'\n",
+        )
+    return host
+
+
+def systemd_args(host: FakeHost, **overrides) -> dict:
+    return host.args(
+        **{
+            "service_manager": "systemd",
+            "fabricmanager": True,
+            "fabricmanager_binary": str(host.bin / "nv-fabricmanager"),
+            "nccl_environment": {"NCCL_NVLS_ENABLE": "0"},
+            **overrides,
+        }
+    )
+
+
+def test_systemd_services_are_enabled_started_and_restored(tmp_path, monkeypatch):
+    host = nvswitch_host(tmp_path, monkeypatch)
+    host.units(
+        {
+            "nvidia-persistenced": {"file": "disabled", "active": "inactive"},
+            "nvidia-fabricmanager": {"file": "disabled", "active": "inactive"},
+        }
+    )
+    result = run_module("host_tuning", systemd_args(host))
+    assert not result.get("failed"), result["msg"]
+    assert result["service_manager"] == "systemd"
+    assert result["fabricmanager"]["version"] == DRIVER
+    assert host.unit_state() == {
+        "nvidia-persistenced": {"file": "enabled", "active": "active"},
+        "nvidia-fabricmanager": {"file": "enabled", "active": "active"},
+    }
+    descriptions = [c["description"] for c in result["changes"]]
+    assert "service nvidia-fabricmanager: disabled/inactive -> enabled/active" in descriptions
+    assert not run_module("host_tuning", systemd_args(host))["changed"]
+
+    restore = {**host.restore_args(), "service_manager": "systemd"}
+    assert run_module("host_tuning", restore)["changed"]
+    assert host.unit_state() == {
+        "nvidia-persistenced": {"file": "disabled", "active": "inactive"},
+        "nvidia-fabricmanager": {"file": "disabled", "active": "inactive"},
+    }
+    assert host.persistence_modes() == {"Disabled"}
+
+
+def test_fabricmanager_that_will_not_start_shows_its_journal(tmp_path, monkeypatch):
+    host = nvswitch_host(tmp_path, monkeypatch)
+    host.units({"nvidia-fabricmanager": {"file": "enabled", "active": "failed", "fails": "start"}})
+    result = run_module("host_tuning", systemd_args(host))
+    assert result["failed"]
+    assert "nvidia-fabricmanager did not start" in result["msg"]
+    assert "Its journal" in result["msg"]
+
+
+@pytest.mark.parametrize("manager", ["systemd", "direct"])
+def test_missing_fabricmanager_fails_before_changing_anything(tmp_path, monkeypatch, manager):
+    host = nvswitch_host(tmp_path, monkeypatch, fm_version=None)
+    result = run_module("host_tuning", systemd_args(host, service_manager=manager))
+    assert result["failed"]
+    assert "The NVIDIA fabric manager is not installed" in result["msg"]
+    assert "nvidia-fabricmanager-580" in result["msg"] and DRIVER in result["msg"]
+    assert host.get("proc/sys/kernel/numa_balancing") == "1"
+    assert not host.state_file.exists()
+
+
+def test_fabricmanager_of_another_driver_version_fails_clearly(tmp_path, monkeypatch):
+    host = nvswitch_host(tmp_path, monkeypatch, fm_version="570.86.15")
+    host.units({"nvidia-fabricmanager": {"file": "enabled", "active": "active"}})
+    result = run_module("host_tuning", systemd_args(host))
+    assert result["failed"]
+    assert f"version 570.86.15 but the driver is {DRIVER}" in result["msg"]
+    assert host.get("proc/sys/kernel/numa_balancing") == "1"
+
+
+def pcie_tree(root: Path, redirecting: str) -> dict[str, str]:
+    """Four PCIe switches with two GPUs each, as in the ct200 capture, as sysfs links them;
+    returns the ACSCtl flags per bridge (all off but `redirecting`)."""
+    acsctl = {}
+    gpus = ["05", "06", "45", "46", "85", "86", "c5", "c6"]
+    for switch in range(4):
+        rc = switch * 0x40
+        root_port = f"0000:{rc:02x}:01.1"
+        upstream = f"0000:{rc + 1:02x}:00.0"
+        for slot, gpu in enumerate(gpus[2 * switch : 2 * switch + 2]):
+            downstream = f"0000:{rc + 2:02x}:{slot:02x}.0"
+            device = (
+                root / "sys/devices" / f"pci0000:{rc:02x}" / root_port / upstream / downstream
+            ) / f"0000:{gpu}:00.0"
+            device.mkdir(parents=True)
+            link = root / "sys/bus/pci/devices" / f"0000:{gpu}:00.0"
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(device, link.parent))
+            off = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+            acsctl[downstream] = off
+        acsctl[upstream] = off
+    acsctl[redirecting] = (
+        "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+    )
+    return acsctl
+
+
+def test_acs_report_names_redirecting_bridges_and_changes_nothing(host, monkeypatch):
+    acsctl = pcie_tree(host.root, redirecting="0000:02:00.0")
+    (host.tmp / "acsctl.json").write_text(json.dumps(acsctl))
+    monkeypatch.setenv("FAKE_LSPCI_ACSCTL", str(host.tmp / "acsctl.json"))
+    lspci = write_exe(
+        host.bin / "lspci", f'#!/bin/sh\nexec {sys.executable} {FAKES / "lspci.py"} "$@"\n'
+    )
+    report_file = host.tmp / "var" / "acs-report.json"
+    args = host.args(lspci_path=str(lspci), acs_report_file=str(report_file))
+    result = run_module("host_tuning", args)
+    acs = result["acs"]
+    assert acs["checked"] and acs["reason"] is None
+    assert len(acs["gpus"]) == 8
+    # Per switch: root port, upstream port, two downstream ports.
+    assert len(acs["bridges"]) == 16
+    assert acs["redirecting"] == ["0000:02:00.0"]
+    assert json.loads(report_file.read_text()) == acs
+    warnings = warning_text(result)
+    assert "ACS redirects" in warnings and "NCCL_P2P_DISABLE=1 is set" in warnings
+    assert not any(c["key"].startswith("acs") for c in result["changes"])
+
+    again = run_module("host_tuning", args)
+    assert not again["changed"]
+    with_p2p = run_module("host_tuning", {**args, "nccl_environment": {"NCCL_P2P_LEVEL": "PIX"}})
+    assert "NCCL P2P is on: set NCCL_P2P_DISABLE=1" in warning_text(with_p2p)
+
+
+def test_acs_report_without_lspci_says_so(host):
+    report_file = host.tmp / "acs-report.json"
+    result = run_module("host_tuning", host.args(acs_report_file=str(report_file)))
+    assert not result["acs"]["checked"]
+    assert "lspci not found" in result["acs"]["reason"]
+    assert "install pciutils" in json.loads(report_file.read_text())["reason"]
+
+
+def test_fake_nvidia_smi_persistence_mode(host):
+    """The fake keeps `-pm` in its state file and reports it in the query and the XML."""
+    out = subprocess.run(
+        [str(host.smi), "-i", "00000000:06:00.0", "-pm", "1"], capture_output=True, text=True
+    )
+    assert out.returncode == 0
+    assert out.stdout == "Enabled Legacy persistence mode for GPU 00000000:06:00.0.\nAll done.\n"
+    xml = subprocess.run([str(host.smi), "-q", "-x"], capture_output=True, text=True).stdout
+    assert xml.count("<persistence_mode>Enabled</persistence_mode>") == 1
+    assert xml.count("<persistence_mode>Disabled</persistence_mode>") == 7
+
+
+# --------------------------------------------------------------------------------------------
+# Over SSH test hosts.
+
+SYS_ROOT = "/srv/fakesys"
+FM_CONFIG = "/usr/local/share/nvidia/nvswitch/fabricmanager.cfg"
+EXTRAVARS = {
+    # The hosts' /srv is their own: the role never reaches this machine's kernel values.
+    "tuning_sys_root": SYS_ROOT,
+    # No GPU or torch on test hosts.
+    "tuning_allreduce_check": False,
+    "tuning_lspci_path": "/usr/local/bin/lspci",
+    # /usr/share is shared with this machine; the host's own /usr/local is not.
+    "tuning_fabricmanager_config": FM_CONFIG,
+}
+TUNE = "Tune the host and record every value changed"
+RESTORE = "Restore the host values the tuning changed"
+
+
+def put_file(cluster, host: str, path: str, data: bytes, mode: str = "0644") -> None:
+    encoded = base64.b64encode(data).decode()
+    cluster.ssh(
+        host,
+        f"mkdir -p {os.path.dirname(path)} && echo {encoded} | base64 -d > {path} "
+        f"&& chmod {mode} {path}",
+    )
+
+
+def prepare_host(cluster, name: str, cpufreq: bool) -> None:
+    """Fake kernel values under /srv, every GPU with persistence mode off."""
+    lines = [
+        f"mkdir -p {SYS_ROOT}/proc/sys/kernel",
+        f"echo 1 > {SYS_ROOT}/proc/sys/kernel/numa_balancing",
+    ]
+    if cpufreq:
+        for cpu in range(2):
+            base = f"{SYS_ROOT}/sys/devices/system/cpu/cpu{cpu}/cpufreq"
+            lines += [
+                f"mkdir -p {base}",
+                f"echo powersave > {base}/scaling_governor",
+                f"echo 'performance powersave' > {base}/scaling_available_governors",
+            ]
+    gpus = 2 if name.startswith("h200") else 8
+    modes = json.dumps({str(i): "Disabled" for i in range(gpus)})
+    lines += [
+        "mkdir -p /etc/fake-nvidia-smi",
+        f"echo '{modes}' > /etc/fake-nvidia-smi/persistence_mode.json",
+    ]
+    cluster.ssh(name, " && ".join(lines))
+
+
+def prepare_pcie_tree(cluster, name: str, tmp_path: Path) -> None:
+    """The ct200 capture's PCIe layout under /srv, a fake lspci, one redirecting bridge."""
+    acsctl = pcie_tree(tmp_path / "pcie" / SYS_ROOT.lstrip("/"), redirecting="0000:42:00.0")
+    archive = subprocess.run(
+        ["tar", "-C", str(tmp_path / "pcie"), "-czf", "-", "srv"], capture_output=True, check=True
+    ).stdout
+    put_file(cluster, name, "/root/pcie.tgz", archive)
+    cluster.ssh(name, "tar -C / -xzf /root/pcie.tgz && rm /root/pcie.tgz")
+    put_file(cluster, name, "/etc/fake-lspci/acsctl.json", json.dumps(acsctl).encode())
+    put_file(cluster, name, "/usr/local/bin/lspci", (FAKES / "lspci.py").read_bytes(), "0755")
+
+
+def host_values(cluster, name: str) -> dict:
+    script = textwrap.dedent(
+        f"""\
+        import glob, json, os, subprocess
+        def read(path):
+            return open(path).read().strip() if os.path.exists(path) else None
+        def program(pid):
+            try:
+                return open(f"/proc/{{pid}}/cmdline", "rb").read().split(b"\\0")[0]
+            except OSError:
+                return None
+        query = subprocess.run(["nvidia-smi", "--query-gpu=persistence_mode",
+                                "--format=csv,noheader"], capture_output=True, text=True)
+        fm = [p for p in os.listdir("/proc") if p.isdigit() and program(p) == b"nv-fabricmanager"]
+        print(json.dumps({{
+            "numa_balancing": read("{SYS_ROOT}/proc/sys/kernel/numa_balancing"),
+            "governors": sorted({{read(p) for p in glob.glob(
+                "{SYS_ROOT}/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor")}}),
+            "nccl_conf": read("/etc/nccl.conf"),
+            "sysctl_conf": read("/etc/sysctl.d/90-kimi-tuning.conf"),
+            "persistence": sorted(set(query.stdout.split())),
+            "fabricmanager_running": bool(fm),
+            "state_file": read("/var/lib/kimi/tuning-state.json") is not None,
+            "acs_report": read("/var/lib/kimi/acs-report.json"),
+        }}))
+        """
+    )
+    encoded = base64.b64encode(script.encode()).decode()
+    out = cluster.ssh(name, f"echo {encoded} | base64 -d | python3 -")
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("test hosts need root (network and mount namespaces)")
+    from tests.testhosts import TestHostCluster
+
+    cluster = TestHostCluster.up(
+        ["ct200", "b200", "h200"], names=["ct200-0", "b200-0", "h200-nofm"]
+    )
+    try:
+        prepare_host(cluster, "ct200-0", cpufreq=True)
+        # Like a virtual machine: no cpufreq, which the role must skip cleanly.
+        prepare_host(cluster, "b200-0", cpufreq=False)
+        prepare_host(cluster, "h200-nofm", cpufreq=False)
+        prepare_pcie_tree(cluster, "ct200-0", tmp_path_factory.mktemp("pcie"))
+        put_file(
+            cluster,
+            "b200-0",
+            "/usr/local/bin/nv-fabricmanager",
+            (FAKES / "nv_fabricmanager").read_bytes(),
+            "0755",
+        )
+        put_file(cluster, "b200-0", FM_CONFIG, b"LOG_LEVEL=4\n")
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.mark.integration
+def test_role_converges_is_idempotent_and_teardown_restores(hosts, playbook):
+    good = "ct200-0,b200-0"
+    before = {name: host_values(hosts, name) for name in ("ct200-0", "b200-0")}
+    assert before["ct200-0"]["numa_balancing"] == "1"
+    assert before["b200-0"]["persistence"] == ["Disabled"]
+
+    check = playbook(
+        "playbooks/tuning.yml", hosts.inventory, extravars=EXTRAVARS, limit=good, check=True
+    )
+    assert check.rc == 0, check.stdout
+    assert all(check.changed().get(name) for name in ("ct200-0", "b200-0")), check.changed()
+    would = {name: {c["key"] for c in res["changes"]} for name, res in check.results(TUNE).items()}
+    assert "sysctl:kernel.numa_balancing" in would["ct200-0"]
+    assert "file:/etc/nccl.conf" in would["b200-0"]
+    assert "process:nv-fabricmanager" in would["b200-0"]
+    for name in before:
+        assert host_values(hosts, name) == before[name], f"check mode changed {name}"
+
+    run = playbook("playbooks/tuning.yml", hosts.inventory, extravars=EXTRAVARS, limit=good)
+    assert run.rc == 0, run.stdout
+    ct200, b200 = host_values(hosts, "ct200-0"), host_values(hosts, "b200-0")
+    for values in (ct200, b200):
+        assert values["numa_balancing"] == "0"
+        assert values["persistence"] == ["Enabled"]
+        assert values["sysctl_conf"].endswith("kernel.numa_balancing = 0")
+        assert values["state_file"]
+    # Each profile's NCCL environment from group_vars/<profile>.yml.
+    assert "NCCL_P2P_DISABLE=1" in ct200["nccl_conf"] and "NCCL_IB_DISABLE=1" in ct200["nccl_conf"]
+    assert "NCCL_NVLS_ENABLE=0" in b200["nccl_conf"] and "P2P" not in b200["nccl_conf"]
+    assert b200["fabricmanager_running"] and not ct200["fabricmanager_running"]
+    assert ct200["governors"] == ["performance"] and b200["governors"] == []
+    report = json.loads(ct200["acs_report"])
+    assert report["checked"] and report["redirecting"] == ["0000:42:00.0"]
+    assert b200["acs_report"] is None
+    tuned = run.results(TUNE)
+    assert "ACS redirects" in warning_text(tuned["ct200-0"])
+    assert run.changed().get("b200-0"), "a host without cpufreq must still report its changes"
+    not_applied = {item["what"]: item["reason"] for item in tuned["b200-0"]["not_applied"]}
+    assert "no cpufreq" in not_applied["cpu_governor"]
+
+    second = playbook("playbooks/tuning.yml", hosts.inventory, extravars=EXTRAVARS, limit=good)
+    assert second.rc == 0, second.stdout
+    assert sum(second.changed().values()) == 0, second.changed()
+
+    # The whole teardown: the server's stop (no server runs here), then the restore.
+    teardown = playbook("teardown.yml", hosts.inventory, limit=good)
+    assert teardown.rc == 0, teardown.stdout
+    assert set(teardown.results(RESTORE)) == {"ct200-0", "b200-0"}
+    for name in before:
+        after = host_values(hosts, name)
+        assert after["numa_balancing"] == "1"
+        assert after["persistence"] == ["Disabled"]
+        assert after["nccl_conf"] is None and after["sysctl_conf"] is None
+        assert not after["state_file"] and not after["fabricmanager_running"]
+    assert host_values(hosts, "ct200-0")["governors"] == ["powersave"]
+    # The restore play alone (`--tags tuning`), with nothing left to restore.
+    again = playbook(
+        "teardown.yml", hosts.inventory, limit=good, envvars={"ANSIBLE_RUN_TAGS": "tuning"}
+    )
+    assert again.rc == 0, again.stdout
+    assert sum(again.changed().values()) == 0
+    assert "nothing to restore" in again.results(RESTORE)["ct200-0"]["msg"]
+
+
+@pytest.mark.integration
+def test_nvswitch_host_without_fabricmanager_fails_clearly(hosts, playbook):
+    run = playbook("playbooks/tuning.yml", hosts.inventory, extravars=EXTRAVARS, limit="h200-nofm")
+    assert run.rc != 0
+    result = run.results(TUNE)["h200-nofm"]
+    assert result["failed"]
+    assert "The NVIDIA fabric manager is not installed: found no nv-fabricmanager" in result["msg"]
+    assert "nvidia-fabricmanager-580" in result["msg"]
+    values = host_values(hosts, "h200-nofm")
+    assert values["numa_balancing"] == "1" and not values["state_file"]
+    assert values["nccl_conf"] is None
+
+
+@pytest.mark.integration
+def test_nvswitch_profile_without_nvls_choice_fails_clearly(hosts, playbook):
+    run = playbook(
+        "playbooks/tuning.yml",
+        hosts.inventory,
+        extravars={**EXTRAVARS, "kimi_nccl_environment": {"NCCL_DEBUG": "WARN"}},
+        limit="b200-0",
+    )
+    assert run.rc != 0
+    result = run.results("Check the NVSwitch profile's NVLS choice")["b200-0"]
+    assert "does not set NCCL_NVLS_ENABLE" in result["msg"]
+    assert "group_vars/b200.yml" in result["msg"]
+
+
+FAKE_RUNTIME_PYTHON = """\
+#!/bin/sh
+# Stands in for the runtime's Python: keeps the environment it was given, and reports a torch
+# that sees one GPU, so that the all-reduce check has nothing to measure.
+env > /root/allreduce-env
+echo 'ALLREDUCE_PROBE {"python": "3.12.3", "torch": "2.11.0+cu130", "cuda": "13.0", \
+"cuda_available": true, "gpus": 1, "nccl_available": true, "nccl": "2.28.9", \
+"gpu_names": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"]}'
+"""
+
+
+@pytest.mark.integration
+def test_allreduce_check_runs_with_the_runtime_python_and_nccl_environment(hosts, playbook):
+    put_file(hosts, "ct200-0", "/root/fake-python", FAKE_RUNTIME_PYTHON.encode(), "0755")
+    extravars = {
+        **EXTRAVARS,
+        "tuning_allreduce_check": True,
+        "tuning_allreduce_python": "/root/fake-python",
+    }
+    run = playbook("playbooks/tuning.yml", hosts.inventory, extravars=extravars, limit="ct200-0")
+    assert run.rc == 0, run.stdout
+    # The module ran (the probe left its environment behind) and, with one GPU, skipped.
+    skipped = [
+        event
+        for event in run.events
+        if event["event"] == "runner_on_skipped"
+        and event["event_data"].get("task") == "Measure all-reduce with the tuned NCCL environment"
+    ]
+    assert len(skipped) == 1
+    env = hosts.ssh("ct200-0", "cat /root/allreduce-env").stdout.splitlines()
+    assert {"NCCL_P2P_DISABLE=1", "NCCL_MIN_NCHANNELS=8", "NCCL_IB_DISABLE=1"} <= set(env)
+    restore = playbook(
+        "teardown.yml", hosts.inventory, limit="ct200-0", envvars={"ANSIBLE_RUN_TAGS": "tuning"}
+    )
+    assert restore.rc == 0, restore.stdout
