@@ -21,6 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.hostprep import (
+    EXTRAVARS,
+    SYS_ROOT,
+    install_fabricmanager,
+    prepare_host,
+    put_file,
+)
 from tests.modules import run_module
 
 REPO = Path(__file__).resolve().parent.parent
@@ -509,51 +516,8 @@ def test_fake_nvidia_smi_persistence_mode(host):
 # --------------------------------------------------------------------------------------------
 # Over SSH test hosts.
 
-SYS_ROOT = "/srv/fakesys"
-FM_CONFIG = "/usr/local/share/nvidia/nvswitch/fabricmanager.cfg"
-EXTRAVARS = {
-    # The hosts' /srv is their own: the role never reaches this machine's kernel values.
-    "tuning_sys_root": SYS_ROOT,
-    # No GPU or torch on test hosts.
-    "tuning_allreduce_check": False,
-    "tuning_lspci_path": "/usr/local/bin/lspci",
-    # /usr/share is shared with this machine; the host's own /usr/local is not.
-    "tuning_fabricmanager_config": FM_CONFIG,
-}
 TUNE = "Tune the host and record every value changed"
 RESTORE = "Restore the host values the tuning changed"
-
-
-def put_file(cluster, host: str, path: str, data: bytes, mode: str = "0644") -> None:
-    encoded = base64.b64encode(data).decode()
-    cluster.ssh(
-        host,
-        f"mkdir -p {os.path.dirname(path)} && echo {encoded} | base64 -d > {path} "
-        f"&& chmod {mode} {path}",
-    )
-
-
-def prepare_host(cluster, name: str, cpufreq: bool) -> None:
-    """Fake kernel values under /srv, every GPU with persistence mode off."""
-    lines = [
-        f"mkdir -p {SYS_ROOT}/proc/sys/kernel",
-        f"echo 1 > {SYS_ROOT}/proc/sys/kernel/numa_balancing",
-    ]
-    if cpufreq:
-        for cpu in range(2):
-            base = f"{SYS_ROOT}/sys/devices/system/cpu/cpu{cpu}/cpufreq"
-            lines += [
-                f"mkdir -p {base}",
-                f"echo powersave > {base}/scaling_governor",
-                f"echo 'performance powersave' > {base}/scaling_available_governors",
-            ]
-    gpus = 2 if name.startswith("h200") else 8
-    modes = json.dumps({str(i): "Disabled" for i in range(gpus)})
-    lines += [
-        "mkdir -p /etc/fake-nvidia-smi",
-        f"echo '{modes}' > /etc/fake-nvidia-smi/persistence_mode.json",
-    ]
-    cluster.ssh(name, " && ".join(lines))
 
 
 def prepare_pcie_tree(cluster, name: str, tmp_path: Path) -> None:
@@ -615,14 +579,7 @@ def hosts(tmp_path_factory):
         prepare_host(cluster, "b200-0", cpufreq=False)
         prepare_host(cluster, "h200-nofm", cpufreq=False)
         prepare_pcie_tree(cluster, "ct200-0", tmp_path_factory.mktemp("pcie"))
-        put_file(
-            cluster,
-            "b200-0",
-            "/usr/local/bin/nv-fabricmanager",
-            (FAKES / "nv_fabricmanager").read_bytes(),
-            "0755",
-        )
-        put_file(cluster, "b200-0", FM_CONFIG, b"LOG_LEVEL=4\n")
+        install_fabricmanager(cluster, "b200-0")
         yield cluster
     finally:
         cluster.down()

@@ -1,0 +1,68 @@
+"""Fake GPU-host state on SSH test hosts for the tuning stage: kernel values under a private
+/srv tree (kernel.numa_balancing and cpufreq are not namespaced, so the role's root prefix
+points there), persistence mode of the fake nvidia-smi, a fake fabric manager."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+FAKES = Path(__file__).resolve().parent / "fakes"
+
+SYS_ROOT = "/srv/fakesys"
+FM_CONFIG = "/usr/local/share/nvidia/nvswitch/fabricmanager.cfg"
+EXTRAVARS = {
+    # The hosts' /srv is their own: the role never reaches this machine's kernel values.
+    "tuning_sys_root": SYS_ROOT,
+    # No GPU or torch on test hosts.
+    "tuning_allreduce_check": False,
+    "tuning_lspci_path": "/usr/local/bin/lspci",
+    # /usr/share is shared with this machine; the host's own /usr/local is not.
+    "tuning_fabricmanager_config": FM_CONFIG,
+}
+
+
+def put_file(cluster, host: str, path: str, data: bytes, mode: str = "0644") -> None:
+    encoded = base64.b64encode(data).decode()
+    cluster.ssh(
+        host,
+        f"mkdir -p {os.path.dirname(path)} && echo {encoded} | base64 -d > {path} "
+        f"&& chmod {mode} {path}",
+    )
+
+
+def prepare_host(cluster, name: str, cpufreq: bool) -> None:
+    """Fake kernel values under /srv, every GPU with persistence mode off."""
+    lines = [
+        f"mkdir -p {SYS_ROOT}/proc/sys/kernel",
+        f"echo 1 > {SYS_ROOT}/proc/sys/kernel/numa_balancing",
+    ]
+    if cpufreq:
+        for cpu in range(2):
+            base = f"{SYS_ROOT}/sys/devices/system/cpu/cpu{cpu}/cpufreq"
+            lines += [
+                f"mkdir -p {base}",
+                f"echo powersave > {base}/scaling_governor",
+                f"echo 'performance powersave' > {base}/scaling_available_governors",
+            ]
+    gpus = 2 if name.startswith("h200") else 8
+    modes = json.dumps({str(i): "Disabled" for i in range(gpus)})
+    lines += [
+        "mkdir -p /etc/fake-nvidia-smi",
+        f"echo '{modes}' > /etc/fake-nvidia-smi/persistence_mode.json",
+    ]
+    cluster.ssh(name, " && ".join(lines))
+
+
+def install_fabricmanager(cluster, name: str) -> None:
+    """A fake nv-fabricmanager of the captures' driver version, with its config file."""
+    put_file(
+        cluster,
+        name,
+        "/usr/local/bin/nv-fabricmanager",
+        (FAKES / "nv_fabricmanager").read_bytes(),
+        "0755",
+    )
+    put_file(cluster, name, FM_CONFIG, b"LOG_LEVEL=4\n")
