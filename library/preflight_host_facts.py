@@ -69,7 +69,7 @@ present:
   returned: always
   type: dict
 fabricmanager:
-  description: active (true, false, or null when not checked) and how it was checked.
+  description: active (true, false, or null when not checked), installed, and how it was checked.
   returned: always
   type: dict
 acs:
@@ -100,18 +100,29 @@ def read_pid1() -> str:
 
 
 def fabricmanager_state(module: AnsibleModule, pid1: str) -> dict:
+    # Installed but stopped is the tuning stage's to fix (it starts it); not installed is not.
+    installed = bool(module.get_bin_path("nv-fabricmanager", opt_dirs=["/usr/bin", "/usr/sbin"]))
     if pid1 == "systemd":
         systemctl = module.get_bin_path("systemctl")
         if systemctl:
             rc, out, _err = module.run_command([systemctl, "is-active", "nvidia-fabricmanager"])
-            return {"active": rc == 0, "how": "systemctl is-active", "state": out.strip()}
+            _rc, load, _err = module.run_command(
+                [systemctl, "show", "-p", "LoadState", "--value", "nvidia-fabricmanager"]
+            )
+            return {
+                "active": rc == 0,
+                "installed": installed or load.strip() == "loaded",
+                "how": "systemctl is-active",
+                "state": out.strip(),
+            }
     pgrep = module.get_bin_path("pgrep")
     if not pgrep:
-        return {"active": None, "how": "pgrep missing", "state": "unknown"}
+        return {"active": None, "installed": installed, "how": "pgrep missing", "state": "unknown"}
     # -f: the kernel's process name is cut to 15 characters, one short of nv-fabricmanager.
     rc, out, _err = module.run_command([pgrep, "-f", "(^|/)nv-fabricmanager( |$)"])
     return {
         "active": rc == 0,
+        "installed": installed or rc == 0,
         "how": "process nv-fabricmanager",
         "state": "running" if rc == 0 else "not running",
     }

@@ -127,14 +127,21 @@ def evaluate(
 
     if expected["interconnect"] == "nvlink":
         fabric = host.get("fabricmanager") or {}
+        # Installed but stopped: the tuning stage enables and starts it, so only warn here.
+        startable = fabric.get("active") is not True and fabric.get("installed") is True
         findings.add(
             "fabricmanager",
             fabric.get("active") is True,
             f"nvidia-fabricmanager is {fabric.get('state', 'unknown')} ({fabric.get('how')}); "
             "NVSwitch hosts need it active, at the driver's version, or NVLink stays down. "
-            "Fix: install nvidia-fabricmanager matching the driver and `systemctl enable --now "
-            "nvidia-fabricmanager` (on a VM whose hypervisor runs it, add fabricmanager to "
-            "kimi_preflight_warn_only).",
+            + (
+                "It is installed: the tuning stage enables and starts it."
+                if startable
+                else "Fix: install nvidia-fabricmanager matching the driver and `systemctl enable "
+                "--now nvidia-fabricmanager` (on a VM whose hypervisor runs it, add "
+                "fabricmanager to kimi_preflight_warn_only)."
+            ),
+            warn=startable,
         )
         state = gpu["fabric"]["state"]
         findings.add(
@@ -143,6 +150,8 @@ def evaluate(
             f"NVSwitch fabric state is {state} (per GPU: {gpu['fabric']['per_gpu']}); needed "
             "Completed. Fix: start nvidia-fabricmanager, check its log "
             "(/var/log/fabricmanager.log), then `nvidia-smi -q | grep -A2 Fabric`.",
+            # The fabric comes up once the tuning stage has started the fabric manager.
+            warn=startable,
         )
         if gpu["interconnect"] != "nvlink" and count > 1:
             findings.add(

@@ -126,6 +126,20 @@ def test_fabric_not_ready_and_p2p_broken():
     assert "P2P read is not OK between GPU pairs [[0, 5]]" in failures
 
 
+def test_stopped_fabric_manager_is_left_to_the_tuning_stage():
+    gpu = copy.deepcopy(GPU)
+    gpu["fabric"] = {"state": "Not Started", "per_gpu": ["Not Started"] * 8}
+    stopped = {"active": False, "installed": True, "state": "inactive", "how": "systemctl"}
+    verdict = judge(gpu, host={**HOST, "fabricmanager": stopped})
+    assert verdict["failures"] == []
+    warnings = " ".join(verdict["warning_messages"])
+    assert "the tuning stage enables and starts it" in warnings
+    assert "NVSwitch fabric state is Not Started" in warnings
+    missing = {"active": False, "installed": False, "state": "inactive", "how": "systemctl"}
+    failures = " ".join(judge(gpu, host={**HOST, "fabricmanager": missing})["failures"])
+    assert "Fix: install nvidia-fabricmanager matching the driver" in failures
+
+
 def test_pre_ampere_gpu_is_unsupported():
     gpu = copy.deepcopy(GPU)
     gpu["devices"] = [{"compute_capability": "7.0"}] * 8
