@@ -128,6 +128,36 @@ def test_plan_never_contacts_the_hosts(playbook, hub, tmp_path):
     assert plan["hardware"]["target_attention_backend"] == "trtllm_mla"
 
 
+def test_multi_node_ranks_come_from_an_inventory_group(playbook, hub, tmp_path):
+    """Two H200 hosts in one group serve one model: ranks by position, head's address."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "group_vars").symlink_to(REPO / "group_vars")
+    hosts = {"h200-head": {"ansible_host": "10.9.0.1"}, "h200-second": {"ansible_host": "10.9.0.2"}}
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "gpu_hosts": {"children": {"h200": {"hosts": hosts}}},
+                        "kimi_cluster_pair": {"hosts": {name: None for name in hosts}},
+                    },
+                }
+            }
+        )
+    )
+    out = tmp_path / "out"
+    run = run_plan(playbook, inventory, out, hub.url)
+    assert run.rc == 0, run.stdout
+    for rank, name in enumerate(hosts):
+        plan = json.loads((out / name / "plan.json").read_text())
+        argv = plan["serving_configs"]["ar"]["launch"][0]["argv"]
+        flags = argv[argv.index("--nnodes") :][:6]
+        assert flags == [
+            "--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", "10.9.0.1:50000"
+        ]  # fmt: skip
+
+
 SNAPSHOT = REPO / "tests" / "contract" / "sglang-0.5.23-args.json"
 
 
