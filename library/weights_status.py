@@ -68,21 +68,8 @@ status:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_inspect import pid_alive  # noqa: E402
 from ansible.module_utils.weights import progress_line, read_json  # noqa: E402
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def main() -> None:
@@ -119,7 +106,7 @@ def main() -> None:
             status={},
         )
     state = status.get("state", "starting")
-    if state not in ("done", "failed") and status.get("pid") and not alive(status["pid"]):
+    if state not in ("done", "failed") and status.get("pid") and not pid_alive(status["pid"]):
         state = "gone"
         status["message"] = (
             f"the download process (pid {status['pid']}) ended without finishing, at "

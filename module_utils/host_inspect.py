@@ -75,3 +75,20 @@ def acs_redirects(flags: dict[str, str] | None) -> bool:
     return flags.get("SrcValid") == "on" and (
         flags.get("ReqRedir") == "on" or flags.get("CmpltRedir") == "on"
     )
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process runs: a zombie has exited, only its parent has not collected it."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

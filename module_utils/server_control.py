@@ -16,6 +16,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+from ansible.module_utils.host_inspect import pid_alive
+
 CONFIG_HASH_KEY = "KIMI_SERVER_CONFIG_HASH"
 SYSTEMD_PROPERTIES = (
     "LoadState",
@@ -44,22 +46,6 @@ def process_environment(pid: int | None) -> dict[str, str] | None:
 def running_config_hash(pid: int | None) -> str | None:
     environment = process_environment(pid)
     return environment.get(CONFIG_HASH_KEY) if environment else None
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie has exited; only its parent has not collected it yet.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def systemd_status(run, unit: str) -> dict:

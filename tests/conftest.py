@@ -65,16 +65,13 @@ if str(REPO / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(REPO / "module_utils"))
 
 
-@pytest.fixture(scope="session")
-def wheelhouse():
-    """Wheels of the hosts' download tools: test hosts cannot reach PyPI, the controller can."""
-    folder = REPO / "tests" / ".state" / "wheelhouse"
-    requirements = REPO / "roles" / "weights" / "files" / "requirements-host.txt"
+def downloaded_wheels(requirements: Path, folder: Path) -> Path:
+    """The wheels a requirements file pins, downloaded once into folder (again when it changes)."""
+    import shutil
+    import subprocess
+
     stamp = folder / ".requirements"
     if not stamp.is_file() or stamp.read_text() != requirements.read_text():
-        import shutil
-        import subprocess
-
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         subprocess.run(
@@ -99,38 +96,26 @@ def wheelhouse():
 
 
 @pytest.fixture(scope="session")
+def wheelhouse():
+    """Wheels of the hosts' download tools: test hosts cannot reach PyPI, the controller can."""
+    return downloaded_wheels(
+        REPO / "roles" / "weights" / "files" / "requirements-host.txt",
+        REPO / "tests" / ".state" / "wheelhouse",
+    )
+
+
+@pytest.fixture(scope="session")
 def runtime_wheelhouse(wheelhouse, tmp_path_factory):
     """The hosts' wheelhouse plus the stand-in sglang wheel (tests/fake_sglang.py) and the build
     backend a git install of SGLang needs: the runtime role installs from it with --no-index."""
     import shutil
-    import subprocess
 
     from tests.fake_sglang import build_wheel
 
-    build = REPO / "tests" / ".state" / "wheelhouse-build"
-    requirements = REPO / "tests" / "fixtures" / "requirements-build.txt"
-    stamp = build / ".requirements"
-    if not stamp.is_file() or stamp.read_text() != requirements.read_text():
-        shutil.rmtree(build, ignore_errors=True)
-        build.mkdir(parents=True)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "--only-binary=:all:",
-                "-r",
-                str(requirements),
-                "-d",
-                str(build),
-            ],
-            check=True,
-        )
-        stamp.write_text(requirements.read_text())
+    build = downloaded_wheels(
+        REPO / "tests" / "fixtures" / "requirements-build.txt",
+        REPO / "tests" / ".state" / "wheelhouse-build",
+    )
     folder = tmp_path_factory.mktemp("runtime-wheelhouse")
     for source in (wheelhouse, build):
         for wheel in source.glob("*.whl"):
