@@ -25,11 +25,12 @@ EXTRAVARS = {
 
 
 def put_file(cluster, host: str, path: str, data: bytes, mode: str = "0644") -> None:
-    encoded = base64.b64encode(data).decode()
+    """Writes data to path on a test host through SSH (its /tmp is its own, so the controller's
+    files there are not the host's); any size, as base64 on stdin."""
     cluster.ssh(
         host,
-        f"mkdir -p {os.path.dirname(path)} && echo {encoded} | base64 -d > {path} "
-        f"&& chmod {mode} {path}",
+        f"mkdir -p {os.path.dirname(path)} && base64 -d > {path} && chmod {mode} {path}",
+        input=base64.b64encode(data).decode(),
     )
 
 

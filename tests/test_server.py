@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fake_sglang import PATCH, build_git_source
+from tests.hostprep import put_file
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
@@ -31,18 +33,6 @@ WAIT = "Wait for /health_generate"
 FAIL = "Fail with what the server said"
 CHECK_RELEASE = "Check the release runtime against the sglang wheel's own requirements"
 SIM_ENV = {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_LOAD_SECONDS": "1", "SGLANG_SIM_STEP_MS": "5"}
-
-
-@pytest.fixture
-def shared_path(tmp_path):
-    """A folder the test hosts see at the same path (their /tmp is their own)."""
-    import shutil
-
-    folder = REPO / "tests" / ".state" / "shared" / tmp_path.name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +59,13 @@ def server_vars(**extra) -> dict:
 
 def run_server(playbook, cluster, limit=HOST, **extra):
     return playbook(SERVER, cluster.inventory, extravars=server_vars(**extra), limit=limit)
+
+
+def send(cluster, path: Path, host=HOST) -> str:
+    """Copies a controller file to the same name under /root on the host; returns that path."""
+    target = f"/root/{path.name}"
+    put_file(cluster, host, target, path.read_bytes())
+    return target
 
 
 def supervisor_state(cluster, host=HOST) -> dict:
@@ -132,14 +129,16 @@ def test_runtime_installs_the_pinned_release_and_records_it(cluster, runtime):
 
 
 def test_runtime_restores_a_changed_pin_and_names_what_pip_cannot_fix(
-    playbook, cluster, runtime, shared_path
+    playbook, cluster, runtime, tmp_path
 ):
     from tests.fake_sglang import wheel
 
     _, _, extravars = runtime
     # An older packaging replaces sglang's pin, as a stray `pip install` would.
-    old = wheel(shared_path, "packaging", "25.0", {"packaging/__init__.py": b""}, [])
-    plugin = wheel(shared_path, "kimi-plugin", "1.0", {"kimi_plugin.py": b""}, ["packaging==25.0"])
+    old = send(cluster, wheel(tmp_path, "packaging", "25.0", {"packaging/__init__.py": b""}, []))
+    plugin = send(
+        cluster, wheel(tmp_path, "kimi-plugin", "1.0", {"kimi_plugin.py": b""}, ["packaging==25.0"])
+    )
     cluster.ssh(HOST, f"/opt/kimi/venv/bin/python -m pip install -q --no-deps {old}")
     restored = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST)
     assert restored.rc == 0, restored.stdout
@@ -167,9 +166,18 @@ def test_runtime_restores_a_changed_pin_and_names_what_pip_cannot_fix(
 
 
 def test_git_runtime_checks_out_the_ref_applies_patches_and_records_the_commit(
-    playbook, cluster, runtime_wheelhouse, tmp_path, shared_path
+    playbook, cluster, runtime_wheelhouse, tmp_path
 ):
-    source = build_git_source(shared_path / "src")
+    source = build_git_source(tmp_path / "src")
+    # The repository goes to the host (its /tmp is not the controller's): a local git server.
+    archive = subprocess.run(
+        ["tar", "-C", str(tmp_path / "src"), "-czf", "-", "sglang.git"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    put_file(cluster, "gitnode", "/root/sglang-git.tgz", archive)
+    cluster.ssh("gitnode", "mkdir -p /srv/git && tar -C /srv/git -xzf /root/sglang-git.tgz")
+    source["url"] = "file:///srv/git/sglang.git"
     patch = tmp_path / "ddtree.patch"
     patch.write_text(PATCH)
     extravars = {
