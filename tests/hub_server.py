@@ -8,6 +8,9 @@ HF_HUB_DISABLE_XET=1) for auth_check, model_info(files_metadata=True) and snapsh
     GET  /api/models/{repo}/tree/{rev}[/{path}]?recursive=true
     HEAD|GET /{repo}/resolve/{rev}/{path}          (Range answered with 206)
 
+and the same for dataset repositories (add_dataset), which the benchmark's prompt sets come
+from: /api/datasets/{repo}[/revision/{rev}] and /datasets/{repo}/resolve/{rev}/{path}.
+
 Errors carry the status codes and X-Error-Code headers the real hub sends, so the client
 raises the same exceptions: RepoNotFound, GatedRepo, RevisionNotFound, EntryNotFound, and a
 401 "Invalid credentials in Authorization header" for a bad token. Every request is logged
@@ -106,6 +109,7 @@ class LocalHub:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.repos: dict[str, HubRepo] = {}
+        self.datasets: dict[str, HubRepo] = {}
         self.valid_tokens: set[str] = set()
         self.requests: list[LoggedRequest] = []
         self.stalls: list[Stall] = []
@@ -141,6 +145,13 @@ class LocalHub:
         repo = HubRepo(repo_id, loaded, gated=gated, approved_tokens=set(approved_tokens or ()))
         repo.branches["main"] = repo.sha
         self.repos[repo_id] = repo
+        return repo
+
+    def add_dataset(self, repo_id: str, files: dict[str, bytes | Path]) -> HubRepo:
+        """A public dataset repository, resolved and served under /datasets/ paths."""
+        repo = self.add_repo(repo_id, files)
+        del self.repos[repo_id]
+        self.datasets[repo_id] = repo
         return repo
 
     def log(self, entry: LoggedRequest) -> None:
@@ -205,10 +216,17 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         path = unquote(url.path)
         query = parse_qs(url.query)
         status = HTTPStatus.OK
+        self._store = self.server_hub.repos
         try:
             token = self._token()
             if path.startswith("/api/models/"):
                 status = self._api(path[len("/api/models/") :], query, token, send_body)
+            elif path.startswith("/api/datasets/"):
+                self._store = self.server_hub.datasets
+                status = self._api(path[len("/api/datasets/") :], query, token, send_body)
+            elif path.startswith("/datasets/") and "/resolve/" in path:
+                self._store = self.server_hub.datasets
+                status = self._resolve(path[len("/datasets/") :], token, send_body)
             elif "/resolve/" in path:
                 status = self._resolve(path.lstrip("/"), token, send_body)
             else:
@@ -242,7 +260,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
 
     def _repo(self, repo_id: str, token: str | None, need_access: bool = True) -> HubRepo:
         """The repo; gated ones show their metadata to anyone, files only to approved tokens."""
-        repo = self.server_hub.repos.get(repo_id)
+        repo = self._store.get(repo_id)
         if repo is None:
             raise HubError(404, "RepoNotFound", "Repository not found")
         if need_access and repo.gated and token not in repo.approved_tokens:

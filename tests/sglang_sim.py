@@ -23,6 +23,16 @@ Environment (all optional):
     SGLANG_SIM_CRASH_ON_START exit(1) right after parsing the arguments when "1"
     SGLANG_SIM_LOSSY          fraction of tokens altered under speculation (default 0)
     SGLANG_SIM_MAX_RUNNING    requests decoded together (default 256)
+    SGLANG_SIM_TRUTH          "1": record when each request arrived and when each of its events
+                              and its [DONE] were written (server-side truth for client
+                              fidelity checks): GET /sim_truth, POST /sim_truth/reset
+    SGLANG_SIM_TRUTH_DIR      also append each finished request's record to <dir>/<pid>.jsonl
+    SGLANG_SIM_REUSE_PORT     "1": listen with SO_REUSEPORT, so several simulators share a port
+                              (the kernel spreads connections; a client can outrun one process)
+
+Events carry cumulative `output_ids` (ids derived from the token text, so a token altered by
+SGLANG_SIM_LOSSY has another id), /server_info a `startup_time`, and /metrics the counters
+SGLang exports (generation and prompt tokens, verify calls, requests).
 """
 
 from __future__ import annotations
@@ -55,6 +65,9 @@ class Settings:
     crash_after: float = field(default_factory=lambda: env_float("SGLANG_SIM_CRASH_AFTER", 0))
     lossy: float = field(default_factory=lambda: env_float("SGLANG_SIM_LOSSY", 0))
     max_running: int = field(default_factory=lambda: int(env_float("SGLANG_SIM_MAX_RUNNING", 256)))
+    truth: bool = field(default_factory=lambda: os.environ.get("SGLANG_SIM_TRUTH") == "1")
+    truth_dir: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_TRUTH_DIR", ""))
+    reuse_port: bool = field(default_factory=lambda: os.environ.get("SGLANG_SIM_REUSE_PORT") == "1")
 
 
 SNAPSHOT = "sglang-0.5.23-args.json"
@@ -135,6 +148,13 @@ def token(prompt: str, index: int) -> str:
     return "w" + hashlib.blake2b(f"{prompt}\0{index}".encode(), digest_size=4).hexdigest()
 
 
+VOCAB = 163840  # Kimi K2.6's
+
+
+def token_id(word: str) -> int:
+    return int(hashlib.blake2b(word.encode(), digest_size=4).hexdigest(), 16) % VOCAB
+
+
 @dataclass
 class Request:
     prompt: str
@@ -142,6 +162,7 @@ class Request:
     queue: asyncio.Queue
     admitted: float = 0.0
     tokens: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
     verify_steps: int = 0
     accepted_carry: float = 0.0
     done: bool = False
@@ -156,6 +177,11 @@ class Simulator:
         self.running: list[Request] = []
         self.waiting: asyncio.Queue[Request] = asyncio.Queue()
         self.generate_count = 0
+        self.startup_time = time.time()
+        self.prompt_tokens = 0
+        self.requests_total = 0
+        # Server-side timings when SGLANG_SIM_TRUTH=1: one record per streamed request.
+        self.truth: list[dict] = []
         # Cumulative since start, as SGLang's /server_info reports it.
         self.total_tokens = 0
         self.total_steps = 0
@@ -213,7 +239,9 @@ class Simulator:
                     self.tokens_this_step(request), request.max_new_tokens - len(request.tokens)
                 )
                 start = len(request.tokens)
-                request.tokens += [self.next_token(request, start + i) for i in range(count)]
+                words = [self.next_token(request, start + i) for i in range(count)]
+                request.tokens += words
+                request.ids += [token_id(word) for word in words]
                 request.verify_steps += 1
                 self.total_tokens += count
                 self.total_steps += 1
@@ -251,6 +279,8 @@ class Simulator:
             "model_path": self.args["model_path"],
             "speculative_algorithm": self.args["speculative_algorithm"],
             "argv": self.args["argv"],
+            "startup_time": self.startup_time,
+            "tokenizer_path": self.args["model_path"],
             "internal_states": [
                 {
                     "avg_spec_accept_length": average if self.speculative else None,
@@ -267,9 +297,18 @@ class Simulator:
             f"sglang:generation_tokens_total {self.total_tokens}\n"
             "# TYPE sglang:spec_verify_steps_total counter\n"
             f"sglang:spec_verify_steps_total {self.total_steps}\n"
+            "# TYPE sglang:spec_verify_calls_total counter\n"
+            f'sglang:spec_verify_calls_total{{model_name="sim"}} '
+            f"{self.total_steps if self.speculative else 0}\n"
+            "# TYPE sglang:prompt_tokens_total counter\n"
+            f'sglang:prompt_tokens_total{{model_name="sim"}} {self.prompt_tokens}\n'
+            "# TYPE sglang:num_requests_total counter\n"
+            f'sglang:num_requests_total{{model_name="sim"}} {self.requests_total}\n'
         )
 
-    async def generate(self, body: dict, writer: asyncio.StreamWriter) -> None:
+    async def generate(
+        self, body: dict, writer: asyncio.StreamWriter, arrival: float | None = None
+    ) -> None:
         self.generate_count += 1
         crash_after = self.settings.crash_after
         if crash_after and self.generate_count > crash_after:
@@ -279,15 +318,31 @@ class Simulator:
         text = body.get("text")
         if text is None and body.get("input_ids") is not None:
             text = " ".join(map(str, body["input_ids"]))
+        arrival = arrival or time.perf_counter()
         request = Request(str(text or ""), int(params.get("max_new_tokens", 128)), asyncio.Queue())
+        self.requests_total += 1
+        self.prompt_tokens += len(request.prompt.split())
         self.waiting.put_nowait(request)
         self.wakeup.set()
         if not body.get("stream"):
             while not request.done:
                 await request.queue.get()
-            payload = {"text": " ".join(request.tokens), "meta_info": self.meta_info(request, True)}
+            payload = {
+                "text": " ".join(request.tokens),
+                "output_ids": list(request.ids),
+                "meta_info": self.meta_info(request, True),
+            }
             await respond(writer, 200, json.dumps(payload).encode(), "application/json")
             return
+        truth = None
+        if self.settings.truth and len(self.truth) < 1_000_000:
+            truth = {
+                "arrival": arrival,
+                "prompt_sha256": hashlib.sha256(request.prompt.encode()).hexdigest(),
+                "events": [],
+                "done": None,
+            }
+            self.truth.append(truth)
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n"
@@ -296,14 +351,42 @@ class Simulator:
             await request.queue.get()
             event = {
                 "text": " ".join(request.tokens),
+                "output_ids": request.ids,
                 "meta_info": self.meta_info(request, request.done),
             }
             writer.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            if truth is not None:
+                truth["events"].append((time.perf_counter(), len(request.tokens)))
             await writer.drain()
             if request.done:
                 break
         writer.write(b"data: [DONE]\n\n")
+        if truth is not None:
+            truth["done"] = time.perf_counter()
+            if self.settings.truth_dir:
+                path = os.path.join(self.settings.truth_dir, f"{os.getpid()}.jsonl")
+                with open(path, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(truth) + "\n")
         await writer.drain()
+
+
+class Stamped(asyncio.StreamReader):
+    accepted = 0.0
+
+
+class StampedProtocol(asyncio.StreamReaderProtocol):
+    """Notes when the request's first bytes were read: handlers of a burst of connections
+    start one after the other, so a request's arrival is taken here, not when its handler
+    runs."""
+
+    def __init__(self, reader: Stamped, *args, **kwargs):
+        super().__init__(reader, *args, **kwargs)
+        self.stamped = reader
+
+    def data_received(self, data: bytes) -> None:
+        if not self.stamped.accepted:
+            self.stamped.accepted = time.perf_counter()
+        super().data_received(data)
 
 
 async def respond(writer, status: int, body: bytes, content_type: str = "text/plain") -> None:
@@ -350,11 +433,21 @@ async def serve(args: dict, settings: Settings) -> None:
                 await respond(writer, 200, simulator.metrics().encode())
             elif path == "/flush_cache":
                 await respond(writer, 200, b"Cache flushed.\n")
+            elif path == "/sim_truth" and simulator.settings.truth:
+                payload = json.dumps(simulator.truth).encode()
+                await respond(writer, 200, payload, "application/json")
+            elif path == "/sim_truth/reset" and simulator.settings.truth:
+                simulator.truth = []
+                await respond(writer, 200, b"")
+            elif path in ("/model_info", "/get_model_info"):
+                info = {"model_path": args["model_path"], "tokenizer_path": args["model_path"]}
+                await respond(writer, 200, json.dumps(info).encode(), "application/json")
             elif path == "/generate" and method == "POST":
                 if not simulator.loaded:
                     await respond(writer, 503, b"")
                 else:
-                    await simulator.generate(json.loads(body or b"{}"), writer)
+                    arrival = getattr(reader, "accepted", 0.0) or None
+                    await simulator.generate(json.loads(body or b"{}"), writer, arrival)
             else:
                 await respond(writer, 404, b"")
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
@@ -362,7 +455,15 @@ async def serve(args: dict, settings: Settings) -> None:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, args["host"], args["port"], backlog=1024)
+    loop = asyncio.get_running_loop()
+
+    def accept() -> asyncio.StreamReaderProtocol:
+        reader = Stamped(limit=1 << 16)
+        return StampedProtocol(reader, handle, loop=loop)
+
+    server = await loop.create_server(
+        accept, args["host"], args["port"], backlog=1024, reuse_port=settings.reuse_port or None
+    )
     print(f"simulated sglang {VERSION} serving on {args['host']}:{args['port']}", flush=True)
     async with server:
         await server.serve_forever()

@@ -1,0 +1,193 @@
+#!/usr/bin/python
+"""Ansible module benchmark_lossless: speculative outputs against AR, token for token."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: benchmark_lossless
+short_description: Flag serving configs whose greedy outputs differ from plain decoding
+description:
+  - Speculative decoding must not change what the model outputs. At temperature 0 each
+    speculative config's outputs are compared token for token with the reference config's
+    (C(ar)) on the same prompts, request by request, at the same concurrency level and
+    prompt set (batch shapes change floating-point results, so levels are not mixed).
+  - Reads the level files C(<config>/<prompt set>/c<N>.json) under O(results_dir) (one host's
+    results) and writes the report to O(output).
+  - Token ids are compared when the server returned them, otherwise whitespace-separated
+    words of the text. Tokens from the first divergence on count as mismatched.
+  - A config whose C(mismatch_rate) (mismatched over compared tokens) is above O(threshold) is
+    flagged C(broken_verification). Levels at a temperature above 0, and levels without a
+    reference level, are listed as not checked.
+version_added: "0.1.0"
+options:
+  results_dir:
+    description: One host's results folder, holding a folder per serving config.
+    type: path
+    required: true
+  reference:
+    description: The config whose outputs are the truth.
+    type: str
+    default: ar
+  threshold:
+    description: Highest mismatch rate (0 to 1) not flagged.
+    type: float
+    default: 0.1
+  output:
+    description: File the report is written to.
+    type: path
+    required: true
+notes:
+  - Greedy decoding is not bit-exact across kernels - a long output can drift on a near tie
+    even when verification is right; such drift is late and rare, while broken verification
+    diverges early and everywhere. The threshold separates the two; the report keeps where each
+    request diverged (C(first_divergence)) to tell them apart.
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Compare every speculative config with AR
+  benchmark_lossless:
+    results_dir: results/20260101T000000Z/gpu-node-17
+    output: results/20260101T000000Z/gpu-node-17/lossless.json
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+configs:
+  description: Per config - mismatch rate, tokens and requests compared and mismatched, whether
+    it is flagged, and the per-level comparisons.
+  returned: always
+  type: dict
+flagged:
+  description: Configs flagged as broken verification.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.benchmark import SCHEMA_VERSION, compare_outputs  # noqa: E402
+
+LEVEL = re.compile(r"^c(\d+)\.json$")
+
+
+def levels(results_dir: str) -> dict:
+    """{config: {(prompt set, concurrency): path}} of the level files present."""
+    found: dict = {}
+    for config in sorted(os.listdir(results_dir)):
+        folder = os.path.join(results_dir, config)
+        if not os.path.isdir(folder):
+            continue
+        for prompt_set in sorted(os.listdir(folder)):
+            sub = os.path.join(folder, prompt_set)
+            if not os.path.isdir(sub):
+                continue
+            for name in os.listdir(sub):
+                match = LEVEL.match(name)
+                if match:
+                    key = (prompt_set, int(match.group(1)))
+                    found.setdefault(config, {})[key] = os.path.join(sub, name)
+    return found
+
+
+def load(path: str) -> dict:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def check(results_dir: str, reference: str, threshold: float) -> dict:
+    found = levels(results_dir)
+    base = found.get(reference, {})
+    configs = {}
+    for config, files in found.items():
+        if config == reference:
+            continue
+        checked, skipped = [], []
+        for key, path in sorted(files.items()):
+            prompt_set, concurrency = key
+            where = {"prompt_set": prompt_set, "concurrency": concurrency}
+            if key not in base:
+                skipped.append({**where, "reason": f"no {reference} level to compare with"})
+                continue
+            candidate, truth = load(path), load(base[key])
+            temperatures = {
+                candidate.get("settings", {}).get("temperature"),
+                truth.get("settings", {}).get("temperature"),
+            }
+            if temperatures != {0.0} and temperatures != {0}:
+                skipped.append({**where, "reason": f"temperature {sorted(temperatures)}, not 0"})
+                continue
+            result = compare_outputs(truth.get("requests", []), candidate.get("requests", []))
+            checked.append({**where, **result})
+        tokens = sum(c["tokens_compared"] for c in checked)
+        mismatched = sum(c["tokens_mismatched"] for c in checked)
+        requests = sum(c["requests_compared"] for c in checked)
+        diverged = sum(c["requests_mismatched"] for c in checked)
+        rate = mismatched / tokens if tokens else None
+        configs[config] = {
+            "mismatch_rate": round(rate, 6) if rate is not None else None,
+            "request_mismatch_rate": round(diverged / requests, 6) if requests else None,
+            "tokens_compared": tokens,
+            "tokens_mismatched": mismatched,
+            "requests_compared": requests,
+            "requests_mismatched": diverged,
+            "broken_verification": rate is not None and rate > threshold,
+            "levels": checked,
+            "not_checked": skipped,
+        }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "sglang_benchmark.lossless",
+        "reference": reference,
+        "reference_found": bool(base),
+        "threshold": threshold,
+        "configs": configs,
+        "flagged": sorted(c for c, r in configs.items() if r["broken_verification"]),
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "results_dir": {"type": "path", "required": True},
+            "reference": {"type": "str", "default": "ar"},
+            "threshold": {"type": "float", "default": 0.1},
+            "output": {"type": "path", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not 0 <= p["threshold"] <= 1:
+        module.fail_json(msg=f"threshold must be between 0 and 1, got {p['threshold']}")
+    if not os.path.isdir(p["results_dir"]):
+        module.fail_json(msg=f"{p['results_dir']} is not a folder of benchmark results")
+    try:
+        report = check(p["results_dir"], p["reference"], p["threshold"])
+    except (OSError, ValueError) as error:
+        module.fail_json(msg=f"Reading the results under {p['results_dir']} failed: {error}")
+    content = json.dumps(report, indent=1) + "\n"
+    changed = True
+    if os.path.isfile(p["output"]):
+        with open(p["output"], encoding="utf-8") as handle:
+            changed = handle.read() != content
+    if changed and not module.check_mode:
+        with open(p["output"], "w", encoding="utf-8") as handle:
+            handle.write(content)
+    module.exit_json(
+        changed=changed,
+        configs={
+            k: {n: v for n, v in r.items() if n != "levels"} for k, r in report["configs"].items()
+        },
+        flagged=report["flagged"],
+        reference_found=report["reference_found"],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+#!/usr/bin/python
+"""Ansible module benchmark_prompts: prompt sets fetched at pinned revisions, through the chat
+template of the model under test."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: benchmark_prompts
+short_description: Fetch benchmark prompt sets at pinned revisions and render them for the model
+description:
+  - For each prompt set, fetches one file of a Hugging Face dataset repository at a pinned
+    revision (a branch or tag is resolved to its commit, which is recorded), verifies it against
+    the hub's hash, keeps it in O(cache_dir) (a later run with the same commit reads the cache and
+    contacts nobody), turns each row into a chat message with the set's C(template), renders it
+    through the chat template of the model in O(model_dir), and writes C(<name>.jsonl) (one
+    object with C(id) and C(prompt) a line) and C(<name>.meta.json) (where it came from) into
+    O(output_dir).
+  - O(files) are JSONL files of your own on the host, one object a line with C(prompt) (text
+    used as it is) or C(messages) (a chat, rendered).
+  - Reads C(.jsonl), C(.json) and C(.parquet) files; parquet needs pyarrow and rendering needs
+    jinja2, so run it with a Python that has both - the runtime's venv does (sglang depends on
+    datasets and torch, which bring them).
+  - Reports changed only when a prompts file's content changed.
+version_added: "0.1.0"
+options:
+  sets:
+    description:
+      - Hub prompt sets, name to C(repo), C(revision), C(file) and C(template) - the user
+        message, where C({field}) or C({field[0]}) stand for the row's values (other braces
+        are kept as they are).
+    type: dict
+    default: {}
+  files:
+    description: Your own prompt sets, name to a JSONL file on the host.
+    type: dict
+    default: {}
+  output_dir:
+    description: Folder for the rendered prompts, created when missing.
+    type: path
+    required: true
+  cache_dir:
+    description: Folder for downloaded dataset files, by repository and commit.
+    type: path
+    required: true
+  model_dir:
+    description: Model folder whose chat template is used (chat_template.jinja,
+      chat_template.json or tokenizer_config.json).
+    type: path
+    required: true
+  chat_template_kwargs:
+    description: Extra variables for the chat template (for example a thinking switch).
+    type: dict
+    default: {}
+  limit:
+    description: Most prompts kept per set (the first rows, in the dataset's order).
+    type: int
+    default: 64
+  hf_endpoint:
+    description: The hub (or a mirror).
+    type: str
+    default: https://huggingface.co
+  hf_token:
+    description: Token for gated datasets; public ones need none.
+    type: str
+    default: ""
+  timeout:
+    description: Seconds one download (and each hub request) may take.
+    type: int
+    default: 600
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Render GSM8K for the model under test
+  benchmark_prompts:
+    sets:
+      gsm8k:
+        repo: openai/gsm8k
+        revision: e53f048856ff4f594e959d75785d2c2d37b678ee
+        file: main/test-00000-of-00001.parquet
+        template: "{question}"
+    files:
+      mine: /var/lib/kimi/benchmark/prompts/src/mine.jsonl
+    output_dir: /var/lib/kimi/benchmark/prompts
+    cache_dir: /var/lib/kimi/benchmark/datasets
+    model_dir: /opt/kimi/weights/moonshotai/Kimi-K2.6
+  vars:
+    ansible_python_interpreter: /opt/kimi/venv/bin/python
+"""
+
+RETURN = r"""
+sets:
+  description: Per set - output file and its sha256, prompt count, the source (repository,
+    requested and resolved revision, file and its sha256, or the user file) and the chat
+    template's source and sha256.
+  returned: always
+  type: dict
+"""
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
+import urllib.error  # noqa: E402
+import urllib.parse  # noqa: E402
+import urllib.request  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.benchmark import (  # noqa: E402
+    chat_template_of,
+    prompt_of,
+    render_chat,
+    special_tokens,
+)
+
+SHA = re.compile(r"^[0-9a-f]{40}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class PromptError(Exception):
+    pass
+
+
+class Redirects(urllib.request.HTTPRedirectHandler):
+    """Keeps the hub's hash headers of a redirect (the CDN's answer has its own ETag) and
+    sends the token to the hub only, never to the host it redirects to."""
+
+    def __init__(self):
+        super().__init__()
+        self.linked_etag = ""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        self.linked_etag = self.linked_etag or headers.get("X-Linked-Etag") or ""
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != req.host:
+            new.remove_header("Authorization")
+        return new
+
+
+def fetch(url: str, token: str, timeout: int) -> urllib.request.addinfourl:
+    request = urllib.request.Request(url)  # noqa: S310 - the hub's http(s) URL
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    redirects = Redirects()
+    try:
+        answer = urllib.request.build_opener(redirects).open(request, timeout=timeout)
+        answer.linked_etag = redirects.linked_etag
+        return answer
+    except urllib.error.HTTPError as error:
+        code = error.headers.get("X-Error-Code") or ""
+        raise PromptError(f"{url}: HTTP {error.code} {code}".strip()) from None
+    except (urllib.error.URLError, OSError) as error:
+        raise PromptError(f"{url}: {getattr(error, 'reason', error)}") from None
+
+
+def resolve(endpoint: str, repo: str, revision: str, token: str, timeout: int) -> str:
+    quoted = urllib.parse.quote(revision, safe="")
+    with fetch(f"{endpoint}/api/datasets/{repo}/revision/{quoted}", token, timeout) as answer:
+        sha = json.loads(answer.read(1 << 22)).get("sha", "")
+    if not SHA.match(sha):
+        raise PromptError(f"{repo}@{revision}: the hub answered no commit ({sha!r})")
+    return sha
+
+
+def git_blob_id(path: str) -> str:
+    digest = hashlib.sha1(usedforsecurity=False)
+    digest.update(b"blob %d\0" % os.path.getsize(path))
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(url: str, dest: str, token: str, timeout: int) -> None:
+    """To a temporary name, checked against the hub's ETag (sha256 of an LFS file, git blob
+    id of a small one), then renamed: a cached file is always a whole, verified one."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    partial = f"{dest}.partial"
+    deadline = time.monotonic() + timeout
+    with fetch(url, token, timeout) as answer, open(partial, "wb") as handle:
+        etag = (
+            answer.linked_etag
+            or answer.headers.get("X-Linked-Etag")
+            or answer.headers.get("ETag")
+            or ""
+        ).strip('W/"')
+        for block in iter(lambda: answer.read(1 << 20), b""):
+            handle.write(block)
+            if time.monotonic() > deadline:
+                raise PromptError(f"{url}: not downloaded within {timeout} s")
+    if HEX64.match(etag):
+        found = sha256_of(partial)
+    elif SHA.match(etag):
+        found = git_blob_id(partial)
+    else:
+        found = etag
+    if found != etag:
+        os.remove(partial)
+        raise PromptError(f"{url}: content hash {found} is not the hub's {etag}")
+    os.replace(partial, dest)
+
+
+def read_rows(path: str) -> list[dict]:
+    if path.endswith(".parquet"):
+        try:
+            import pyarrow.parquet
+        except ImportError:
+            raise PromptError(
+                f"{path} is parquet and this Python has no pyarrow; run the module with the "
+                "runtime's Python (benchmark_prompts_python), whose sglang brings it"
+            ) from None
+        return pyarrow.parquet.read_table(path).to_pylist()
+    with open(path, encoding="utf-8") as handle:
+        if path.endswith(".json"):
+            data = json.load(handle)
+            return data if isinstance(data, list) else data.get("data") or data.get("rows") or []
+        rows = []
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as error:
+                    raise PromptError(f"{path} line {number}: not JSON ({error})") from None
+        return rows
+
+
+def load_template(model_dir: str) -> tuple[str, str, dict]:
+    files = {}
+    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
+        try:
+            with open(os.path.join(model_dir, name), encoding="utf-8") as handle:
+                files[name] = handle.read()
+        except OSError:
+            pass
+    try:
+        template, source = chat_template_of(files)
+        tokens = special_tokens(json.loads(files.get("tokenizer_config.json") or "{}"))
+    except ValueError as error:
+        raise PromptError(f"{model_dir}: unreadable tokenizer files ({error})") from None
+    if template is None:
+        raise PromptError(
+            f"no chat template in {model_dir} (looked for chat_template.jinja, "
+            "chat_template.json and tokenizer_config.json); the weights stage puts the model "
+            "there, or set benchmark_chat_template_dir"
+        )
+    return template, source, tokens
+
+
+def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
+    name = spec.get("name") or ""
+    if not NAME.match(name):
+        raise PromptError(f"prompt set name {name!r}: letters, digits, _ . - only")
+    text, source_name, tokens = template
+    if spec.get("path"):
+        path = spec["path"]
+        source = {"path": path, "sha256": sha256_of(path)}
+        rows = read_rows(path)
+    else:
+        missing = [k for k in ("repo", "revision", "file", "template") if not spec.get(k)]
+        if missing:
+            raise PromptError(f"prompt set {name}: missing {', '.join(missing)}")
+        repo, revision, file_name = spec["repo"], str(spec["revision"]), spec["file"]
+        endpoint = p["hf_endpoint"].rstrip("/")
+        sha = revision if SHA.match(revision) else None
+        cached = os.path.join(p["cache_dir"], repo, sha or "-", file_name)
+        if sha is None or not os.path.isfile(cached):
+            sha = sha or resolve(endpoint, repo, revision, p["hf_token"], p["timeout"])
+            cached = os.path.join(p["cache_dir"], repo, sha, file_name)
+            if not os.path.isfile(cached):
+                url = f"{endpoint}/datasets/{repo}/resolve/{sha}/{urllib.parse.quote(file_name)}"
+                download(url, cached, p["hf_token"], p["timeout"])
+        source = {
+            "repo": repo,
+            "revision": revision,
+            "resolved": sha,
+            "file": file_name,
+            "sha256": sha256_of(cached),
+        }
+        rows = read_rows(cached)
+    prompts = []
+    for index, row in enumerate(rows[: p["limit"]]):
+        if not isinstance(row, dict):
+            raise PromptError(f"prompt set {name} row {index}: not an object")
+        try:
+            if spec.get("path") and isinstance(row.get("prompt"), str):
+                prompt = row["prompt"]
+            else:
+                messages = row.get("messages") if spec.get("path") else None
+                if messages is None:
+                    messages = prompt_of(row, spec.get("template") or "{prompt}")
+                prompt = render_chat(text, messages, tokens, p["chat_template_kwargs"])
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as error:
+            raise PromptError(
+                f"prompt set {name} row {index}: cannot build the prompt ({error!r}); "
+                "check its template against the dataset's fields"
+            ) from None
+        except ImportError:
+            raise PromptError(
+                "rendering through the chat template needs jinja2, which this Python lacks; "
+                "run the module with the runtime's Python (benchmark_prompts_python)"
+            ) from None
+        prompts.append({"id": f"{name}-{index}", "prompt": prompt})
+    if not prompts:
+        raise PromptError(f"prompt set {name}: no rows")
+    content = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in prompts).encode()
+    output = os.path.join(p["output_dir"], f"{name}.jsonl")
+    digest = hashlib.sha256(content).hexdigest()
+    changed = not os.path.isfile(output) or sha256_of(output) != digest
+    meta = {
+        "name": name,
+        "source": source,
+        "rows": len(rows),
+        "prompts": len(prompts),
+        "template": spec.get("template"),
+        "chat_template": {
+            "source": source_name,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "kwargs": p["chat_template_kwargs"],
+        },
+        "output": output,
+        "sha256": digest,
+    }
+    if changed:
+        for path, data in ((output, content), (f"{output[:-6]}.meta.json", None)):
+            temporary = f"{path}.tmp"
+            with open(temporary, "wb") as handle:
+                handle.write(data if data is not None else json.dumps(meta, indent=1).encode())
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, path)
+    meta["changed"] = changed
+    return meta
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "sets": {"type": "dict", "default": {}},
+            "files": {"type": "dict", "default": {}},
+            "output_dir": {"type": "path", "required": True},
+            "cache_dir": {"type": "path", "required": True},
+            "model_dir": {"type": "path", "required": True},
+            "chat_template_kwargs": {"type": "dict", "default": {}},
+            "limit": {"type": "int", "default": 64},
+            "hf_endpoint": {"type": "str", "default": "https://huggingface.co"},
+            "hf_token": {"type": "str", "default": "", "no_log": True},
+            "timeout": {"type": "int", "default": 600},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    if p["limit"] < 1:
+        module.fail_json(msg=f"limit must be at least 1, got {p['limit']}")
+    results = {}
+    try:
+        os.makedirs(p["output_dir"], mode=0o755, exist_ok=True)
+        template = load_template(p["model_dir"])
+        specs = [{**spec, "name": name} for name, spec in p["sets"].items()]
+        specs += [{"name": name, "path": path} for name, path in p["files"].items()]
+        if not specs:
+            raise PromptError("no prompt sets and no prompt files given")
+        for spec in specs:
+            results[spec["name"]] = prepare(spec, p, template)
+    except (PromptError, OSError) as error:
+        module.fail_json(msg=f"Preparing the prompts failed: {error}", sets=results)
+    module.exit_json(changed=any(r["changed"] for r in results.values()), sets=results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,476 @@
+"""How true are the benchmark client's numbers? Measured against the simulator, whose own
+timestamps are the truth, side by side with SGLang's benchmark client.
+
+    .venv/bin/python -m tests.benchmarks.client_fidelity [--sglang-venv PATH] [--json FILE]
+
+The simulator runs a speculative config with a known prefill time, step time and accepted
+tokens per step, and (SGLANG_SIM_TRUTH_DIR) records when each request's first bytes were read
+and when each event and [DONE] were written. Truth per level, from those server-side stamps:
+output tokens/s = tokens / (last [DONE] - first arrival); TPOT = (last event - first event) /
+tokens after the first event; TTFT = first event - arrival. Every client is compared with the
+same truth, so what it adds (connecting, its event loop, its own definitions) is its error.
+Several simulator processes share the port (--servers, one core each), so that a burst of
+connections is read at once and the server side's own queue stays out of the figures.
+
+1. The kit's client - library/sglang_benchmark.py's own measuring functions, without
+   Ansible - at concurrency 1, 16, 64 and 256. Its TTFT difference is split, on the clock
+   all processes share, into the time before the server read the request (send) and after
+   it wrote the first event (receive: the client's reading and stamping).
+2. SGLang's own client (`python -m sglang.benchmark.serving --backend sglang`, native
+   /generate) from a venv with the pinned wheel (--sglang-venv), on a ShareGPT-format file of
+   the same prompts and a word-level tokenizer made for the simulator's tokens.
+3. An event-rate sweep: shorter steps at concurrency 256 and 64 (events come in bursts, one
+   per running request per step) until the kit's client marks itself saturated; the
+   highest event rate it handled unsaturated is reported.
+
+Targets: tokens/s and mean TPOT within 1% of the truth, mean TTFT within 1 ms, at
+concurrency 1 to 64. The simulator is Python too: on a small machine it, the client and
+anything else running share the cores, which shows as event-loop lag in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SPECULATIVE = [
+    "--model-path",
+    "MODEL",
+    "--trust-remote-code",
+    "--tp-size",
+    "8",
+    "--attention-backend",
+    "flashinfer",
+    "--enable-metrics",
+    "--host",
+    "127.0.0.1",
+    "--speculative-algorithm",
+    "DFLASH",
+    "--speculative-draft-model-path",
+    "/w/d",
+    "--speculative-num-draft-tokens",
+    "8",
+    "--speculative-dflash-block-size",
+    "8",
+    "--speculative-draft-window-size",
+    "4096",
+]
+TOKENIZER = """
+import json, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+vocab = {"[UNK]": 0, **{f"t{i}": i for i in range(1, 4096)}}
+tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tokenizer.decoder = decoders.WordPiece(prefix="##")
+tokenizer.save(sys.argv[1] + "/tokenizer.json")
+json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]",
+           "model_max_length": 1 << 20}, open(sys.argv[1] + "/tokenizer_config.json", "w"))
+json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
+          open(sys.argv[1] + "/config.json", "w"))
+"""
+
+
+def load_client():
+    """library/sglang_benchmark.py with the repo's module_utils, as Ansible ships them to a
+    host. The client needs only the standard library; where Ansible is not installed (a
+    bare GPU machine), a stand-in ansible.module_utils carries just what it imports."""
+    import importlib.util
+    import types
+
+    try:
+        import ansible.module_utils
+
+        if str(REPO / "module_utils") not in ansible.module_utils.__path__:
+            ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+    except ImportError:
+        package = types.ModuleType("ansible.module_utils")
+        package.__path__ = [str(REPO / "module_utils")]
+        basic = types.ModuleType("ansible.module_utils.basic")
+        basic.AnsibleModule = None
+        sys.modules.update(
+            {
+                "ansible": types.ModuleType("ansible"),
+                "ansible.module_utils": package,
+                "ansible.module_utils.basic": basic,
+            }
+        )
+    spec = importlib.util.spec_from_file_location(
+        "sglang_benchmark", REPO / "library" / "sglang_benchmark.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Simulator:
+    """One simulator process, or several sharing one port (SO_REUSEPORT) so that the server
+    side can outrun the client in the event-rate sweep. Each appends a record per finished
+    request to its own file in truth_dir."""
+
+    def __init__(self, model_dir, step_ms, accept, prefill_ms, truth_dir: Path, processes=1):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.truth_dir = truth_dir
+        truth_dir.mkdir(parents=True, exist_ok=True)
+        for old in truth_dir.glob("*.jsonl"):
+            old.unlink()
+        argv = [model_dir if a == "MODEL" else a for a in SPECULATIVE]
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "SGLANG_SIM_STEP_MS": str(step_ms),
+            "SGLANG_SIM_ACCEPT": str(accept),
+            "SGLANG_SIM_PREFILL_MS": str(prefill_ms),
+            "SGLANG_SIM_TRUTH": "1",
+            "SGLANG_SIM_TRUTH_DIR": str(truth_dir),
+            "SGLANG_SIM_REUSE_PORT": "1" if processes > 1 else "",
+        }
+        command = [
+            sys.executable,
+            str(REPO / "tests/sglang_sim.py"),
+            *argv,
+            "--port",
+            str(self.port),
+        ]
+        self.processes = [
+            subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            for _ in range(processes)
+        ]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(self.url + "/health", timeout=1)  # noqa: S310 - loopback
+                time.sleep(0.5 if processes > 1 else 0)  # the others bind as quickly
+                return
+            for process in self.processes:
+                if process.poll() is not None:
+                    raise RuntimeError(process.stderr.read().decode())
+            time.sleep(0.1)
+        raise RuntimeError("the simulator did not start within 30 s")
+
+    def records(self, since: float, skip: int = 0) -> list[dict]:
+        """Server-side records of the requests that arrived after `since` (a perf_counter time:
+        the same monotonic clock in every process), the first `skip` (warmup) left out."""
+        time.sleep(0.3)  # records are appended right after [DONE] is written
+        found = []
+        for path in self.truth_dir.glob("*.jsonl"):
+            found += [json.loads(line) for line in path.read_text().splitlines() if line]
+        found = sorted((r for r in found if r["arrival"] >= since), key=lambda r: r["arrival"])
+        return [r for r in found[skip:] if r["events"] and r["done"]]
+
+    def truth(self, since: float, skip: int = 0) -> dict:
+        return truth_of(self.records(since, skip))
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
+
+
+def truth_of(records: list[dict]) -> dict:
+    tokens = sum(r["events"][-1][1] for r in records)
+    span = max(r["done"] for r in records) - min(r["arrival"] for r in records)
+    tpot = [
+        (r["events"][-1][0] - r["events"][0][0]) * 1000 / (r["events"][-1][1] - r["events"][0][1])
+        for r in records
+        if r["events"][-1][1] > r["events"][0][1]
+    ]
+    return {
+        "requests": len(records),
+        "output_tokens_per_s": tokens / span,
+        "tpot_ms": statistics.fmean(tpot),
+        "ttft_ms": statistics.fmean((r["events"][0][0] - r["arrival"]) * 1000 for r in records),
+        "events_per_s": sum(len(r["events"]) for r in records) / span,
+    }
+
+
+def prompts(count: int) -> list[str]:
+    return [
+        " ".join(f"t{(i * 7 + j) % 4000 + 1}" for j in range(16)) + f" q{i}" for i in range(count)
+    ]
+
+
+def figures(summary: dict, meta: dict) -> dict:
+    return {
+        "output_tokens_per_s": summary["output_tokens_per_s"],
+        "tpot_ms": summary["tpot_ms"]["mean"],
+        "ttft_ms": summary["ttft_ms"]["mean"],
+        "failed": summary["requests_failed"],
+        "saturated": meta["saturated"],
+        "timing_reliable": meta["timing_reliable"],
+        "cpu_fraction": meta["cpu_fraction"],
+        "lag_p99_ms": meta["loop_lag_ms"]["p99"],
+        "events_per_s": meta["events_per_s"],
+    }
+
+
+def run_kit_bare(client, sim: Simulator, concurrency: int, requests: int, tokens: int):
+    """The module's own measuring functions (run_level, record_of, summarize_level,
+    client_report). Its run() adds /flush_cache, /server_info and /metrics calls between
+    levels, which several simulator processes behind one port would answer at random."""
+    import asyncio
+    import gc
+    import hashlib
+
+    target = client.Target(sim.url, "")
+    texts = prompts(requests)
+    body = {"max_new_tokens": tokens, "temperature": 0.0}
+    payloads = [target.request({"text": t, "sampling_params": body, "stream": True}) for t in texts]
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(client.run_level(target, payloads[:2], 2, 600.0, tokens + 16))
+        since = time.perf_counter()
+        gc.collect()
+        gc.disable()
+        try:
+            level = loop.run_until_complete(
+                client.run_level(target, payloads, concurrency, 600.0, tokens + 16)
+            )
+        finally:
+            gc.enable()
+    finally:
+        loop.close()
+    records, itl, sent = [], [], {}
+    for tracker, text in zip(level["trackers"], texts, strict=True):
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        record, gaps = client.record_of(tracker, {}, sha)
+        records.append(record)
+        itl += gaps
+        if tracker.connected and tracker.events:
+            sent[sha] = (tracker.connected, tracker.events[0][0])
+    summary = client.summarize_level(records, level["ended"] - level["started"], itl)
+    events = sum(len(t.events) for t in level["trackers"])
+    ours = figures(summary, client.client_report(level, events))
+    # Where TTFT's difference from the truth comes from, on the clock all processes share:
+    # before the server read the request (its accept queue), and after it wrote the first
+    # event (the client's reading and stamping).
+    truth_records = sim.records(since)
+    joined = [(sent[r["prompt_sha256"]], r) for r in truth_records if r["prompt_sha256"] in sent]
+    ours["send_delay_ms"] = statistics.fmean((r["arrival"] - s[0]) * 1000 for s, r in joined)
+    ours["receive_delay_ms"] = statistics.fmean(
+        (s[1] - r["events"][0][0]) * 1000 for s, r in joined
+    )
+    return ours, truth_of(truth_records)
+
+
+def run_sglang(venv: Path, sim: Simulator, concurrency: int, requests: int, tokens: int, work):
+    data = work / "sharegpt.json"
+    data.write_text(
+        json.dumps(
+            [
+                {"conversations": [{"from": "human", "value": p}, {"from": "gpt", "value": "t1"}]}
+                for p in prompts(requests)
+            ]
+        )
+    )
+    output = work / f"sglang-c{concurrency}.jsonl"
+    output.unlink(missing_ok=True)
+    since = time.perf_counter()
+    command = [
+        str(venv / "bin/python"),
+        "-m",
+        "sglang.benchmark.serving",
+        "--backend",
+        "sglang",
+        "--base-url",
+        sim.url,
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(data),
+        "--sharegpt-output-len",
+        str(tokens),
+        "--num-prompts",
+        str(requests),
+        "--max-concurrency",
+        str(concurrency),
+        "--tokenizer",
+        str(work / "tokenizer"),
+        "--model",
+        str(work / "tokenizer"),
+        "--ready-check-timeout-sec",
+        "0",
+        "--warmup-requests",
+        "1",
+        "--output-file",
+        str(output),
+        "--disable-tqdm",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=work, timeout=1800)
+    if done.returncode != 0 or not output.is_file():
+        raise RuntimeError(
+            f"sglang.benchmark.serving failed: {done.stdout[-2000:]}{done.stderr[-3000:]}"
+        )
+    result = json.loads(output.read_text().splitlines()[-1])
+    return {
+        "output_tokens_per_s": result["output_throughput"],
+        "tpot_ms": result["mean_tpot_ms"],
+        "ttft_ms": result["mean_ttft_ms"],
+        "failed": requests - result["completed"],
+    }, sim.truth(since, skip=1)
+
+
+def errors(measured: dict, truth: dict) -> dict:
+    return {
+        "tok_s_err_pct": 100 * (measured["output_tokens_per_s"] / truth["output_tokens_per_s"] - 1),
+        "tpot_err_pct": 100 * (measured["tpot_ms"] / truth["tpot_ms"] - 1),
+        "ttft_err_ms": measured["ttft_ms"] - truth["ttft_ms"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", default="1,16,64,256")
+    parser.add_argument("--step-ms", type=float, default=20.0)
+    parser.add_argument("--accept", type=float, default=3.0)
+    parser.add_argument("--prefill-ms", type=float, default=30.0)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--waves", type=int, default=2, help="requests per level / concurrency")
+    parser.add_argument("--min-requests", type=int, default=16)
+    parser.add_argument(
+        "--sglang-venv",
+        type=Path,
+        default=REPO / ".venvs" / "sglang",
+        help="a venv with the pinned sglang wheel; skipped when it has no python",
+    )
+    parser.add_argument(
+        "--sweep",
+        default="256x80,256x60,256x40,256x30,256x20,64x10,64x5,64x2.5,64x1.25",
+        help="points of the event-rate sweep, CONCURRENCYxSTEP_MS, comma-separated",
+    )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=max(1, min(8, (os.cpu_count() or 2) - 2)),
+        help="simulator processes sharing the port (one core each), so that the server side's "
+        "own accept queue and event writing stay small next to what is measured",
+    )
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    args = parser.parse_args(argv)
+
+    client = load_client()
+    rows, sweep = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        (work / "tokenizer").mkdir()
+        have_sglang = (args.sglang_venv / "bin/python").is_file()
+        if have_sglang:
+            subprocess.run(
+                [str(args.sglang_venv / "bin/python"), "-c", TOKENIZER, str(work / "tokenizer")],
+                check=True,
+            )
+        model = str(work / "tokenizer")
+        sim = Simulator(
+            model, args.step_ms, args.accept, args.prefill_ms, work / "truth", args.servers
+        )
+        try:
+            for concurrency in [int(c) for c in args.levels.split(",")]:
+                requests = max(args.min_requests, args.waves * concurrency)
+                ours, truth = run_kit_bare(client, sim, concurrency, requests, args.max_new_tokens)
+                row = {
+                    "concurrency": concurrency,
+                    "requests": requests,
+                    "truth": truth,
+                    "kit": {**ours, **errors(ours, truth)},
+                }
+                if have_sglang:
+                    theirs, truth2 = run_sglang(
+                        args.sglang_venv, sim, concurrency, requests, args.max_new_tokens, work
+                    )
+                    row["sglang"] = {**theirs, **errors(theirs, truth2), "truth": truth2}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        finally:
+            sim.stop()
+        for point_text in [p for p in args.sweep.split(",") if p]:
+            level_text, step_text = point_text.split("x")
+            concurrency, step = int(level_text), float(step_text)
+            sim = Simulator(model, step, args.accept, args.prefill_ms, work / "truth", args.servers)
+            try:
+                ours, truth = run_kit_bare(
+                    client, sim, concurrency, 2 * concurrency, args.max_new_tokens
+                )
+            finally:
+                sim.stop()
+            point = {
+                "step_ms": step,
+                "concurrency": concurrency,
+                "servers": args.servers,
+                "truth": truth,
+                "kit": {**ours, **errors(ours, truth)},
+            }
+            sweep.append(point)
+            print(json.dumps(point), flush=True)
+
+    print()
+    header = (
+        "| c | truth tok/s | kit tok/s err | kit TPOT err | kit TTFT err (send + receive) "
+        "| kit saturated |"
+    )
+    if any("sglang" in r for r in rows):
+        header += " sglang tok/s err | sglang TPOT err | sglang TTFT err |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for row in rows:
+        kit = row["kit"]
+        line = (
+            f"| {row['concurrency']} | {row['truth']['output_tokens_per_s']:.1f} "
+            f"| {kit['tok_s_err_pct']:+.2f}% | {kit['tpot_err_pct']:+.2f}% "
+            f"| {kit['ttft_err_ms']:+.2f} ms ({kit['send_delay_ms']:+.2f} + "
+            f"{kit['receive_delay_ms']:+.2f}) | {kit['saturated']} |"
+        )
+        if "sglang" in row:
+            theirs = row["sglang"]
+            line += (
+                f" {theirs['tok_s_err_pct']:+.2f}% | {theirs['tpot_err_pct']:+.2f}% "
+                f"| {theirs['ttft_err_ms']:+.2f} ms |"
+            )
+        print(line)
+    print()
+    print(
+        "| step ms | c | server events/s | client events/s | client CPU | lag p99 ms | saturated "
+        "| tok/s err | TPOT err | TTFT err |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for point in sweep:
+        kit = point["kit"]
+        print(
+            f"| {point['step_ms']} | {point['concurrency']} | {point['truth']['events_per_s']:.0f} "
+            f"| {kit['events_per_s']:.0f} | {kit['cpu_fraction']:.0%} | {kit['lag_p99_ms']:.2f} "
+            f"| {kit['saturated']} | {kit['tok_s_err_pct']:+.2f}% | {kit['tpot_err_pct']:+.2f}% "
+            f"| {kit['ttft_err_ms']:+.2f} ms |"
+        )
+    calm = [p["kit"]["events_per_s"] for p in sweep if not p["kit"]["saturated"]]
+    if sweep:
+        print(
+            f"\nhighest event rate before the client marked itself saturated: "
+            f"{max(calm):.0f} events/s"
+            if calm
+            else "\nsaturated at every swept rate"
+        )
+    if args.json:
+        args.json.write_text(
+            json.dumps({"levels": rows, "sweep": sweep, "args": vars(args)}, indent=1, default=str)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())

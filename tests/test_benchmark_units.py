@@ -1,0 +1,554 @@
+"""The benchmark without test hosts: stream parsing, statistics, the losslessness check, chat
+templates, and the modules themselves against the simulator and a local hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.benchmark import (
+    ResponseParser,
+    StreamError,
+    chat_template_of,
+    compare_outputs,
+    completion_tokens,
+    distribution,
+    fill,
+    parse_metrics,
+    render_chat,
+    request_timings,
+    server_delta,
+    special_tokens,
+    summarize_level,
+)
+
+from tests.hub_server import LocalHub
+from tests.modules import load_module, run_module
+from tests.test_sglang_sim import BASE, start
+
+pytestmark = pytest.mark.benchmark
+
+DFLASH = [
+    "--speculative-algorithm",
+    "DFLASH",
+    "--speculative-draft-model-path",
+    "/w/d",
+    "--speculative-num-draft-tokens",
+    "8",
+    "--speculative-dflash-block-size",
+    "8",
+    "--speculative-draft-window-size",
+    "4096",
+]
+TEMPLATE = (
+    "{% for m in messages %}<|im_{{ m.role }}|>{{ m.content }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_assistant|>{% endif %}"
+)
+SUMMARY_FIELDS = {
+    "output_tokens_per_s",
+    "requests_per_s",
+    "ttft_ms",
+    "itl_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "accept_length_mean",
+    "step_ms",
+    "accepted_tokens_per_step",
+    "requests_ok",
+    "requests_failed",
+}
+
+
+def check_contract(document: dict, config: str, concurrency: int) -> None:
+    """What the README promises of every c<N>.json."""
+    assert document["schema_version"] == 1
+    assert document["config"] == config and document["concurrency"] == concurrency
+    summary = document["summary"]
+    assert set(summary) >= SUMMARY_FIELDS
+    for name in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert {"mean", "p50", "p90", "p99"} <= set(summary[name]), name
+    assert summary["requests_ok"] + summary["requests_failed"] == len(document["requests"])
+    for record in document["requests"]:
+        assert {"index", "ok", "ttft_ms", "e2e_ms", "output_tokens", "events"} <= set(record)
+    provenance = document["provenance"]
+    for name in ("sglang_version", "server_info", "prompts", "started_at", "ended_at"):
+        assert name in provenance, name
+    assert len(provenance["prompts"]["sha256"]) == 64
+    client = document["client"]
+    assert {"cpu_fraction", "loop_lag_ms", "saturated"} <= set(client)
+
+
+# -- stream parsing -------------------------------------------------------------------
+
+
+def sse(*payloads: bytes) -> bytes:
+    return b"".join(b"data: " + p + b"\n\n" for p in payloads)
+
+
+def chunked(body: bytes, size: int) -> bytes:
+    out = b""
+    for offset in range(0, len(body), size):
+        piece = body[offset : offset + size]
+        out += b"%x;ext=1\r\n" % len(piece) + piece + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("split", [1, 3, 7, 64, 10_000])
+def test_chunked_events_survive_any_split(split):
+    events = [json.dumps({"meta_info": {"completion_tokens": n}}).encode() for n in (1, 4, 7)]
+    body = sse(*events, b"[DONE]")
+    raw = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: text/event-stream"
+        b"\r\n\r\n" + chunked(body, 5)
+    )
+    parser = ResponseParser()
+    found = []
+    for offset in range(0, len(raw), split):
+        found += parser.feed(raw[offset : offset + split])
+    assert found == [*events, b"[DONE]"]
+    assert parser.finished and parser.status == 200
+
+
+def test_close_delimited_and_error_bodies():
+    parser = ResponseParser()
+    assert parser.feed(b'HTTP/1.1 200 OK\r\n\r\ndata: {"a": 1}\r\n\r\ndata: [DO') == [b'{"a": 1}']
+    assert parser.feed(b"NE]") == []
+    assert parser.close() == [b"[DONE]"]
+    refused = ResponseParser()
+    refused.feed(b'HTTP/1.1 401 Unauthorized\r\nContent-Length: 12\r\n\r\n{"error": 1}')
+    assert refused.status == 401 and refused.finished and bytes(refused.body) == b'{"error": 1}'
+    with pytest.raises(StreamError):
+        ResponseParser().feed(b"SSH-2.0-OpenSSH\r\n\r\n")
+
+
+def test_completion_tokens_ignores_the_key_inside_the_text():
+    text = 'say "completion_tokens": 999 please'
+    event = json.dumps({"text": text, "meta_info": {"completion_tokens": 12}}).encode()
+    assert completion_tokens(event) == 12
+    assert completion_tokens(b'{"text": "no meta"}') is None
+    assert completion_tokens(b'{"meta_info": {"completion_tokens":3}}') == 3
+
+
+# -- statistics -----------------------------------------------------------------------
+
+
+def test_itl_is_per_token_and_tpot_counts_after_the_first_event():
+    # First event at 50 ms with 3 tokens, then 3 tokens every 30 ms, one empty event.
+    events = [(0.050, 3), (0.080, 6), (0.095, 6), (0.110, 9), (0.140, 12)]
+    timings = request_timings(0.0, events, done=0.141)
+    assert timings["ttft_ms"] == pytest.approx(50)
+    assert timings["itl_ms"] == pytest.approx([10.0] * 9)
+    assert timings["tpot_ms"] == pytest.approx(90 / 9)
+    assert timings["e2e_ms"] == pytest.approx(141)
+
+
+def test_distribution_matches_linear_interpolation():
+    values = list(range(1, 101))
+    found = distribution([float(v) for v in values])
+    assert found["mean"] == 50.5 and found["p50"] == 50.5
+    assert found["p90"] == pytest.approx(90.1) and found["p99"] == pytest.approx(99.01)
+    assert distribution([])["count"] == 0
+
+
+def test_summary_weights_accept_length_by_tokens_and_decomposes_speed():
+    requests = [
+        {
+            "ok": True,
+            "output_tokens": 100,
+            "spec_verify_ct": 25,
+            "accept_length": 4.0,
+            "decode_steps": 24,
+            "decode_ms": 480.0,
+            "ttft_ms": 50,
+            "e2e_ms": 530,
+            "tpot_ms": 5,
+        },
+        {
+            "ok": True,
+            "output_tokens": 10,
+            "spec_verify_ct": 10,
+            "accept_length": 1.0,
+            "decode_steps": 9,
+            "decode_ms": 180.0,
+            "ttft_ms": 50,
+            "e2e_ms": 230,
+            "tpot_ms": 20,
+        },
+        {"ok": False, "output_tokens": 0, "error": "x"},
+    ]
+    summary = summarize_level(requests, duration_s=1.0, itl_ms=[5.0, 20.0])
+    assert summary["accept_length_mean"] == pytest.approx((100 * 4 + 10 * 1) / 110, abs=1e-4)
+    assert summary["accepted_tokens_per_step"] == pytest.approx(110 / 35, abs=1e-4)
+    assert summary["step_ms"] == pytest.approx(660 / 33, abs=1e-4)
+    assert summary["output_tokens_per_s"] == 110
+    assert (summary["requests_ok"], summary["requests_failed"]) == (2, 1)
+    assert summary["effective_concurrency"] == pytest.approx(0.76)
+
+
+def test_server_deltas_and_restarts():
+    text = (
+        "# TYPE sglang:generation_tokens_total counter\n"
+        'sglang:generation_tokens_total{model_name="a"} 100\n'
+        'sglang:generation_tokens_total{model_name="b"} 20\n'
+        "sglang:spec_verify_calls_total 40\n"
+        "sglang:other 5\n"
+    )
+    metrics = parse_metrics(
+        text, ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total")
+    )
+    assert metrics == {
+        "sglang:generation_tokens_total": 120.0,
+        "sglang:spec_verify_calls_total": 40.0,
+    }
+    before = {
+        "metrics": {"sglang:generation_tokens_total": 20.0, "sglang:spec_verify_calls_total": 10.0},
+        "startup_time": 1.0,
+    }
+    delta = server_delta(before, {"metrics": metrics, "startup_time": 1.0})
+    assert delta["accept_length"] == pytest.approx(100 / 30, abs=1e-4) and not delta["restarted"]
+    assert server_delta(before, {"metrics": metrics, "startup_time": 2.0})["restarted"]
+    assert server_delta({"metrics": metrics}, before)["restarted"]
+
+
+def test_comparison_counts_tokens_from_the_first_divergence():
+    base = [{"index": i, "ok": True, "output_ids": list(range(10))} for i in range(4)]
+    same = compare_outputs(base, [dict(r) for r in base])
+    assert same["mismatch_rate"] == 0 and same["requests_mismatched"] == 0
+    changed = [dict(r) for r in base]
+    changed[1]["output_ids"] = [0, 1, 2, 99, 4, 5, 6, 7, 8, 9]  # diverges at 3: 7 of 10
+    changed[2]["output_ids"] = list(range(8))  # ends early: 2 of 10
+    changed[3] = {"index": 3, "ok": False}
+    changed.append({"index": 0, "ok": True, "outputs_incomplete": True, "output_ids": None})
+    found = compare_outputs(base, changed)
+    assert found["requests_compared"] == 3 and found["requests_mismatched"] == 2
+    assert found["tokens_mismatched"] == 9 and found["tokens_compared"] == 30
+    assert found["first_divergence"] == [3, 8]
+    words = compare_outputs(
+        [{"index": 0, "ok": True, "text": "a b c"}], [{"index": 0, "ok": True, "text": "a x c"}]
+    )
+    assert words["tokens_mismatched"] == 2
+
+
+# -- chat templates --------------------------------------------------------------------
+
+
+def test_chat_template_sources_and_rendering():
+    config = {
+        "chat_template": [
+            {"name": "tool_use", "template": "T"},
+            {"name": "default", "template": TEMPLATE},
+        ],
+        "bos_token": {"content": "<s>"},
+    }
+    template, source = chat_template_of({"tokenizer_config.json": json.dumps(config)})
+    assert source == "tokenizer_config.json" and template == TEMPLATE
+    assert chat_template_of({"chat_template.jinja": "J", "tokenizer_config.json": "{}"}) == (
+        "J",
+        "chat_template.jinja",
+    )
+    assert special_tokens(config) == {"bos_token": "<s>"}
+    rendered = render_chat(TEMPLATE, [{"role": "user", "content": "2+2?"}], {}, {})
+    assert rendered == "<|im_user|>2+2?<|im_end|><|im_assistant|>"
+    marked = "{% generation %}{{ messages[0].content | tojson }}{% endgeneration %}"
+    assert render_chat(marked, [{"role": "user", "content": "é"}], {}, {}) == '"é"'
+    with pytest.raises(Exception, match="no system"):
+        render_chat("{{ raise_exception('no system') }}", [], {}, {})
+
+
+def test_fill_keeps_latex_braces():
+    row = {"question": "1+1?", "turns": ["first", "second"]}
+    assert fill("{question} within \\boxed{}.", row) == "1+1? within \\boxed{}."
+    assert fill("{turns[1]}", row) == "second"
+    with pytest.raises(KeyError):
+        fill("{missing}", row)
+
+
+# -- the modules -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def prompts_file(tmp_path) -> Path:
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": i, "prompt": f"question {i}"}) + "\n" for i in range(6))
+    )
+    return path
+
+
+def bench_args(url: str, prompts: Path, out: Path, config: str, **extra) -> dict:
+    return {
+        "base_url": url,
+        "concurrency": [1, 4],
+        "prompts": str(prompts),
+        "num_prompts": 8,
+        "max_new_tokens": 24,
+        "warmup_requests": 1,
+        "request_timeout": 30,
+        "output_dir": str(out),
+        "run_label": "unit",
+        "config_name": config,
+        **extra,
+    }
+
+
+def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompts_file):
+    process, url = start(
+        [*BASE, *DFLASH], SGLANG_SIM_STEP_MS=10, SGLANG_SIM_ACCEPT=3, SGLANG_SIM_PREFILL_MS=20
+    )
+    try:
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "provenance.json").write_text(json.dumps({"kit_version": "0.1.0+t"}))
+        result = run_module(
+            "sglang_benchmark", bench_args(url, prompts_file, tmp_path / "out", "dflash")
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    assert [Path(f).name for f in result["files"]] == ["c1.json", "c4.json"]
+    for level in (1, 4):
+        document = json.loads((tmp_path / "out" / f"c{level}.json").read_text())
+        check_contract(document, "dflash", level)
+        summary = document["summary"]
+        assert summary["requests_ok"] == 8 and summary["requests_failed"] == 0
+        # 24 tokens, 3 per 10 ms verify step: the decomposition the kit exists to show.
+        assert summary["accepted_tokens_per_step"] == pytest.approx(3.0)
+        assert summary["accept_length_mean"] == pytest.approx(3.0)
+        assert summary["step_ms"] == pytest.approx(10, rel=0.25)
+        assert summary["itl_ms"]["mean"] == pytest.approx(10 / 3, rel=0.25)
+        record = document["requests"][0]
+        assert record["output_tokens"] == 24 and len(record["output_ids"]) == 24
+        assert record["spec_verify_ct"] == 8 and len(record["events"]) == 8
+        assert document["server"]["delta"]["accept_length"] == pytest.approx(3.0)
+        assert document["server"]["cache"] == "flushed"
+        assert document["provenance"]["kit_version"] == "0.1.0+t"
+        assert document["provenance"]["sglang_version"] == "0.5.23"
+    assert result["ansible_facts"]["sglang_benchmark"]["summaries"]["4"]["requests_ok"] == 8
+
+
+def test_module_fails_when_the_server_crashes_and_keeps_the_level(tmp_path, prompts_file):
+    process, url = start(BASE, SGLANG_SIM_CRASH_AFTER=3, SGLANG_SIM_STEP_MS=5)
+    try:
+        result = run_module("sglang_benchmark", bench_args(url, prompts_file, tmp_path, "ar"))
+    finally:
+        process.kill()
+        process.wait()
+    assert result["failed"]
+    assert "crashed during concurrency 1 of ar" in result["msg"]
+    document = json.loads((tmp_path / "c1.json").read_text())
+    assert document["server"]["crashed"] and document["summary"]["requests_failed"] > 0
+
+
+def test_module_refuses_bad_input_and_an_absent_server(tmp_path, prompts_file):
+    bad = run_module(
+        "sglang_benchmark",
+        bench_args("http://127.0.0.1:9", prompts_file, tmp_path, "ar", concurrency=[0]),
+    )
+    assert bad["failed"] and "concurrency must be" in bad["msg"]
+    gone = run_module(
+        "sglang_benchmark", bench_args("http://127.0.0.1:9", prompts_file, tmp_path, "ar")
+    )
+    assert gone["failed"] and "does not answer /server_info" in gone["msg"]
+
+
+def test_module_renders_chat_rows_with_the_servers_template(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    argv = [a if a != "/w/t" else str(model) for a in BASE]
+    process, url = start(argv, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(url, chats, tmp_path / "out", "ar", concurrency=[2], num_prompts=2)
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    document = json.loads((tmp_path / "out" / "c2.json").read_text())
+    rendered = "<|im_user|>hi<|im_end|><|im_assistant|>"
+    assert document["provenance"]["prompts"]["distinct_prompts"] == 1
+    assert document["requests"][0]["prompt_sha256"] == hashlib.sha256(rendered.encode()).hexdigest()
+
+
+def test_secrets_are_masked_in_provenance():
+    module = load_module("sglang_benchmark")
+    masked = module.mask(
+        {"api_key": "sk-1", "hf_token": None, "launch_command": "x --api-key sk-1", "n": [1]},
+        ["sk-1"],
+    )
+    assert masked == {
+        "api_key": "***",
+        "hf_token": None,
+        "launch_command": "x --api-key ***",
+        "n": [1],
+    }
+
+
+def dataset_rows() -> bytes:
+    rows = [{"question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(5)]
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def test_prompts_are_fetched_pinned_verified_cached_and_rendered(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "chat_template.jinja").write_text(TEMPLATE)
+    own = tmp_path / "own.jsonl"
+    own.write_text(
+        json.dumps({"prompt": "raw text"})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "chat"}]})
+        + "\n"
+    )
+    with LocalHub() as hub:
+        repo = hub.add_dataset("org/math", {"data/test.jsonl": dataset_rows()})
+        args = {
+            "sets": {
+                "math": {
+                    "repo": "org/math",
+                    "revision": "main",
+                    "file": "data/test.jsonl",
+                    "template": "{question} Answer in \\boxed{}.",
+                }
+            },
+            "files": {"own": str(own)},
+            "output_dir": str(tmp_path / "prompts"),
+            "cache_dir": str(tmp_path / "cache"),
+            "model_dir": str(model),
+            "limit": 3,
+            "hf_endpoint": hub.url,
+        }
+        first = run_module("benchmark_prompts", args)
+        assert not first.get("failed"), first
+        assert first["changed"]
+        math = first["sets"]["math"]
+        assert math["source"]["resolved"] == repo.sha and math["prompts"] == 3 and math["rows"] == 5
+        lines = [json.loads(x) for x in (tmp_path / "prompts/math.jsonl").read_text().splitlines()]
+        assert lines[0] == {
+            "id": "math-0",
+            "prompt": "<|im_user|>What is 0 + 0? Answer in \\boxed{}.<|im_end|><|im_assistant|>",
+        }
+        own_lines = (tmp_path / "prompts/own.jsonl").read_text().splitlines()
+        assert [json.loads(x)["prompt"] for x in own_lines] == [
+            "raw text",
+            "<|im_user|>chat<|im_end|><|im_assistant|>",
+        ]
+        # Pinned to the commit: the next run reads the cache and asks the hub nothing.
+        before = len(hub.requests)
+        pinned = {**args, "sets": {"math": {**args["sets"]["math"], "revision": repo.sha}}}
+        second = run_module("benchmark_prompts", pinned)
+        assert not second["changed"] and len(hub.requests) == before
+        # A file that is not what the hub says it is never lands in the cache.
+        hub.datasets["org/math"].files["data/test.jsonl"].data = b"tampered\n"
+        fresh = {**args, "cache_dir": str(tmp_path / "cache2")}
+        refused = run_module("benchmark_prompts", fresh)
+        assert refused["failed"] and "is not the hub's" in refused["msg"]
+        assert not list((tmp_path / "cache2").rglob("test.jsonl"))
+
+
+def test_prompts_need_a_chat_template_and_a_known_revision(tmp_path):
+    empty = tmp_path / "model"
+    empty.mkdir()
+    with LocalHub() as hub:
+        hub.add_dataset("org/math", {"data/test.jsonl": dataset_rows()})
+        args = {
+            "sets": {
+                "math": {
+                    "repo": "org/math",
+                    "revision": "main",
+                    "file": "data/test.jsonl",
+                    "template": "{question}",
+                }
+            },
+            "output_dir": str(tmp_path / "p"),
+            "cache_dir": str(tmp_path / "c"),
+            "model_dir": str(empty),
+            "hf_endpoint": hub.url,
+        }
+        missing = run_module("benchmark_prompts", args)
+        assert missing["failed"] and "no chat template in" in missing["msg"]
+        (empty / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+        args["sets"]["math"]["revision"] = "v9"
+        unknown = run_module("benchmark_prompts", args)
+        assert unknown["failed"] and "RevisionNotFound" in unknown["msg"]
+        args["sets"]["math"].update(revision="main", template="{nope}")
+        wrong = run_module("benchmark_prompts", args)
+        assert wrong["failed"] and "check its template" in wrong["msg"]
+
+
+def level_file(folder: Path, config: str, level: int, outputs: list[list[int]], temp=0.0):
+    path = folder / config / "gsm8k" / f"c{level}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    requests = [
+        {"index": i, "ok": True, "prompt_sha256": f"p{i}", "output_ids": ids}
+        for i, ids in enumerate(outputs)
+    ]
+    path.write_text(json.dumps({"settings": {"temperature": temp}, "requests": requests}))
+
+
+def test_lossless_check_flags_configs_that_change_outputs(tmp_path):
+    truth = [list(range(20)) for _ in range(4)]
+    level_file(tmp_path, "ar", 1, truth)
+    level_file(tmp_path, "dflash", 1, truth)
+    level_file(tmp_path, "eagle3", 1, [[0, 99, *range(2, 20)]] * 4)  # diverges at token 1
+    level_file(tmp_path, "ddtree-b32", 1, truth, temp=0.7)
+    level_file(tmp_path, "ddtree-b32", 8, truth)
+    output = tmp_path / "lossless.json"
+    result = run_module("benchmark_lossless", {"results_dir": str(tmp_path), "output": str(output)})
+    assert result["flagged"] == ["eagle3"]
+    assert result["configs"]["dflash"]["mismatch_rate"] == 0
+    assert result["configs"]["eagle3"]["mismatch_rate"] == pytest.approx(19 / 20)
+    report = json.loads(output.read_text())
+    skipped = report["configs"]["ddtree-b32"]["not_checked"]
+    assert {s["reason"] for s in skipped} == {
+        "temperature [0.0, 0.7], not 0",
+        "no ar level to compare with",
+    }
+    again = run_module("benchmark_lossless", {"results_dir": str(tmp_path), "output": str(output)})
+    assert not again["changed"]
+
+
+def test_role_defaults_pin_every_hub_prompt_set_but_mt_bench():
+    import yaml
+
+    defaults = yaml.safe_load(
+        (Path(__file__).parent.parent / "roles/benchmark/defaults/main.yml").read_text()
+    )
+    definitions = defaults["benchmark_prompt_set_definitions"]
+    assert set(defaults["benchmark_prompt_sets"]) == set(definitions)
+    for name, spec in definitions.items():
+        assert {"repo", "revision", "file", "template"} <= set(spec), name
+        assert len(spec["revision"]) == 40 or name == "mt-bench", name
+    assert os.path.basename(definitions["gsm8k"]["file"]).endswith(".parquet")
+
+
+def test_the_client_says_when_it_was_the_limit():
+    module = load_module("sglang_benchmark")
+
+    def level(cpu_s: float, lag_ms: float, step_s: float = 0.02) -> dict:
+        tracker = module.Tracker(0, 100)
+        tracker.events = [(i * step_s, 3 * (i + 1)) for i in range(10)]
+        return {
+            "trackers": [tracker],
+            "started": 0.0,
+            "ended": 1.0,
+            "wall_s": 1.0,
+            "cpu_s": cpu_s,
+            "lag_ms": [lag_ms] * 100,
+        }
+
+    calm = module.client_report(level(0.1, 0.3), 10)
+    assert not calm["saturated"] and calm["timing_reliable"] and calm["event_gap_ms"] == 20
+    busy = module.client_report(level(0.9, 0.3), 10)
+    assert busy["saturated"] and "client CPU 90%" in busy["saturated_reasons"][0]
+    behind = module.client_report(level(0.4, 6.0), 10)
+    assert behind["saturated"] and not behind["timing_reliable"]
+    # Late but idle: other processes hold the CPU; the client did not limit the server.
+    crowded = module.client_report(level(0.05, 6.0), 10)
+    assert not crowded["saturated"] and not crowded["timing_reliable"]
+    assert "other processes" in crowded["warnings"][0]
