@@ -12,8 +12,9 @@ ROOT_PLAYBOOKS := deploy_kimi.yml benchmark_kimi.yml plan.yml teardown.yml
 INVENTORIES := $(sort $(wildcard inventory/*/hosts.yml))
 # Debian packages the tests need: sshd and ip(8) build the namespace test hosts, whose
 # Python must create the weights stage's venv and run Ansible's pip module (pkg_resources);
-# git for the git runtime, systemd for `systemd-analyze verify` of the server unit.
-TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools git systemd
+# git for the git runtime, systemd for `systemd-analyze verify` of the server unit, chromium
+# to open the HTML report headless.
+TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools git systemd chromium
 
 .PHONY: help setup lock test test-deps lint syntax pytest clean-testhosts clean
 

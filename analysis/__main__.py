@@ -1,0 +1,123 @@
+"""python -m analysis report RESULTS_DIR [--out DIR] | compare RUN_A RUN_B [--out DIR]"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from analysis.report import OutputError, compare, report
+from analysis.results import ResultsError
+from analysis.tables import DEFAULT_BAND_EDGES
+
+MAX_HOST_LINES = 6
+
+
+def edges(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers like 1,8,32,128, got {text!r}"
+        ) from None
+    if not values or any(v < 1 for v in values) or list(values) != sorted(set(values)):
+        raise argparse.ArgumentTypeError(f"expected ascending levels of at least 1, got {text!r}")
+    return values
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description="Tables, plots and an HTML report from benchmark_kimi.yml results.",
+    )
+    commands = main.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--reference",
+        help="config speedups are measured against (default: run.json's, else ar)",
+    )
+    common.add_argument(
+        "--strict",
+        action="store_true",
+        help="parse every byte of every level file (slower; the default checks the fields used)",
+    )
+    common.add_argument("--workers", type=int, help="processes reading files (default: CPUs)")
+    one = commands.add_parser(
+        "report",
+        parents=[common],
+        help="analyse one run",
+        description="Analyse one run's results (results/<run_id>, or any folder inside it).",
+    )
+    one.add_argument("results_dir", metavar="RESULTS_DIR")
+    one.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output folder; must not exist or be empty (default: RESULTS_DIR/report, or "
+        "report-2, report-3, ... when that holds files)",
+    )
+    one.add_argument(
+        "--bands",
+        type=edges,
+        default=DEFAULT_BAND_EDGES,
+        metavar="N,N,...",
+        help="upper edges of the concurrency bands the recommendation is made for "
+        f"(default {','.join(map(str, DEFAULT_BAND_EDGES))}: 1, 2-8, 9-32, 33-128, 129+)",
+    )
+    two = commands.add_parser(
+        "compare",
+        parents=[common],
+        help="compare two runs",
+        description="Run B against run A: the same configs, prompt sets and levels side by side.",
+    )
+    two.add_argument("run_a", metavar="RUN_A")
+    two.add_argument("run_b", metavar="RUN_B")
+    two.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output folder; must not exist or be empty (default: RUN_B/compare-<RUN_A name>)",
+    )
+    return main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "report":
+            outcome = report(
+                args.results_dir,
+                out=args.out,
+                reference=args.reference,
+                band_edges=args.bands,
+                strict=args.strict,
+                workers=args.workers,
+            )
+        else:
+            outcome = compare(
+                args.run_a,
+                args.run_b,
+                out=args.out,
+                reference=args.reference,
+                strict=args.strict,
+                workers=args.workers,
+            )
+    except (ResultsError, OutputError) as error:
+        print(f"analysis {args.command}: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"{outcome.html} ({outcome.levels} levels, {outcome.records} request records from "
+        f"{outcome.inputs} files in {outcome.seconds['total']:.1f} s)"
+    )
+    hosts: dict[str, list[str]] = {}
+    for pick in outcome.picks:
+        hosts.setdefault(pick.host, []).append(f"{pick.band}: {pick.config or 'none'}")
+    for host, picks in list(hosts.items())[:MAX_HOST_LINES]:
+        print(f"  recommended on {host} by concurrency - {', '.join(picks)}")
+    if len(hosts) > MAX_HOST_LINES:
+        print(f"  ... and {len(hosts) - MAX_HOST_LINES} more hosts: see the report")
+    counts = {s: sum(w["severity"] == s for w in outcome.warnings) for s in ("error", "warning")}
+    if counts["error"] or counts["warning"]:
+        print(f"  {counts['error']} errors and {counts['warning']} warnings: see the report")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

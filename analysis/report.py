@@ -1,0 +1,520 @@
+"""report() and compare(): results in, a folder of tables, plots and HTML out.
+
+Nothing that exists is overwritten. The output goes to a fresh folder: --out when given (it
+must not exist, or be empty), else `report/` inside the results folder, or `report-2/`,
+`report-3/`, ... when the earlier ones hold files. Everything is written to a hidden folder
+beside the target first and renamed into place at the end, so a failed run leaves no half
+report behind.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis import html, plots, tables
+from analysis.results import SUPPORTED_SCHEMAS, Results, config_order, load
+
+MAX_NUMBERED = 1000
+
+
+class OutputError(Exception):
+    """The output folder cannot be used; the message says why and what to do."""
+
+
+@dataclass
+class Outcome:
+    out: Path
+    files: list[str]
+    table: list[dict]
+    picks: list
+    warnings: list[dict]
+    seconds: dict = field(default_factory=dict)
+    levels: int = 0
+    records: int = 0
+    inputs: int = 0
+
+    @property
+    def html(self) -> Path:
+        return self.out / (
+            "compare.html" if (self.out / "compare.html").exists() else "report.html"
+        )
+
+
+def _empty_dir(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
+def choose_out(parent: Path, out: Path | str | None, name: str) -> Path:
+    """The folder to write: `out` if it is free, else the first free parent/name[-N]."""
+    if out is not None:
+        out = Path(out)
+        if out.exists() and not _empty_dir(out):
+            raise OutputError(
+                f"{out} already exists and is not empty; nothing there is overwritten. Choose "
+                "another --out, or leave it out to get a fresh folder inside the results."
+            )
+        return out
+    for number in range(1, MAX_NUMBERED + 1):
+        candidate = parent / (name if number == 1 else f"{name}-{number}")
+        if not candidate.exists() or _empty_dir(candidate):
+            return candidate
+    raise OutputError(f"{parent} already holds {MAX_NUMBERED} {name} folders; use --out")
+
+
+class Staging:
+    """A hidden folder beside the target, renamed onto it when everything is written."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        self.path = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        self.files: list[str] = []
+
+    def __enter__(self):
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir()
+        except OSError as error:
+            raise OutputError(
+                f"cannot write the report under {self.target.parent}: "
+                f"{error.strerror or error}; choose a writable folder with --out"
+            ) from None
+        return self
+
+    def write(self, name: str, content: str | bytes) -> None:
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        self.files.append(name)
+
+    def __exit__(self, kind, value, traceback):
+        if kind is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return False
+        try:
+            if _empty_dir(self.target):
+                self.target.rmdir()
+            # rename refuses a target that exists and is not empty: a folder someone filled
+            # meanwhile is left alone.
+            self.path.rename(self.target)
+        except OSError as error:
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise OutputError(
+                f"cannot move the report into {self.target}: {error.strerror or error}"
+            ) from None
+        return False
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def provenance(results: Results) -> dict:
+    """Per host: hardware, versions, and per config its launch, once."""
+    out: dict[str, dict] = {}
+    for level in results.levels:
+        info = out.setdefault(
+            level.host,
+            {
+                "profile": tables.profile_of(level.provenance),
+                "gpu": level.provenance.get("gpu"),
+                "sglang_versions": set(),
+                "kit_versions": set(),
+                "configs": {},
+                "weights": [],
+                "prompts": {},
+                "first_started": None,
+                "last_ended": None,
+            },
+        )
+        p = level.provenance
+        info["sglang_versions"].add(p.get("sglang_version"))
+        info["kit_versions"].add(p.get("kit_version"))
+        launch = p.get("launch") or {}
+        if level.config not in info["configs"]:
+            info["configs"][level.config] = {**launch, "runtime_detail": p.get("runtime")}
+        for weight in p.get("weights") or []:
+            if weight not in info["weights"]:
+                info["weights"].append(weight)
+        prompts = p.get("prompts") or {}
+        if prompts.get("sha256"):
+            info["prompts"][level.prompt_set] = prompts["sha256"]
+        started, ended = p.get("started_at"), p.get("ended_at")
+        if isinstance(started, str) and (
+            info["first_started"] is None or started < info["first_started"]
+        ):
+            info["first_started"] = started
+        if isinstance(ended, str) and (info["last_ended"] is None or ended > info["last_ended"]):
+            info["last_ended"] = ended
+    for info in out.values():
+        info["sglang_versions"] = sorted(map(str, info["sglang_versions"]))
+        info["kit_versions"] = sorted(map(str, info["kit_versions"]))
+        info["configs"] = dict(sorted(info["configs"].items(), key=lambda i: config_order(i[0])))
+    return dict(sorted(out.items()))
+
+
+def lossless_rows(results: Results, reference: str) -> list[dict]:
+    rows = []
+    for host, report in sorted(results.lossless.items()):
+        for config, entry in sorted(
+            report.get("configs", {}).items(), key=lambda i: config_order(i[0])
+        ):
+            state = (
+                "flagged"
+                if entry.get("broken_verification")
+                else "passed"
+                if entry.get("tokens_compared")
+                else "not checked"
+            )
+            rows.append(
+                {
+                    "host": host,
+                    "config": config,
+                    "lossless": state,
+                    "mismatch_rate": entry.get("mismatch_rate"),
+                    "request_mismatch_rate": entry.get("request_mismatch_rate"),
+                    "tokens_compared": entry.get("tokens_compared"),
+                    "levels_not_checked": len(entry.get("not_checked") or []),
+                    "reference": report.get("reference", reference),
+                    "threshold": report.get("threshold"),
+                }
+            )
+    return rows
+
+
+LOSSLESS_COLUMNS = (
+    "host",
+    "config",
+    "lossless",
+    "mismatch_rate",
+    "request_mismatch_rate",
+    "tokens_compared",
+    "levels_not_checked",
+    "reference",
+    "threshold",
+)
+HTML_COLUMNS = (
+    *tables.MARKDOWN_COLUMNS[:-1],
+    "tokens_per_s_per_user",
+    "tokens_per_s_per_gpu",
+    "requests_failed",
+    "client_saturated",
+    "lossless",
+)
+
+
+def _row_class(row: dict) -> str:
+    if row.get("lossless") == "flagged":
+        return "flagged"
+    if row.get("client_saturated") or row.get("server_crashed") or row.get("requests_failed"):
+        return "warn"
+    return ""
+
+
+def report(
+    results_dir: Path | str,
+    out: Path | str | None = None,
+    reference: str | None = None,
+    band_edges: tuple[int, ...] = tables.DEFAULT_BAND_EDGES,
+    strict: bool = False,
+    workers: int | None = None,
+) -> Outcome:
+    """Tables, plots and report.html for one results tree; ResultsError or OutputError when
+    it cannot (nothing is written then)."""
+    clock = time.perf_counter()
+    results_dir = Path(results_dir)
+    target = choose_out(results_dir, out, "report")
+    results = load(results_dir, strict=strict, workers=workers)
+    seconds = {"read": time.perf_counter() - clock}
+    reference = reference or str(results.run.get("reference_config") or "ar")
+    table = tables.rows(results, reference)
+    picks = tables.recommend(table, band_edges)
+    warnings = tables.warnings(results, table, reference)
+    seconds["tables"] = time.perf_counter() - clock - seconds["read"]
+    figures = plots.all_plots(results, table, reference, workers)
+    seconds["plots"] = time.perf_counter() - clock - seconds["read"] - seconds["tables"]
+    origin = provenance(results)
+    losslessness = lossless_rows(results, reference)
+    pick_rows = tables.picks_table(picks)
+    run = results.run
+    title = f"Speculative decoding benchmark - {run.get('run_id') or results_dir.resolve().name}"
+    counts = {s: sum(w["severity"] == s for w in warnings) for s in ("error", "warning", "info")}
+    meta = (
+        f"{len(results.levels)} levels, {results.records} request records from "
+        f"{results.files} files; hosts: {', '.join(html.esc(h) for h in results.hosts)}; "
+        f"reference config: {html.esc(reference)}; generated {_now()}"
+        + (f"; kit {html.esc(run['kit_version'])}" if run.get("kit_version") else "")
+    )
+    sections = [
+        (
+            "warnings",
+            f"Warnings ({counts['error']} errors, {counts['warning']} warnings)",
+            html.warnings_html(warnings),
+        ),
+        (
+            "recommendation",
+            "Recommendation",
+            "<p>Per host and concurrency band: the config (and DDTree budget) with the highest "
+            "mean output tokens/s over the band's levels and prompt sets, among configs whose "
+            "losslessness check passed and whose levels all ran cleanly.</p>"
+            + html.table_html(pick_rows, tables.PICK_COLUMNS),
+        ),
+        (
+            "plots",
+            "Plots",
+            '<div class="plots">' + "".join(html.figure_html(p) for p in figures) + "</div>",
+        ),
+        (
+            "summary",
+            "Summary",
+            "<p>One row per host, prompt set, config and concurrency; every column is in "
+            "summary.csv. Red: flagged by the losslessness check; yellow: a saturated client, "
+            "a crash or failed requests.</p>" + html.table_html(table, HTML_COLUMNS, _row_class),
+        ),
+        (
+            "lossless",
+            "Losslessness",
+            "<p>Greedy outputs of each speculative config against the reference, token for "
+            "token, on the same prompts.</p>"
+            + (
+                html.table_html(losslessness, LOSSLESS_COLUMNS)
+                if losslessness
+                else "<p>No lossless.json found: no config can be recommended.</p>"
+            ),
+        ),
+        ("provenance", "Provenance", html.provenance_html(origin)),
+        (
+            "run",
+            "Run",
+            html.json_block(
+                {
+                    "run": run,
+                    "results": str(results_dir),
+                    "files": results.files,
+                    "megabytes_read": round(results.bytes_read / 1e6, 1),
+                    "schema_versions_read": list(SUPPORTED_SCHEMAS),
+                }
+            ),
+        ),
+    ]
+    document = {
+        "kind": "analysis.report",
+        "schema_version": 1,
+        "generated_at": _now(),
+        "results_dir": str(results_dir),
+        "reference": reference,
+        "band_edges": list(band_edges),
+        "inputs": {"files": results.files, "records": results.records, "bytes": results.bytes_read},
+        "run": run,
+        "rows": table,
+        "recommendation": pick_rows,
+        "warnings": warnings,
+        "lossless": losslessness,
+        "provenance": origin,
+        "plots": [f"plots/{p.name}.png" for p in figures],
+    }
+    markdown = (
+        f"# {title}\n\n## Recommendation\n\n"
+        + tables.to_markdown(pick_rows, tables.PICK_COLUMNS)
+        + "\n## Summary\n\n"
+        + tables.to_markdown(table)
+        + (
+            "\n## Warnings\n\n"
+            + "".join(f"- **{w['severity']}** `{w['where']}`: {w['message']}\n" for w in warnings)
+            if warnings
+            else ""
+        )
+    )
+    with Staging(target) as staging:
+        staging.write("summary.csv", tables.to_csv(table))
+        staging.write("summary.md", markdown)
+        staging.write("recommendation.csv", tables.to_csv(pick_rows, tables.PICK_COLUMNS))
+        for plot in figures:
+            staging.write(f"plots/{plot.name}.png", plot.png)
+        staging.write("report.html", html.page(title, sections, meta))
+        staging.write("report.json", json.dumps(document, indent=1, default=str) + "\n")
+    seconds["total"] = time.perf_counter() - clock
+    return Outcome(
+        out=target,
+        files=staging.files,
+        table=table,
+        picks=picks,
+        warnings=warnings,
+        seconds=seconds,
+        levels=len(results.levels),
+        records=results.records,
+        inputs=results.files,
+    )
+
+
+# -- compare ---------------------------------------------------------------------------
+
+COMPARED = (
+    "output_tokens_per_s",
+    "speedup_vs_ar",
+    "accept_length_mean",
+    "step_ms",
+    "accepted_tokens_per_step",
+    "ttft_ms_p50",
+    "tpot_ms_p50",
+)
+
+
+def host_pairs(a: list[dict], b: list[dict]) -> list[tuple[str, str]]:
+    """Same host names when the runs share any; else hosts of the same hardware profile; else
+    every host of A with every host of B (one each: a rerun on other hardware)."""
+    hosts_a = sorted({r["host"] for r in a})
+    hosts_b = sorted({r["host"] for r in b})
+    common = sorted(set(hosts_a) & set(hosts_b))
+    if common:
+        return [(h, h) for h in common]
+    profile_a = {r["host"]: r["profile"] for r in a}
+    profile_b = {r["host"]: r["profile"] for r in b}
+    same = [
+        (x, y) for x in hosts_a for y in hosts_b if profile_a[x] and profile_a[x] == profile_b[y]
+    ]
+    return (same or [(x, y) for x in hosts_a for y in hosts_b])[:64]
+
+
+def compare(
+    run_a: Path | str,
+    run_b: Path | str,
+    out: Path | str | None = None,
+    reference: str | None = None,
+    strict: bool = False,
+    workers: int | None = None,
+) -> Outcome:
+    """Run B against run A: the same configs, prompt sets and concurrency levels side by side."""
+    clock = time.perf_counter()
+    run_a, run_b = Path(run_a), Path(run_b)
+    target = choose_out(run_b, out, f"compare-{run_a.resolve().name}")
+    results_a = load(run_a, strict=strict, workers=workers)
+    results_b = load(run_b, strict=strict, workers=workers)
+    reference = reference or str(results_b.run.get("reference_config") or "ar")
+    table_a = tables.rows(results_a, reference)
+    table_b = tables.rows(results_b, reference)
+    index_b = {(r["host"], r["prompt_set"], r["config"], r["concurrency"]): r for r in table_b}
+    pairs = []
+    for host_a, host_b in host_pairs(table_a, table_b):
+        for row in table_a:
+            if row["host"] != host_a:
+                continue
+            other = index_b.get((host_b, row["prompt_set"], row["config"], row["concurrency"]))
+            if other is None:
+                continue
+            pair = {
+                "host_a": host_a,
+                "host_b": host_b,
+                "prompt_set": row["prompt_set"],
+                "config": row["config"],
+                "concurrency": row["concurrency"],
+            }
+            for name in COMPARED:
+                pair[f"{name}_a"], pair[f"{name}_b"] = row[name], other[name]
+            a_value, b_value = row["output_tokens_per_s"], other["output_tokens_per_s"]
+            pair["throughput_ratio"] = (
+                b_value / a_value if a_value and b_value is not None else None
+            )
+            pair["lossless_a"], pair["lossless_b"] = row["lossless"], other["lossless"]
+            pairs.append(pair)
+    key = ("prompt_set", "config", "concurrency")
+    seen_a = {tuple(r[k] for k in key) for r in table_a}
+    seen_b = {tuple(r[k] for k in key) for r in table_b}
+    only = {"only_in_a": sorted(seen_a - seen_b), "only_in_b": sorted(seen_b - seen_a)}
+    columns = (
+        "host_a",
+        "host_b",
+        "prompt_set",
+        "config",
+        "concurrency",
+        "throughput_ratio",
+        *(f"{n}_{s}" for n in COMPARED for s in ("a", "b")),
+        "lossless_a",
+        "lossless_b",
+    )
+    warnings = [
+        {**w, "where": f"A: {w['where']}"} for w in tables.warnings(results_a, table_a, reference)
+    ] + [{**w, "where": f"B: {w['where']}"} for w in tables.warnings(results_b, table_b, reference)]
+    warnings = [w for w in warnings if w["severity"] != "info"]
+    figure = plots.compare_plot(pairs)
+    name_a, name_b = run_a.resolve().name, run_b.resolve().name
+    title = f"Benchmark comparison - B: {name_b} against A: {name_a}"
+    short = (
+        "host_a",
+        "host_b",
+        "prompt_set",
+        "config",
+        "concurrency",
+        "throughput_ratio",
+        "output_tokens_per_s_a",
+        "output_tokens_per_s_b",
+        "step_ms_a",
+        "step_ms_b",
+        "accepted_tokens_per_step_a",
+        "accepted_tokens_per_step_b",
+    )
+    missing = "".join(
+        f"<li>{esc_key(k)} only in {side[-1].upper()}</li>"
+        for side in ("only_in_a", "only_in_b")
+        for k in only[side][:200]
+    )
+    sections = [
+        ("table", "Side by side", html.table_html(pairs, short)),
+        ("plots", "Plots", html.figure_html(figure) if figure else "<p>Nothing in common.</p>"),
+        ("unmatched", "Not in both runs", f"<ul>{missing}</ul>" if missing else "<p>None.</p>"),
+        ("warnings", "Warnings", html.warnings_html(warnings)),
+        (
+            "provenance",
+            "Provenance",
+            "<h3>A</h3>"
+            + html.provenance_html(provenance(results_a))
+            + "<h3>B</h3>"
+            + html.provenance_html(provenance(results_b)),
+        ),
+    ]
+    meta = (
+        f"A: {html.esc(run_a)} ({results_a.records} records); B: {html.esc(run_b)} "
+        f"({results_b.records} records); {len(pairs)} levels in both; generated {_now()}"
+    )
+    document = {
+        "kind": "analysis.compare",
+        "schema_version": 1,
+        "generated_at": _now(),
+        "run_a": str(run_a),
+        "run_b": str(run_b),
+        "reference": reference,
+        "rows": pairs,
+        **{k: [list(t) for t in v] for k, v in only.items()},
+        "warnings": warnings,
+    }
+    with Staging(target) as staging:
+        staging.write("compare.csv", tables.to_csv(pairs, columns))
+        staging.write("compare.md", f"# {title}\n\n" + tables.to_markdown(pairs, short))
+        if figure:
+            staging.write(f"plots/{figure.name}.png", figure.png)
+        staging.write("compare.html", html.page(title, sections, meta))
+        staging.write("report.json", json.dumps(document, indent=1, default=str) + "\n")
+    return Outcome(
+        out=target,
+        files=staging.files,
+        table=pairs,
+        picks=[],
+        warnings=warnings,
+        seconds={"total": time.perf_counter() - clock},
+        levels=len(pairs),
+        records=results_a.records + results_b.records,
+        inputs=results_a.files + results_b.files,
+    )
+
+
+def esc_key(key: tuple) -> str:
+    prompt_set, config, concurrency = key
+    return html.esc(f"{config} / {prompt_set} / concurrency {concurrency}")

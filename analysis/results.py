@@ -1,0 +1,745 @@
+"""Reading and validating a results tree: level files, losslessness reports, config status.
+
+The layout benchmark_kimi.yml lands on the controller is
+
+    <run>/run.json
+    <run>/<host>/lossless.json
+    <run>/<host>/<config>/status.json
+    <run>/<host>/<config>/<prompt set>/c<N>.json
+
+Any folder above or inside that works (a run, one host's folder, several runs' parent as
+long as no level appears twice). Host, config and prompt set come from each file's own fields
+where it has them (`config`, `prompt_set`, `provenance.host`), and from the folders otherwise.
+
+Speed: a level file holds every request's record (events, text, token ids) and is mostly
+that; parsing all of it with the json module runs at about 80 MB/s, too slow for 100,000
+records. Files in the layout the benchmark module writes (indent 1, `requests` last) are read
+in two parts: everything but the requests with json, and the four per-request fields the
+analysis uses (index, ok, output_tokens, accept_length) with one regular expression over the
+requests. Anything unexpected in that part (a missing field, a value of the wrong type, a
+count that does not add up, another layout) falls back to a full parse, which also produces
+the precise message. `strict=True` parses every file in full. Files are read in parallel.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from array import array
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUPPORTED_SCHEMAS = (1,)
+LEVEL_KIND = "sglang_benchmark.level"
+LOSSLESS_KIND = "sglang_benchmark.lossless"
+REPORT_KIND = "analysis.report"
+LEVEL_FILE = re.compile(r"^c(\d+)\.json$")
+MAX_DEPTH = 8  # run/host/config/prompt set/c<N>.json is 4 below a run; room for a parent
+MAX_FILES = 200_000
+MAX_PROBLEMS = 60
+# Worker processes pay off only on trees big enough to amortise starting them.
+PARALLEL_BYTES = 32 << 20
+
+# The module's writer (json.dump, indent=1): top-level keys sit one space in, request
+# records two, their own keys three. JSON strings cannot hold a raw newline, so these byte
+# patterns only ever match structure.
+_REQUESTS_MARK = b'\n "requests": ['
+_RECORD_FIELD = re.compile(rb'\n   "(index|ok|output_tokens|accept_length)": ([^\n]*)')
+DISTRIBUTIONS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+SUMMARY_NUMBERS = (
+    "output_tokens_per_s",
+    "requests_per_s",
+    "accept_length_mean",
+    "step_ms",
+    "accepted_tokens_per_step",
+)
+
+
+_MISSING = object()
+
+
+class ResultsError(Exception):
+    """The results cannot be analysed; `problems` holds one 'file: field: what' line each."""
+
+    def __init__(self, problems: list[str], root: Path | None = None):
+        self.problems = problems
+        self.root = root
+        shown = problems[:MAX_PROBLEMS]
+        more = len(problems) - len(shown)
+        where = f" under {root}" if root else ""
+        lines = [f"{len(problems)} problem(s) with the results{where}:"]
+        lines += [f"  {p}" for p in shown]
+        if more:
+            lines.append(f"  ... and {more} more")
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class Level:
+    """One c<N>.json, reduced to what the analysis uses."""
+
+    path: str  # relative to the results root
+    host: str
+    config: str
+    prompt_set: str
+    concurrency: int
+    schema_version: int
+    run_id: str
+    summary: dict
+    client: dict
+    crashed: bool
+    settings: dict
+    provenance: dict
+    # Per request: accept length and output tokens of the speculative requests that succeeded.
+    accept: array = field(default_factory=lambda: array("d"))
+    accept_tokens: array = field(default_factory=lambda: array("d"))
+    records: int = 0
+
+
+@dataclass
+class Results:
+    root: Path
+    levels: list[Level]
+    lossless: dict[str, dict]  # host -> the losslessness report
+    status: dict[tuple[str, str], dict]  # (host, config) -> status.json
+    run: dict  # run.json, when there is one
+    files: int = 0
+    bytes_read: int = 0
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({level.host for level in self.levels} | {h for h, _ in self.status})
+
+    @property
+    def records(self) -> int:
+        return sum(level.records for level in self.levels)
+
+
+# -- discovery -------------------------------------------------------------------------
+
+
+def discover(root: Path) -> dict[str, list[Path]]:
+    """Level, lossless, status and run files under root, skipping hidden folders and the
+    analysis's own reports."""
+    found: dict[str, list[Path]] = {"level": [], "lossless": [], "status": [], "run": []}
+    count = 0
+    base_depth = len(root.parts)
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        depth = len(here.parts) - base_depth
+        if depth >= MAX_DEPTH or (here != root and is_report_dir(here, files)):
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            count += 1
+            if count > MAX_FILES:
+                raise ResultsError(
+                    [f"{root}: more than {MAX_FILES} files: point at one run's folder"], root
+                )
+            if LEVEL_FILE.match(name):
+                found["level"].append(here / name)
+            elif name == "lossless.json":
+                found["lossless"].append(here / name)
+            elif name == "status.json":
+                found["status"].append(here / name)
+            elif name == "run.json":
+                found["run"].append(here / name)
+    return found
+
+
+def is_report_dir(folder: Path, files: list[str]) -> bool:
+    if "report.json" not in files:
+        return False
+    try:
+        with open(folder / "report.json", encoding="utf-8") as handle:
+            return json.load(handle).get("kind", "").startswith("analysis.")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+# -- one level file --------------------------------------------------------------------
+
+
+def read_level(path: str, rel: str, strict: bool = False) -> tuple[dict | None, list[str], int]:
+    """(the level's reduced fields, problems, bytes read). Runs in worker processes."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        return None, [f"{rel}: cannot be read: {error.strerror or error}"], 0
+    parsed = None if strict else _fast(data)
+    if parsed is None:
+        try:
+            document = json.loads(data)
+        except UnicodeDecodeError as error:
+            return (
+                None,
+                [f"{rel}: not UTF-8 text ({error.reason} at byte {error.start})"],
+                len(data),
+            )
+        except json.JSONDecodeError as error:
+            return None, [f"{rel}: {_where(error)}: {_syntax(error)}"], len(data)
+        if not isinstance(document, dict):
+            return None, [f"{rel}: (top level): expected a JSON object"], len(data)
+        records = document.get("requests")
+        problems: list[str] = []
+        if not isinstance(records, list):
+            problems.append(f"{rel}: requests: expected a list of request records")
+            records = []
+        fields = []
+        for number, record in enumerate(records):
+            if not isinstance(record, dict):
+                problems.append(f"{rel}: requests[{number}]: expected an object")
+                continue
+            fields.append(
+                (
+                    record.get("index", _MISSING),
+                    record.get("ok", _MISSING),
+                    record.get("output_tokens", _MISSING),
+                    record.get("accept_length"),
+                )
+            )
+        if problems:
+            return None, problems, len(data)
+        parsed = (document, fields)
+    document, fields = parsed
+    level, problems = _reduce(document, fields, rel)
+    return level, problems, len(data)
+
+
+def _fast(data: bytes):
+    """(document without requests, per-request fields) for the module's layout, else None."""
+    mark = data.find(_REQUESTS_MARK)
+    if mark < 0:
+        return None
+    # requests must be the last key, its list closed the way the writer closes it; a file cut
+    # short after some record is left to the full parse, which says where it ends.
+    last = data[-64:]
+    closing = last.rstrip()
+    if not (closing.endswith(b"\n ]\n}") or closing.endswith(b'"requests": []\n}')):
+        return None
+    end = len(data) - (len(last) - len(closing))
+    head = data[:mark].rstrip()
+    if not head.endswith(b","):
+        return None
+    try:
+        document = json.loads(head[:-1] + b"\n}")
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    fields: list[tuple] = []
+    current: dict | None = None
+    for match in _RECORD_FIELD.finditer(data, mark + len(_REQUESTS_MARK), end):
+        name, raw = match.group(1), match.group(2).rstrip(b",")
+        if name == b"index":
+            if current is not None:
+                fields.append(_fields_of(current))
+            current = {name: raw}
+        elif current is None or name in current:
+            return None
+        else:
+            current[name] = raw
+    if current is not None:
+        fields.append(_fields_of(current))
+    # A record without an index would hide among its neighbours' fields: the summary's
+    # request counts, checked against the records found, catch it.
+    if _BAD in {v for f in fields for v in f}:
+        return None
+    return document, fields
+
+
+_BAD = object()
+
+
+def _fields_of(raw: dict) -> tuple:
+    """(index, ok, output_tokens, accept_length) from one record's raw values; _BAD where a
+    value is missing or not what the full parse would accept, so that path reports it."""
+    ok = raw.get(b"ok")
+    accept = raw.get(b"accept_length", b"null")  # failed requests may carry none
+    return (
+        _int(raw[b"index"]),
+        True if ok == b"true" else False if ok == b"false" else _BAD,
+        _int(raw.get(b"output_tokens", b"")),
+        None if accept == b"null" else _float(accept),
+    )
+
+
+def _int(raw: bytes):
+    try:
+        return int(raw)
+    except ValueError:
+        return _BAD
+
+
+def _float(raw: bytes):
+    try:
+        value = float(raw)
+    except ValueError:
+        return _BAD
+    return value if math.isfinite(value) else _BAD
+
+
+def _syntax(error: json.JSONDecodeError) -> str:
+    # A string with no closing quote runs to the end of the file: cut short, too.
+    if error.pos >= len(error.doc.rstrip()) or error.msg.startswith("Unterminated string"):
+        return (
+            f"the JSON ends early (line {error.lineno} column {error.colno}): the file is "
+            "truncated, or was cut while being copied; run that level again"
+        )
+    return f"not valid JSON: {error.msg} (line {error.lineno} column {error.colno})"
+
+
+_TOP_KEY_TEXT = re.compile(r'\n "([^"\\]+)": ')
+
+
+def _where(error: json.JSONDecodeError) -> str:
+    """The field the error falls in, for the module's layout: `requests[17]`, `summary`."""
+    text, position = error.doc, error.pos
+    keys = list(_TOP_KEY_TEXT.finditer(text, 0, position))
+    if not keys:
+        return "(top level)"
+    name = keys[-1].group(1)
+    if name != "requests":
+        return name
+    index = text.count("\n  {\n", keys[-1].end(), position) - 1
+    return f"requests[{index}]" if index >= 0 else "requests"
+
+
+def _number(value) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def _show(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None, list[str]]:
+    """Validate a level document (requests given as their reduced fields) and keep what the
+    analysis uses."""
+    problems: list[str] = []
+
+    def bad(name: str, what: str, value=_MISSING) -> None:
+        found = "missing" if value is _MISSING else f"found {_show(value)}"
+        problems.append(f"{rel}: {name}: expected {what}, {found}")
+
+    version = document.get("schema_version", _MISSING)
+    if not isinstance(version, int) or isinstance(version, bool):
+        bad("schema_version", "an integer", version)
+    kind = document.get("kind", LEVEL_KIND)
+    if kind != LEVEL_KIND:
+        bad("kind", repr(LEVEL_KIND), kind)
+    config = document.get("config", _MISSING)
+    if not isinstance(config, str) or not config or "/" in config:
+        bad("config", "the serving config's name", config)
+    match = LEVEL_FILE.match(os.path.basename(rel))
+    concurrency = document.get("concurrency", _MISSING)
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        bad("concurrency", "an integer of at least 1", concurrency)
+    elif match and int(match.group(1)) != concurrency:
+        problems.append(
+            f"{rel}: concurrency: {concurrency} does not match the file name "
+            f"(c{match.group(1)}.json); the file was renamed or moved"
+        )
+    prompt_set = document.get("prompt_set")
+    if prompt_set is not None and (not isinstance(prompt_set, str) or "/" in prompt_set):
+        bad("prompt_set", "a prompt set's name", prompt_set)
+    summary = document.get("summary", _MISSING)
+    if not isinstance(summary, dict):
+        bad("summary", "an object", summary)
+        summary = {}
+    else:
+        for name in SUMMARY_NUMBERS:
+            value = summary.get(name, _MISSING)
+            if value is not None and not _number(value):
+                bad(f"summary.{name}", "a number or null", value)
+        for name in DISTRIBUTIONS:
+            value = summary.get(name, _MISSING)
+            if not isinstance(value, dict):
+                bad(f"summary.{name}", "an object with mean, p50, p90 and p99", value)
+                continue
+            for stat in ("mean", "p50", "p90", "p99"):
+                item = value.get(stat, _MISSING)
+                if item is not None and not _number(item):
+                    bad(f"summary.{name}.{stat}", "a number or null", item)
+        for name in ("requests_ok", "requests_failed"):
+            value = summary.get(name, _MISSING)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                bad(f"summary.{name}", "a count (an integer of 0 or more)", value)
+    client = document.get("client", _MISSING)
+    if not isinstance(client, dict):
+        bad("client", "an object", client)
+        client = {}
+    elif not isinstance(client.get("saturated", _MISSING), bool):
+        bad("client.saturated", "true or false", client.get("saturated", _MISSING))
+    provenance = document.get("provenance", _MISSING)
+    if not isinstance(provenance, dict):
+        bad("provenance", "an object", provenance)
+        provenance = {}
+    server = document.get("server")
+    server = server if isinstance(server, dict) else {}
+    settings = document.get("settings")
+    settings = settings if isinstance(settings, dict) else {}
+
+    accept, weights = array("d"), array("d")
+    ok_count = 0
+    for number, (index, ok, tokens, accept_length) in enumerate(fields):
+        where = f"requests[{number}]"
+        if not isinstance(index, int) or isinstance(index, bool):
+            bad(f"{where}.index", "an integer", index)
+        if not isinstance(ok, bool):
+            bad(f"{where}.ok", "true or false", ok)
+            continue
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            bad(f"{where}.output_tokens", "a count (an integer of 0 or more)", tokens)
+            continue
+        if accept_length is not None and (not _number(accept_length) or accept_length < 0):
+            bad(f"{where}.accept_length", "a number of 0 or more, or null", accept_length)
+            continue
+        if ok:
+            ok_count += 1
+            if accept_length is not None:
+                accept.append(accept_length)
+                weights.append(tokens)
+        if len(problems) > MAX_PROBLEMS:
+            break
+    if not problems and "requests_ok" in summary:
+        counted = summary["requests_ok"] + summary["requests_failed"]
+        if counted != len(fields):
+            problems.append(
+                f"{rel}: summary.requests_ok: requests_ok + requests_failed is {counted}, but "
+                f"the file holds {len(fields)} request records"
+            )
+        elif summary["requests_ok"] != ok_count:
+            problems.append(
+                f"{rel}: summary.requests_ok: {summary['requests_ok']}, but {ok_count} request "
+                "records have ok true"
+            )
+    if problems:
+        return None, problems
+    return {
+        "schema_version": version,
+        "config": config,
+        "prompt_set": prompt_set,
+        "concurrency": concurrency,
+        "run_id": str(document.get("run_label") or provenance.get("run_id") or ""),
+        "summary": {k: v for k, v in summary.items() if not isinstance(v, list)},
+        "client": {
+            "saturated": client["saturated"],
+            "saturated_reasons": client.get("saturated_reasons") or [],
+            "cpu_fraction": client.get("cpu_fraction"),
+        },
+        "crashed": bool(server.get("crashed")),
+        "settings": settings,
+        "provenance": reduce_provenance(provenance),
+        "started_at": document.get("started_at"),
+        "accept": accept,
+        "accept_tokens": weights,
+        "records": len(fields),
+    }, []
+
+
+def reduce_provenance(provenance: dict) -> dict:
+    """The parts of a level's provenance the report shows (the rest stays in the files)."""
+
+    def pick(value, *names):
+        return {n: value.get(n) for n in names} if isinstance(value, dict) else None
+
+    launch = provenance.get("launch") if isinstance(provenance.get("launch"), dict) else {}
+    runtime = provenance.get("runtime") if isinstance(provenance.get("runtime"), dict) else {}
+    git = runtime.get("git") if isinstance(runtime.get("git"), dict) else None
+    release = runtime.get("release") if isinstance(runtime.get("release"), dict) else None
+    weights = provenance.get("weights") if isinstance(provenance.get("weights"), list) else []
+    return {
+        "host": provenance.get("host"),
+        "profile": provenance.get("profile"),
+        "kit_version": provenance.get("kit_version"),
+        "sglang_version": provenance.get("sglang_version"),
+        "gpu": pick(
+            provenance.get("gpu"),
+            "count",
+            "models",
+            "driver_version",
+            "cuda_version",
+            "interconnect",
+        ),
+        "runtime": {
+            "release": release.get("version") if release else None,
+            "git": pick(git, "url", "ref", "commit", "patches") if git else None,
+        },
+        "launch": pick(launch, "config", "base", "budget", "runtime", "argv", "environment"),
+        "weights": [pick(w, "role", "repo_id", "revision", "manifest_sha256") for w in weights[:4]],
+        "prompts": pick(provenance.get("prompts"), "name", "sha256", "requests_per_level"),
+        "prompt_source": (
+            provenance.get("prompt_set", {}).get("source")
+            if isinstance(provenance.get("prompt_set"), dict)
+            else None
+        ),
+        "started_at": provenance.get("started_at"),
+        "ended_at": provenance.get("ended_at"),
+    }
+
+
+# -- the other files -------------------------------------------------------------------
+
+
+def read_small(path: Path, rel: str) -> tuple[dict | None, list[str]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except OSError as error:
+        return None, [f"{rel}: cannot be read: {error.strerror or error}"]
+    except UnicodeDecodeError:
+        return None, [f"{rel}: not UTF-8 text"]
+    except json.JSONDecodeError as error:
+        return None, [f"{rel}: (top level): {_syntax(error)}"]
+    if not isinstance(value, dict):
+        return None, [f"{rel}: (top level): expected a JSON object"]
+    return value, []
+
+
+def check_lossless(report: dict, rel: str) -> list[str]:
+    problems = []
+    if report.get("kind", LOSSLESS_KIND) != LOSSLESS_KIND:
+        problems.append(f"{rel}: kind: expected {LOSSLESS_KIND!r}, found {_show(report['kind'])}")
+    configs = report.get("configs")
+    if not isinstance(configs, dict):
+        return [*problems, f"{rel}: configs: expected an object of configs"]
+    for name, entry in configs.items():
+        if not isinstance(entry, dict):
+            problems.append(f"{rel}: configs.{name}: expected an object")
+            continue
+        if not isinstance(entry.get("broken_verification"), bool):
+            problems.append(
+                f"{rel}: configs.{name}.broken_verification: expected true or false, found "
+                f"{_show(entry.get('broken_verification'))}"
+            )
+        rate = entry.get("mismatch_rate")
+        if rate is not None and not _number(rate):
+            problems.append(
+                f"{rel}: configs.{name}.mismatch_rate: expected a number or null, found "
+                f"{_show(rate)}"
+            )
+        compared = entry.get("tokens_compared", 0)
+        if not isinstance(compared, int) or isinstance(compared, bool):
+            problems.append(
+                f"{rel}: configs.{name}.tokens_compared: expected an integer, found "
+                f"{_show(compared)}"
+            )
+    return problems
+
+
+# -- the whole tree --------------------------------------------------------------------
+
+
+def _config_dir(root: Path, file: Path, config: str) -> Path | None:
+    """The folder named after the config, at most two levels above the file, inside root."""
+    for folder in [file.parent, *file.parent.parents][:2]:
+        if folder.name == config and (folder == root or root in folder.parents):
+            return folder
+    return None
+
+
+def _host_of(root: Path, config_dir: Path | None) -> str | None:
+    """The folder holding the config's folder, when that is inside root (root a run's or a
+    parent folder); None when root is a host's own folder or the layout has no host level."""
+    if config_dir is not None and config_dir != root and config_dir.parent != root:
+        return config_dir.parent.name if root in config_dir.parent.parents else None
+    return None
+
+
+def load(root: Path | str, strict: bool = False, workers: int | None = None) -> Results:
+    """Read and validate every result file under root; ResultsError lists every problem."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ResultsError([f"{root}: not a folder of benchmark results"])
+    found = discover(root)
+    if not found["level"]:
+        raise ResultsError(
+            [
+                f"{root}: no level files (c<N>.json) found: point at a run's folder, "
+                "results/<run_id>, as benchmark_kimi.yml lands it"
+            ],
+            root,
+        )
+    tasks = [(str(p), str(p.relative_to(root)), strict) for p in found["level"]]
+    outcomes = _read_all(tasks, workers)
+    problems: list[str] = []
+    levels: list[Level] = []
+    total = 0
+    for (path, rel, _strict), (reduced, issues, size) in zip(tasks, outcomes, strict=True):
+        total += size
+        problems += issues
+        if reduced is None:
+            continue
+        file = Path(path)
+        config_dir = _config_dir(root, file, reduced["config"])
+        prompt_set = reduced["prompt_set"]
+        if prompt_set is None:
+            prompt_set = file.parent.name if config_dir not in (None, file.parent) else "default"
+        host = (
+            _host_of(root, config_dir) or reduced["provenance"].get("host") or root.resolve().name
+        )
+        levels.append(
+            Level(
+                path=rel,
+                host=host,
+                config=reduced["config"],
+                prompt_set=prompt_set,
+                concurrency=reduced["concurrency"],
+                schema_version=reduced["schema_version"],
+                run_id=reduced["run_id"],
+                summary=reduced["summary"],
+                client=reduced["client"],
+                crashed=reduced["crashed"],
+                settings=reduced["settings"],
+                provenance=reduced["provenance"],
+                accept=reduced["accept"],
+                accept_tokens=reduced["accept_tokens"],
+                records=reduced["records"],
+            )
+        )
+    problems += _schema_problems(levels)
+    seen: dict[tuple, str] = {}
+    for level in levels:
+        key = (level.host, level.config, level.prompt_set, level.concurrency)
+        if key in seen:
+            problems.append(
+                f"{level.path}: concurrency: a second level file for host {key[0]}, config "
+                f"{key[1]}, prompt set {key[2]}, concurrency {key[3]} (the first is "
+                f"{seen[key]}): point at one run's folder, or use `compare` for two runs"
+            )
+        else:
+            seen[key] = level.path
+
+    lossless: dict[str, dict] = {}
+    for path in found["lossless"]:
+        rel = str(path.relative_to(root))
+        report, issues = read_small(path, rel)
+        issues = issues or check_lossless(report, rel)
+        problems += issues
+        if not issues:
+            # Beside the config folders: its folder is the host's.
+            host = path.parent.name if path.parent != root else _root_host(root, levels)
+            lossless[host] = report
+    status: dict[tuple[str, str], dict] = {}
+    for path in found["status"]:
+        rel = str(path.relative_to(root))
+        record, issues = read_small(path, rel)
+        if issues:
+            problems += issues
+            continue
+        config = record.get("config") if isinstance(record.get("config"), str) else None
+        config = config or path.parent.name
+        if record.get("status") not in ("ok", "failed"):
+            problems.append(
+                f"{rel}: status: expected 'ok' or 'failed', found {_show(record.get('status'))}"
+            )
+            continue
+        status[(_host_of(root, path.parent) or _root_host(root, levels), config)] = record
+    run: dict = {}
+    for path in found["run"]:
+        if path.parent == root or not run:
+            record, issues = read_small(path, str(path.relative_to(root)))
+            if record is not None:
+                run = record
+    if problems:
+        raise ResultsError(problems, root)
+    levels.sort(key=lambda lv: (lv.host, lv.prompt_set, config_order(lv.config), lv.concurrency))
+    return Results(
+        root=root,
+        levels=levels,
+        lossless=lossless,
+        status=status,
+        run=run,
+        files=len(tasks),
+        bytes_read=total,
+    )
+
+
+def _root_host(root: Path, levels: list[Level]) -> str:
+    hosts = {lv.host for lv in levels}
+    return next(iter(hosts)) if len(hosts) == 1 else root.resolve().name
+
+
+def _schema_problems(levels: list[Level]) -> list[str]:
+    by_version: dict[int, list[str]] = {}
+    for level in levels:
+        by_version.setdefault(level.schema_version, []).append(level.path)
+    problems = []
+    if len(by_version) > 1:
+        # The most common version is the norm; every other file is named.
+        norm = max(by_version, key=lambda v: len(by_version[v]))
+        example = by_version[norm][0]
+        others = len(by_version[norm]) - 1
+        for version, paths in sorted(by_version.items()):
+            if version == norm:
+                continue
+            for path in paths:
+                problems.append(
+                    f"{path}: schema_version: {version}, while {example} (and {others} other "
+                    f"files) have {norm}: results written by different kit versions cannot be "
+                    "mixed in one report; analyse each run on its own, or use `compare`"
+                )
+    for version, paths in sorted(by_version.items()):
+        if version not in SUPPORTED_SCHEMAS:
+            problems.append(
+                f"{paths[0]}: schema_version: {version} is not one this analysis reads "
+                f"({', '.join(map(str, SUPPORTED_SCHEMAS))}); update the kit"
+                + (f" ({len(paths) - 1} more files like it)" if len(paths) > 1 else "")
+            )
+    return problems
+
+
+def _read_one(task: tuple) -> tuple:
+    return read_level(*task)
+
+
+def _read_all(tasks: list[tuple], workers: int | None) -> list[tuple]:
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    size = sum(_size(t[0]) for t in tasks)
+    if workers <= 1 or len(tasks) < 4 or size < PARALLEL_BYTES:
+        return [_read_one(task) for task in tasks]
+    chunk = max(1, len(tasks) // (workers * 8))
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        return list(pool.map(_read_one, tasks, chunksize=chunk))
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+# -- names -----------------------------------------------------------------------------
+
+_DDTREE = re.compile(r"^ddtree-b(\d+)$")
+_ORDER = {"ar": 0, "eagle3": 1, "dflash": 2}
+
+
+def ddtree_budget(config: str, provenance: dict | None = None) -> int | None:
+    launch = (provenance or {}).get("launch") or {}
+    if isinstance(launch.get("budget"), int) and not isinstance(launch.get("budget"), bool):
+        return launch["budget"]
+    match = _DDTREE.match(config)
+    return int(match.group(1)) if match else None
+
+
+def config_order(config: str) -> tuple:
+    """ar, eagle3, dflash, then DDTree by budget, then anything else by name."""
+    budget = ddtree_budget(config)
+    if config in _ORDER:
+        return (_ORDER[config], 0, config)
+    if budget is not None:
+        return (3, budget, config)
+    return (4, 0, config)

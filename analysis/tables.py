@@ -1,0 +1,436 @@
+"""The summary table (one row per host, prompt set, config and concurrency), the
+recommendation per concurrency band, and the warnings a reader must see."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import math
+import re
+from dataclasses import dataclass
+
+from analysis.results import Results, config_order, ddtree_budget
+
+COLUMNS = (
+    "host",
+    "profile",
+    "prompt_set",
+    "config",
+    "ddtree_budget",
+    "concurrency",
+    "output_tokens_per_s",
+    "speedup_vs_ar",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "tpot_ms_p99",
+    "accept_length_mean",
+    "step_ms",
+    "accepted_tokens_per_step",
+    "tokens_per_s_per_user",
+    "tokens_per_s_per_gpu",
+    "gpus",
+    "requests_ok",
+    "requests_failed",
+    "client_saturated",
+    "server_crashed",
+    "lossless",
+    "mismatch_rate",
+)
+# The markdown table is for reading: the columns that tell the story.
+MARKDOWN_COLUMNS = (
+    "host",
+    "prompt_set",
+    "config",
+    "concurrency",
+    "output_tokens_per_s",
+    "speedup_vs_ar",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "tpot_ms_p99",
+    "accept_length_mean",
+    "step_ms",
+    "accepted_tokens_per_step",
+    "lossless",
+)
+DEFAULT_BAND_EDGES = (1, 8, 32, 128)
+# GPU product names to the kit's hardware profiles, for results whose provenance does not
+# name the profile.
+PROFILE_OF_GPU = (
+    ("RTX PRO 6000", "ct200"),
+    ("H200", "h200"),
+    ("B200", "b200"),
+    ("B300", "b300"),
+)
+_TP = re.compile(r"^--(?:tp-size|tp|tensor-parallel-size)$")
+_PP = re.compile(r"^--(?:pp-size|pp|pipeline-parallel-size)$")
+
+
+def profile_of(provenance: dict) -> str:
+    if provenance.get("profile"):
+        return str(provenance["profile"])
+    models = ((provenance.get("gpu") or {}).get("models")) or {}
+    for model in models:
+        for marker, profile in PROFILE_OF_GPU:
+            if marker in str(model):
+                return profile
+    return str(next(iter(models), ""))
+
+
+def gpus_of(provenance: dict) -> int | None:
+    """GPUs serving the model: TP x PP from the launch argv (TP spans nodes in SGLang; data
+    parallel attention reuses the TP ranks), else the host's GPU count."""
+    argv = ((provenance.get("launch") or {}).get("argv")) or []
+    tp = pp = None
+    for flag, value in itertools.pairwise(argv):
+        if not isinstance(flag, str):
+            continue
+        if _TP.match(flag) and str(value).isdigit():
+            tp = int(value)
+        elif _PP.match(flag) and str(value).isdigit():
+            pp = int(value)
+    if tp:
+        return tp * (pp or 1)
+    count = (provenance.get("gpu") or {}).get("count")
+    return count if isinstance(count, int) and count > 0 else None
+
+
+def lossless_state(results: Results, host: str, config: str, reference: str) -> tuple:
+    """(state, mismatch rate): reference, passed, flagged or not checked."""
+    if config == reference:
+        return "reference", None
+    report = results.lossless.get(host)
+    entry = (report or {}).get("configs", {}).get(config)
+    if not entry or not entry.get("tokens_compared"):
+        return "not checked", None
+    rate = entry.get("mismatch_rate")
+    return ("flagged" if entry.get("broken_verification") else "passed"), rate
+
+
+def _stat(summary: dict, name: str, stat: str):
+    value = summary.get(name)
+    return value.get(stat) if isinstance(value, dict) else None
+
+
+def rows(results: Results, reference: str = "ar") -> list[dict]:
+    """One row per level, in the table's order, with speedups against the reference config on
+    the same host, prompt set and concurrency."""
+    base: dict[tuple, float] = {}
+    for level in results.levels:
+        if level.config == reference:
+            value = level.summary.get("output_tokens_per_s")
+            if value:
+                base[(level.host, level.prompt_set, level.concurrency)] = value
+    out = []
+    for level in results.levels:
+        summary = level.summary
+        throughput = summary.get("output_tokens_per_s")
+        ar = base.get((level.host, level.prompt_set, level.concurrency))
+        tpot = _stat(summary, "tpot_ms", "mean")
+        gpus = gpus_of(level.provenance)
+        state, rate = lossless_state(results, level.host, level.config, reference)
+        out.append(
+            {
+                "host": level.host,
+                "profile": profile_of(level.provenance),
+                "prompt_set": level.prompt_set,
+                "config": level.config,
+                "ddtree_budget": ddtree_budget(level.config, level.provenance),
+                "concurrency": level.concurrency,
+                "output_tokens_per_s": throughput,
+                "speedup_vs_ar": throughput / ar if throughput is not None and ar else None,
+                "ttft_ms_p50": _stat(summary, "ttft_ms", "p50"),
+                "ttft_ms_p99": _stat(summary, "ttft_ms", "p99"),
+                "tpot_ms_p50": _stat(summary, "tpot_ms", "p50"),
+                "tpot_ms_p99": _stat(summary, "tpot_ms", "p99"),
+                "accept_length_mean": summary.get("accept_length_mean"),
+                "step_ms": summary.get("step_ms"),
+                "accepted_tokens_per_step": summary.get("accepted_tokens_per_step"),
+                # What one user sees while decoding (1000 / mean TPOT), against what each
+                # GPU delivers: the two axes of the throughput-interactivity trade.
+                "tokens_per_s_per_user": 1000.0 / tpot if tpot else None,
+                "tokens_per_s_per_gpu": throughput / gpus
+                if throughput is not None and gpus
+                else None,
+                "gpus": gpus,
+                "requests_ok": summary.get("requests_ok"),
+                "requests_failed": summary.get("requests_failed"),
+                "client_saturated": bool(level.client.get("saturated")),
+                "server_crashed": level.crashed,
+                "lossless": state,
+                "mismatch_rate": rate,
+                "file": level.path,
+            }
+        )
+    return out
+
+
+# -- recommendation --------------------------------------------------------------------
+
+
+def bands(edges: tuple[int, ...]) -> list[tuple[str, int, int]]:
+    """(label, low, high) per band from ascending upper edges: 1, 2-8, 9-32, 33-128, 129+."""
+    out, low = [], 1
+    for edge in edges:
+        out.append((str(edge) if edge == low else f"{low}-{edge}", low, edge))
+        low = edge + 1
+    out.append((f"{low}+", low, math.inf))
+    return out
+
+
+@dataclass
+class Pick:
+    host: str
+    band: str
+    config: str | None
+    ddtree_budget: int | None
+    output_tokens_per_s: float | None
+    speedup_vs_ar: float | None
+    levels: str
+    note: str
+
+
+def recommend(table: list[dict], edges: tuple[int, ...] = DEFAULT_BAND_EDGES) -> list[Pick]:
+    """Per host and concurrency band: the config with the highest mean output tokens/s over the
+    band's levels and prompt sets, among those whose losslessness check passed (and the
+    reference). A config is a candidate only with every level of the band measured cleanly
+    (no crash, no failed request)."""
+    picks = []
+    for host in sorted({r["host"] for r in table}):
+        mine = [r for r in table if r["host"] == host]
+        for label, low, high in bands(edges):
+            inside = [r for r in mine if low <= r["concurrency"] <= high]
+            if not inside:
+                continue
+            cells = {(r["prompt_set"], r["concurrency"]) for r in inside}
+            scored = []
+            for config in sorted({r["config"] for r in inside}, key=config_order):
+                own = [r for r in inside if r["config"] == config]
+                clean = [
+                    r
+                    for r in own
+                    if r["output_tokens_per_s"] is not None
+                    and not r["server_crashed"]
+                    and not r["requests_failed"]
+                ]
+                mean = sum(r["output_tokens_per_s"] for r in clean) / len(clean) if clean else None
+                speedups = [r["speedup_vs_ar"] for r in clean if r["speedup_vs_ar"] is not None]
+                scored.append(
+                    {
+                        "config": config,
+                        "state": own[0]["lossless"],
+                        "complete": len(clean) == len(cells),
+                        "mean": mean,
+                        "speedup": sum(speedups) / len(speedups) if speedups else None,
+                        "budget": own[0]["ddtree_budget"],
+                        "saturated": sorted(
+                            {r["concurrency"] for r in own if r["client_saturated"]}
+                        ),
+                    }
+                )
+            eligible = [
+                s
+                for s in scored
+                if s["complete"] and s["state"] in ("passed", "reference") and s["mean"]
+            ]
+            best = max(eligible, key=lambda s: s["mean"], default=None)
+            faster = [
+                s
+                for s in scored
+                if s["mean"] and (best is None or s["mean"] > best["mean"]) and s is not best
+            ]
+            notes = []
+            for s in sorted(faster, key=lambda s: -s["mean"])[:3]:
+                why = (
+                    "missing or failed levels in this band"
+                    if not s["complete"]
+                    else f"losslessness {s['state']}"
+                )
+                notes.append(f"{s['config']} was faster ({s['mean']:.1f} tok/s) but {why}")
+            if best is None:
+                notes.insert(0, "no config passed the losslessness check with every level clean")
+            elif best["saturated"]:
+                levels = ", ".join(map(str, best["saturated"]))
+                notes.insert(
+                    0, f"client saturated at concurrency {levels}: its throughput is a lower bound"
+                )
+            concurrencies = sorted({c for _, c in cells})
+            picks.append(
+                Pick(
+                    host=host,
+                    band=label,
+                    config=best["config"] if best else None,
+                    ddtree_budget=best["budget"] if best else None,
+                    output_tokens_per_s=best["mean"] if best else None,
+                    speedup_vs_ar=best["speedup"] if best else None,
+                    levels=", ".join(map(str, concurrencies)),
+                    note="; ".join(notes),
+                )
+            )
+    return picks
+
+
+# -- warnings --------------------------------------------------------------------------
+
+
+def warnings(results: Results, table: list[dict], reference: str = "ar") -> list[dict]:
+    """What the reader must know before trusting a number: {severity, where, message}."""
+    found: list[dict] = []
+
+    def add(severity: str, where: str, message: str) -> None:
+        found.append({"severity": severity, "where": where, "message": message})
+
+    for (host, config), status in sorted(results.status.items()):
+        if status.get("status") == "failed":
+            error = str(status.get("error") or "no error recorded").strip()
+            add("error", f"{host} / {config}", f"the config failed: {error[:400]}")
+    flagged = {}
+    for host, report in sorted(results.lossless.items()):
+        for config, entry in sorted(report.get("configs", {}).items()):
+            if entry.get("broken_verification"):
+                rate = entry.get("mismatch_rate") or 0.0
+                flagged[(host, config)] = rate
+                add(
+                    "error",
+                    f"{host} / {config}",
+                    f"broken verification: {rate:.1%} of greedy output tokens differ from "
+                    f"{report.get('reference', reference)} (threshold "
+                    f"{report.get('threshold', 0):.0%}); its speedup is not a valid result and "
+                    "it is never recommended",
+                )
+    unchecked = sorted({(r["host"], r["config"]) for r in table if r["lossless"] == "not checked"})
+    for host, config in unchecked:
+        why = (
+            "no lossless.json for this host"
+            if host not in results.lossless
+            else "no level compared (temperature above 0, or no reference level)"
+        )
+        add("warning", f"{host} / {config}", f"losslessness not checked ({why})")
+    for level, row in zip(results.levels, table, strict=True):
+        where = f"{level.host} / {level.config} / {level.prompt_set} / c{level.concurrency}"
+        if level.client.get("saturated"):
+            reasons = "; ".join(map(str, level.client.get("saturated_reasons") or []))
+            add(
+                "warning",
+                where,
+                "client saturated: the benchmark client, not the server, may have been the "
+                f"limit ({reasons or 'marked saturated'}); throughput and latency understate "
+                "the server",
+            )
+        if level.crashed:
+            add("error", where, "the server crashed or restarted during this level")
+        failed = row["requests_failed"] or 0
+        if failed:
+            add(
+                "warning",
+                where,
+                f"{failed} of {failed + (row['requests_ok'] or 0)} requests failed",
+            )
+        effective = level.summary.get("effective_concurrency")
+        expected = min(level.concurrency, level.settings.get("num_prompts") or level.concurrency)
+        if isinstance(effective, (int, float)) and expected > 1 and effective < 0.75 * expected:
+            add(
+                "info",
+                where,
+                f"only {effective:.1f} requests in flight on average (level {level.concurrency}):"
+                " too few prompts per level to keep it busy, or a ramp dominated the run",
+            )
+    missing_ref = sorted(
+        {(r["host"], r["prompt_set"]) for r in table if r["speedup_vs_ar"] is None}
+        - {(r["host"], r["prompt_set"]) for r in table if r["config"] == reference}
+    )
+    for host, prompt_set in missing_ref:
+        add(
+            "warning",
+            f"{host} / {prompt_set}",
+            f"no {reference} results: speedups cannot be computed",
+        )
+    versions = {
+        (lv.provenance.get("kit_version"), lv.provenance.get("sglang_version"))
+        for lv in results.levels
+    }
+    if len({v[0] for v in versions}) > 1:
+        kits = ", ".join(sorted(str(v[0]) for v in versions))
+        add("warning", "run", f"results from several kit versions: {kits}")
+    order = {"error": 0, "warning": 1, "info": 2}
+    found.sort(key=lambda w: order[w["severity"]])
+    return found
+
+
+# -- output ----------------------------------------------------------------------------
+
+
+def fmt(value, column: str = "") -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if column == "speedup_vs_ar":
+            return f"{value:.3f}"
+        if column == "mismatch_rate":
+            return f"{value:.4f}"
+        return f"{value:.2f}" if abs(value) < 1000 else f"{value:.1f}"
+    return str(value)
+
+
+def to_csv(table: list[dict], columns=COLUMNS) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in table:
+        writer.writerow(
+            [
+                ("true" if row[c] else "false")
+                if isinstance(row[c], bool)
+                else (
+                    ""
+                    if row[c] is None
+                    else round(row[c], 6)
+                    if isinstance(row[c], float)
+                    else row[c]
+                )
+                for c in columns
+            ]
+        )
+    return buffer.getvalue()
+
+
+def to_markdown(table: list[dict], columns=MARKDOWN_COLUMNS) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for row in table:
+        lines.append("| " + " | ".join(cell(fmt(row.get(c), c)) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def picks_table(picks: list[Pick]) -> list[dict]:
+    return [
+        {
+            "host": p.host,
+            "band": p.band,
+            "levels": p.levels,
+            "config": p.config or "(none)",
+            "ddtree_budget": p.ddtree_budget,
+            "output_tokens_per_s": p.output_tokens_per_s,
+            "speedup_vs_ar": p.speedup_vs_ar,
+            "note": p.note,
+        }
+        for p in picks
+    ]
+
+
+PICK_COLUMNS = (
+    "host",
+    "band",
+    "levels",
+    "config",
+    "ddtree_budget",
+    "output_tokens_per_s",
+    "speedup_vs_ar",
+    "note",
+)

@@ -1,0 +1,120 @@
+"""Checks of a finished analysis report, shared by the analysis tests and the end-to-end test:
+
+    check_report(out)                     -> report.json, after checking every output file
+    open_in_chromium(out / "report.html", tmp_path)
+                                          -> the images as the browser loaded them, and a
+                                             screenshot checked not to be blank
+
+Chromium is Debian's `chromium` package, run headless; as root it needs --no-sandbox, and a
+profile and HOME of its own keep it out of the user's.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from analysis.tables import COLUMNS
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Marks each image's load state on <body> once the page has loaded; --dump-dom prints it.
+IMAGE_PROBE = (
+    "<script>window.addEventListener('load', function () {"
+    " var images = Array.prototype.slice.call(document.images);"
+    " document.body.setAttribute('data-images', JSON.stringify(images.map(function (i) {"
+    " return [i.complete, i.naturalWidth, i.naturalHeight]; })));"
+    "});</script>"
+)
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_SIGNATURE, "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def check_report(out: Path) -> dict:
+    """Every file the report promises exists and is what it claims; returns report.json."""
+    document = json.loads((out / "report.json").read_text())
+    assert document["kind"] == "analysis.report"
+    with open(out / "summary.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and set(COLUMNS) <= set(rows[0]), rows[:1]
+    assert len(rows) == len(document["rows"])
+    assert (out / "summary.md").read_text().count("\n|") >= len(rows)
+    assert (out / "recommendation.csv").is_file()
+    page = (out / "report.html").read_text()
+    sources = re.findall(r'<img[^>]* src="([^"]*)"', page)
+    assert len(sources) == len(document["plots"]) > 0
+    for name, source in zip(document["plots"], sources, strict=True):
+        data = (out / name).read_bytes()
+        width, height = png_size(data)
+        assert width > 200 and height > 150, (name, width, height)
+        assert source.startswith("data:image/png;base64,"), source[:40]
+    # Self-contained: nothing fetched from anywhere.
+    assert not re.search(r'(?:src|href)="(?!data:|#)', page)
+    assert "<script" not in page
+    return document
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium")
+
+
+def open_in_chromium(page: Path, tmp_path: Path, width: int = 1400, height: int = 2600) -> dict:
+    """{images: [[complete, naturalWidth, naturalHeight]], screenshot: path, ink: share of
+    non-white pixels, colors: distinct colours} of the page as headless Chromium renders it."""
+    binary = chromium()
+    if binary is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    home = tmp_path / "chromium-home"
+    home.mkdir(exist_ok=True)
+    base = [
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={home / 'profile'}",
+        f"--window-size={width},{height}",
+    ]
+    environment = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", IMAGE_PROBE + "</body>"))
+    dom = subprocess.run(
+        [*base, "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        check=False,
+    )
+    found = re.search(r'data-images="([^"]*)"', dom.stdout)
+    assert found, f"no image probe in the DOM; chromium said: {dom.stderr[-2000:]}"
+    images = json.loads(html.unescape(found.group(1)))
+    shot = tmp_path / "screenshot.png"
+    done = subprocess.run(
+        [*base, f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        check=False,
+    )
+    assert shot.is_file(), done.stderr[-2000:]
+    assert png_size(shot.read_bytes()) == (width, height)
+    from matplotlib.image import imread
+
+    pixels = imread(str(shot))[:, :, :3]
+    ink = float((pixels.sum(axis=2) < 2.9).mean())
+    quantised = (pixels * 15).round().reshape(-1, 3)
+    colors = len({tuple(p) for p in quantised[:: max(1, len(quantised) // 200_000)].tolist()})
+    return {"images": images, "screenshot": shot, "ink": ink, "colors": colors}

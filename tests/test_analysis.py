@@ -1,0 +1,520 @@
+"""The analysis package on result trees with known answers (tests/results_tree.py), on level
+files the benchmark module wrote against the simulator, and in Chromium."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import analysis
+from analysis import results as results_module
+from tests.report_check import check_report, open_in_chromium, png_size
+from tests.results_tree import (
+    DEFAULT_CONFIGS,
+    Plan,
+    Sim,
+    expected_output_tokens_per_s,
+    token_steps,
+    write_run,
+)
+
+pytestmark = pytest.mark.analysis
+REPO = Path(__file__).resolve().parent.parent
+
+
+def summary_rows(out: Path) -> list[dict]:
+    with open(out / "summary.csv", newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def find(rows: list[dict], **match) -> dict:
+    found = [r for r in rows if all(str(r[k]) == str(v) for k, v in match.items())]
+    assert len(found) == 1, (match, found)
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """Two hosts of two profiles, every config, two prompt sets, three levels; on node-a the
+    widest tree is lossy, on node-b eagle3 crashes, on both a client saturates."""
+    root = tmp_path_factory.mktemp("study") / "20260101T000000Z"
+    configs = {
+        "ar": Sim(step_ms=20.0),
+        "eagle3": Sim(step_ms=24.0, accept=3.2),
+        "dflash": Sim(step_ms=26.0, accept=5.0),
+        "ddtree-b16": Sim(step_ms=28.0, accept=5.6, budget=16),
+        "ddtree-b32": Sim(step_ms=30.0, accept=6.8, budget=32),
+        "ddtree-b64": Sim(step_ms=40.0, accept=7.2, budget=64),
+    }
+    configs = {name: replace(sim, spread=0.2, batch_cost=0.01) for name, sim in configs.items()}
+    plan = Plan(
+        hosts={"node-a": "ct200", "node-b": "h200"},
+        configs=configs,
+        host_configs={
+            "node-a": {"ddtree-b64": replace(configs["ddtree-b64"], step_ms=27.0, lossy=0.4)},
+            "node-b": {n: replace(s, step_ms=s.step_ms * 0.7) for n, s in configs.items()},
+        },
+        concurrency=(1, 4, 16),
+        prompt_sets=("gsm8k", "mt-bench"),
+        num_prompts=16,
+        max_new_tokens=48,
+        jitter=0.05,
+        saturated={("node-a", "dflash", 16), ("node-b", "ddtree-b32", 16)},
+        crashed={"node-b": "eagle3"},
+    )
+    write_run(root, plan)
+    outcome = analysis.report(root)
+    return root, plan, outcome
+
+
+# -- the numbers -------------------------------------------------------------------------
+
+
+def test_summary_reproduces_the_speedup_the_simulator_settings_imply(tmp_path):
+    sims = {
+        "ar": Sim(step_ms=20.0),
+        "dflash": Sim(step_ms=26.0, accept=5.0),
+        "ddtree-b32": Sim(step_ms=31.0, accept=6.8, budget=32),
+    }
+    plan = Plan(configs=sims, concurrency=(1, 4), num_prompts=12, max_new_tokens=96, jitter=0.08)
+    root = write_run(tmp_path / "run", plan)
+    outcome = analysis.report(root, out=tmp_path / "out")
+    rows = summary_rows(outcome.out)
+    for config in ("dflash", "ddtree-b32"):
+        for concurrency in (1, 4):
+            row = find(rows, config=config, concurrency=concurrency)
+            expected = {
+                name: expected_output_tokens_per_s(sim, concurrency, 12, 96)
+                for name, sim in sims.items()
+            }
+            implied = expected[config] / expected["ar"]
+            assert float(row["speedup_vs_ar"]) == pytest.approx(implied, rel=0.05)
+            assert float(row["output_tokens_per_s"]) == pytest.approx(expected[config], rel=0.05)
+            # The decomposition: tokens per step over step time is each request's speed (the
+            # last step of a request is cut at max_new_tokens).
+            per_step = 96 / len(token_steps(sims[config].accept, 96))
+            assert float(row["accepted_tokens_per_step"]) == pytest.approx(per_step, rel=0.01)
+            assert float(row["step_ms"]) == pytest.approx(sims[config].step_ms, rel=0.05)
+    assert find(rows, config="ddtree-b32", concurrency=1)["ddtree_budget"] == "32"
+    assert find(rows, config="ar", concurrency=1)["speedup_vs_ar"] == "1.0"
+
+
+def test_speedup_against_the_simulator_through_the_benchmark_module(tmp_path):
+    """Level files the real module wrote against tests/sglang_sim.py, reduced by the real
+    losslessness module: the speedup in summary.csv is the one the simulator's settings imply."""
+    from tests.modules import load_module, run_module
+    from tests.test_sglang_sim import BASE, start
+
+    dflash = [
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "/w/d",
+        "--speculative-num-draft-tokens",
+        "8",
+        "--speculative-dflash-block-size",
+        "8",
+        "--speculative-draft-window-size",
+        "4096",
+    ]
+    prompts = tmp_path / "gsm8k.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(8)))
+    root = tmp_path / "run"
+    settings = {"SGLANG_SIM_STEP_MS": 10, "SGLANG_SIM_PREFILL_MS": 20, "SGLANG_SIM_ACCEPT": 4}
+    tokens, requests = 48, 8
+    for config, argv in (("ar", BASE), ("dflash", [*BASE, *dflash])):
+        process, url = start(argv, **settings)
+        try:
+            result = run_module(
+                "sglang_benchmark",
+                {
+                    "base_url": url,
+                    "concurrency": [1, 4],
+                    "prompts": str(prompts),
+                    "num_prompts": requests,
+                    "max_new_tokens": tokens,
+                    "warmup_requests": 1,
+                    "request_timeout": 60,
+                    "output_dir": str(root / "sim-host" / config / "gsm8k"),
+                    "run_label": "sim",
+                    "config_name": config,
+                },
+            )
+        finally:
+            process.kill()
+            process.wait()
+        assert not result.get("failed"), result
+    lossless = load_module("benchmark_lossless").check(str(root / "sim-host"), "ar", 0.1)
+    (root / "sim-host" / "lossless.json").write_text(json.dumps(lossless))
+    outcome = analysis.report(root)
+    assert outcome.out == root / "report"
+    rows = summary_rows(outcome.out)
+    ar, spec = Sim(step_ms=10, prefill_ms=20), Sim(step_ms=10, prefill_ms=20, accept=4.0)
+    for concurrency in (1, 4):
+        implied = expected_output_tokens_per_s(
+            spec, concurrency, requests, tokens
+        ) / expected_output_tokens_per_s(ar, concurrency, requests, tokens)
+        row = find(rows, config="dflash", concurrency=concurrency)
+        assert float(row["speedup_vs_ar"]) == pytest.approx(implied, rel=0.05)
+        assert float(row["accepted_tokens_per_step"]) == pytest.approx(4.0)
+        assert row["lossless"] == "passed"
+    assert outcome.picks[0].config == "dflash"
+
+
+def test_rows_cover_every_host_prompt_set_config_and_level(study):
+    root, plan, outcome = study
+    rows = summary_rows(outcome.out)
+    # node-b's eagle3 crashed in its first level: that is the only level it has.
+    expected = 2 * 2 * 6 * 3 - (2 * 3 - 1)
+    assert len(rows) == expected
+    first = rows[0]
+    assert (first["host"], first["prompt_set"], first["config"], first["concurrency"]) == (
+        "node-a",
+        "gsm8k",
+        "ar",
+        "1",
+    )
+    assert {r["profile"] for r in rows} == {"ct200", "h200"}
+    b16 = find(rows, host="node-b", prompt_set="mt-bench", config="ddtree-b16", concurrency=4)
+    assert float(b16["tokens_per_s_per_gpu"]) == pytest.approx(
+        float(b16["output_tokens_per_s"]) / 8
+    )
+    assert float(b16["tokens_per_s_per_user"]) == pytest.approx(
+        1000 / (plan.sims("node-b")["ddtree-b16"].step_at(4) / 6.0), rel=0.15
+    )
+    # The percentiles come straight from the level's summary.
+    level = json.loads((root / "node-b" / "ddtree-b16" / "mt-bench" / "c4.json").read_text())
+    assert float(b16["ttft_ms_p99"]) == pytest.approx(level["summary"]["ttft_ms"]["p99"])
+    assert float(b16["tpot_ms_p50"]) == pytest.approx(level["summary"]["tpot_ms"]["p50"])
+
+
+def test_the_recommendation_skips_flagged_and_crashed_configs(study):
+    _root, _plan, outcome = study
+    picks = {(p.host, p.band): p for p in outcome.picks}
+    assert set(picks) == {(h, b) for h in ("node-a", "node-b") for b in ("1", "2-8", "9-32")}
+    # On node-a the lossy ddtree-b64 is the fastest; it is flagged, so b32 is recommended.
+    for band in ("1", "2-8", "9-32"):
+        pick = picks[("node-a", band)]
+        assert (pick.config, pick.ddtree_budget) == ("ddtree-b32", 32), pick
+        assert "ddtree-b64 was faster" in pick.note and "flagged" in pick.note
+        assert picks[("node-b", band)].config == "ddtree-b32"
+    # A saturated client makes the winner's figure a lower bound: the pick says so.
+    assert picks[("node-b", "9-32")].note.startswith("client saturated at concurrency 16")
+    rows = summary_rows(outcome.out)
+    assert {
+        r["lossless"] for r in rows if r["config"] == "ddtree-b64" and r["host"] == "node-a"
+    } == {"flagged"}
+    assert {r["lossless"] for r in rows if r["config"] == "ar"} == {"reference"}
+    assert {r["lossless"] for r in rows if r["config"] == "dflash"} == {"passed"}
+
+
+def test_bands_follow_the_given_edges():
+    from analysis.tables import bands
+
+    assert [b[0] for b in bands((1, 8, 32, 128))] == ["1", "2-8", "9-32", "33-128", "129+"]
+    assert [b[0] for b in bands((4,))] == ["1-4", "5+"]
+
+
+def test_warnings_name_the_saturated_client_the_crash_and_the_flagged_config(study):
+    _root, _plan, outcome = study
+    text = [f"{w['severity']} {w['where']}: {w['message']}" for w in outcome.warnings]
+    assert any(
+        t.startswith("warning node-a / dflash / gsm8k / c16: client saturated") for t in text
+    ), text
+    assert any(t.startswith("error node-b / eagle3: the config failed") for t in text), text
+    assert any("node-b / eagle3 / gsm8k / c1: the server crashed" in t for t in text), text
+    assert any(t.startswith("error node-a / ddtree-b64: broken verification") for t in text)
+    assert outcome.warnings[0]["severity"] == "error"
+    page = (outcome.out / "report.html").read_text()
+    assert "client saturated" in page and "broken verification" in page
+
+
+# -- outputs -------------------------------------------------------------------------------
+
+
+def test_report_writes_every_output_and_the_plots_the_study_needs(study):
+    _root, _plan, outcome = study
+    document = check_report(outcome.out)
+    assert document["plots"] == [
+        f"plots/{n}.png"
+        for n in (
+            "throughput",
+            "speedup",
+            "accept_vs_budget",
+            "decomposition",
+            "pareto",
+            "accept_distribution",
+            "across_hosts",
+        )
+    ]
+    page = (outcome.out / "report.html").read_text()
+    for text in ("Provenance", "RTX PRO 6000", "--speculative-ddtree-budget", "a" * 40):
+        assert text in page, text
+    assert len(document["recommendation"]) == 6
+
+
+def test_plots_without_trees_or_a_second_host_are_left_out(tmp_path):
+    plan = Plan(configs={"ar": Sim(), "dflash": Sim(step_ms=25, accept=4)}, concurrency=(1, 2))
+    outcome = analysis.report(write_run(tmp_path / "run", plan))
+    names = [Path(p).stem for p in check_report(outcome.out)["plots"]]
+    assert names == ["throughput", "speedup", "pareto", "accept_distribution"]
+
+
+def test_many_hosts_are_drawn_per_profile(tmp_path):
+    hosts = {f"n{i}": ("ct200", "h200")[i % 2] for i in range(6)}
+    configs = {n: DEFAULT_CONFIGS[n] for n in ("ar", "dflash", "ddtree-b16")}
+    plan = Plan(hosts=hosts, configs=configs, concurrency=(1, 2), num_prompts=4, max_new_tokens=16)
+    outcome = analysis.report(write_run(tmp_path / "run", plan, lossless=False))
+    check_report(outcome.out)
+    width, _ = png_size((outcome.out / "plots" / "throughput.png").read_bytes())
+    # Two profile panels side by side, not six host panels.
+    assert width < 1100
+    assert {p.host for p in outcome.picks} == set(hosts)
+    assert any("losslessness not checked" in w["message"] for w in outcome.warnings)
+    # Without a losslessness check only the reference is known to be right.
+    assert {p.config for p in outcome.picks} == {"ar"}
+    assert all("not checked" in p.note for p in outcome.picks)
+
+
+def test_nothing_the_user_has_is_overwritten(tmp_path):
+    root = write_run(tmp_path / "run", Plan(concurrency=(1,), num_prompts=4, max_new_tokens=8))
+    (root / "report").mkdir()
+    (root / "report" / "notes.txt").write_text("mine")
+    first = analysis.report(root)
+    second = analysis.report(root)
+    assert (first.out.name, second.out.name) == ("report-2", "report-3")
+    assert (root / "report" / "notes.txt").read_text() == "mine"
+    with pytest.raises(analysis.OutputError, match="not empty"):
+        analysis.report(root, out=root / "report")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert analysis.report(root, out=empty).out == empty
+    assert (empty / "report.html").is_file()
+    # A second report does not read the first ones as results, and no staging folder is left.
+    assert analysis.report(root, out=tmp_path / "again").levels == first.levels
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]
+
+
+def test_the_command_line(tmp_path):
+    root = write_run(tmp_path / "run", Plan(concurrency=(1, 2), num_prompts=4, max_new_tokens=8))
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(root), "--bands", "1,4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{root / 'report' / 'report.html'} (")
+    assert "recommended on node-a by concurrency - 1: " in done.stdout
+    assert "1-4:" not in done.stdout and "2-4:" in done.stdout
+    again = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(root), "--out", str(root / "report")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert again.returncode == 2 and "not empty" in again.stderr
+
+
+# -- validation -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small(tmp_path):
+    plan = Plan(
+        configs={"ar": Sim(), "dflash": Sim(step_ms=25, accept=4)},
+        concurrency=(1, 4),
+        num_prompts=6,
+        max_new_tokens=12,
+    )
+    return write_run(tmp_path / "run", plan)
+
+
+def edit(path: Path, change) -> None:
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def problems_of(root: Path, **kwargs) -> list[str]:
+    with pytest.raises(analysis.ResultsError) as caught:
+        analysis.load(root, **kwargs)
+    return caught.value.problems
+
+
+@pytest.mark.parametrize(
+    ("marker", "offset", "where"),
+    [
+        (b'"index": 3', 0, "requests[3]"),
+        (b',\n  {\n   "index": 3', 0, "requests[2]"),
+        (b'\n "summary": {', 20, "summary"),
+    ],
+    ids=["inside a record", "after a record", "inside the summary"],
+)
+def test_a_truncated_file_is_named_with_the_field_it_breaks_in(small, marker, offset, where):
+    path = small / "node-a" / "dflash" / "gsm8k" / "c4.json"
+    data = path.read_bytes()
+    path.write_bytes(data[: data.index(marker) + offset])
+    (problem,) = problems_of(small)
+    assert problem.startswith(f"node-a/dflash/gsm8k/c4.json: {where}: the JSON ends early"), problem
+
+
+def test_a_field_of_the_wrong_type_is_named(small):
+    base = small / "node-a" / "dflash" / "gsm8k"
+    edit(base / "c1.json", lambda d: d["summary"].update(output_tokens_per_s="fast"))
+    edit(base / "c4.json", lambda d: d["requests"][2].update(ok="yes"))
+    edit(
+        small / "node-a" / "ar" / "gsm8k" / "c1.json", lambda d: d["summary"]["ttft_ms"].pop("p99")
+    )
+    problems = problems_of(small)
+    assert problems == [
+        "node-a/ar/gsm8k/c1.json: summary.ttft_ms.p99: expected a number or null, missing",
+        "node-a/dflash/gsm8k/c1.json: summary.output_tokens_per_s: expected a number or null, "
+        "found 'fast'",
+        "node-a/dflash/gsm8k/c4.json: requests[2].ok: expected true or false, found 'yes'",
+    ]
+
+
+def test_counts_that_do_not_add_up_and_a_renamed_level_are_named(small):
+    base = small / "node-a" / "ar" / "gsm8k"
+    edit(base / "c1.json", lambda d: d["requests"].pop())
+    (base / "c4.json").rename(base / "c8.json")
+    problems = problems_of(small)
+    assert problems[0].startswith(
+        "node-a/ar/gsm8k/c1.json: summary.requests_ok: requests_ok + requests_failed is 6, but "
+        "the file holds 5 request records"
+    )
+    assert problems[1].startswith("node-a/ar/gsm8k/c8.json: concurrency: 4 does not match")
+
+
+def test_a_mix_of_schema_versions_names_the_odd_file(small):
+    edit(small / "node-a" / "dflash" / "gsm8k" / "c4.json", lambda d: d.update(schema_version=2))
+    (problem, unsupported) = problems_of(small)
+    assert problem.startswith(
+        "node-a/dflash/gsm8k/c4.json: schema_version: 2, while node-a/ar/gsm8k/c1.json "
+        "(and 2 other files) have 1"
+    )
+    assert unsupported.startswith("node-a/dflash/gsm8k/c4.json: schema_version: 2 is not one")
+
+
+def test_broken_side_files_are_named(small):
+    edit(
+        small / "node-a" / "lossless.json",
+        lambda d: d["configs"]["dflash"].update(broken_verification="no"),
+    )
+    (small / "node-a" / "ar" / "status.json").write_text('{"status": "maybe"}')
+    problems = problems_of(small)
+    assert any(
+        p.startswith("node-a/lossless.json: configs.dflash.broken_verification: expected true")
+        for p in problems
+    ), problems
+    assert "node-a/ar/status.json: status: expected 'ok' or 'failed', found 'maybe'" in problems
+
+
+def test_no_results_and_two_runs_in_one_folder_are_refused(small, tmp_path):
+    assert "not a folder" in problems_of(tmp_path / "run" / "node-a" / "ar" / "status.json")[0]
+    (tmp_path / "nothing").mkdir()
+    assert "no level files (c<N>.json)" in problems_of(tmp_path / "nothing")[0]
+    write_run(tmp_path / "run2", Plan(configs={"ar": Sim()}, concurrency=(1,), num_prompts=2))
+    problems = problems_of(tmp_path)
+    assert any("a second level file for host node-a, config ar" in p for p in problems)
+
+
+def test_the_command_line_reports_problems_with_exit_code_2(small):
+    edit(small / "node-a" / "ar" / "gsm8k" / "c1.json", lambda d: d.update(concurrency="one"))
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(small)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "node-a/ar/gsm8k/c1.json: concurrency: expected an integer of at least 1" in done.stderr
+    assert not (small / "report").exists()
+
+
+def test_the_fast_reader_agrees_with_a_full_parse(study, monkeypatch):
+    root, _plan, _outcome = study
+    fast, strict = analysis.load(root), analysis.load(root, strict=True)
+    assert [vars(a) for a in fast.levels] == [vars(b) for b in strict.levels]
+    assert fast.records == 2 * 2 * 6 * 3 * 16 - (2 * 3 - 1) * 16
+    # Parallel readers give the same answer as one.
+    monkeypatch.setattr(results_module, "PARALLEL_BYTES", 0)
+    assert [lv.summary for lv in analysis.load(root, workers=2).levels] == [
+        lv.summary for lv in fast.levels
+    ]
+
+
+def test_files_in_other_layouts_take_the_full_parse(small):
+    path = small / "node-a" / "dflash" / "gsm8k" / "c1.json"
+    document = json.loads(path.read_text())
+    assert results_module._fast(path.read_bytes()) is not None
+    compact = json.dumps({"requests": document["requests"], **document}).encode()
+    assert results_module._fast(compact) is None
+    path.write_bytes(compact)
+    level = next(
+        lv for lv in analysis.load(small).levels if lv.path.endswith("dflash/gsm8k/c1.json")
+    )
+    assert level.records == 6 and list(level.accept) == [4.0] * 6
+
+
+def test_a_host_folder_and_a_layout_without_prompt_sets_are_read(small, tmp_path):
+    levels = analysis.load(small / "node-a").levels
+    assert {lv.host for lv in levels} == {"node-a"} and len(levels) == 4
+    flat = tmp_path / "flat" / "h1" / "ar"
+    flat.mkdir(parents=True)
+    document = json.loads((small / "node-a" / "ar" / "gsm8k" / "c1.json").read_text())
+    document.pop("prompt_set")
+    (flat / "c1.json").write_text(json.dumps(document, indent=1))
+    (level,) = analysis.load(tmp_path / "flat").levels
+    assert (level.host, level.config, level.prompt_set) == ("h1", "ar", "default")
+
+
+# -- compare -----------------------------------------------------------------------------
+
+
+def test_compare_two_runs_on_other_hardware(tmp_path):
+    configs = {"ar": Sim(), "dflash": Sim(step_ms=26, accept=5)}
+    old = write_run(tmp_path / "old", Plan(configs=configs, concurrency=(1, 4), num_prompts=8))
+    faster = {n: replace(s, step_ms=s.step_ms / 2) for n, s in configs.items()}
+    new = write_run(
+        tmp_path / "new",
+        Plan(hosts={"nv-1": "h200"}, configs=faster, concurrency=(1, 4, 16), num_prompts=8),
+    )
+    outcome = analysis.compare(old, new)
+    assert outcome.out == new / "compare-old"
+    with open(outcome.out / "compare.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 4
+    for row in rows:
+        assert (row["host_a"], row["host_b"]) == ("node-a", "nv-1")
+        # Half the step time, the same prefill: a bit under twice the throughput.
+        assert 1.6 < float(row["throughput_ratio"]) < 2.0
+        assert float(row["step_ms_b"]) == pytest.approx(float(row["step_ms_a"]) / 2, rel=0.01)
+    page = (outcome.out / "compare.html").read_text()
+    assert "data:image/png;base64," in page and "only in B" in page
+    # The comparison is not mistaken for results by a later report of run B.
+    assert analysis.report(new).levels == 6
+
+
+# -- in a browser ------------------------------------------------------------------------
+
+
+def test_the_report_renders_in_chromium_with_every_plot(study, tmp_path):
+    _root, _plan, outcome = study
+    document = check_report(outcome.out)
+    shown = open_in_chromium(outcome.out / "report.html", tmp_path)
+    assert len(shown["images"]) == len(document["plots"]) == 7
+    for (complete, width, height), name in zip(shown["images"], document["plots"], strict=True):
+        assert complete and (width, height) == png_size((outcome.out / name).read_bytes()), name
+    # Tables, text and coloured plots on the first screen, not a blank or an error page.
+    assert shown["ink"] > 0.03 and shown["colors"] > 40, shown
