@@ -3,8 +3,8 @@
 The runtime role installs it from a wheelhouse exactly as it installs the real release, and the
 server role runs it exactly as it runs the real server: the package carries tests/sglang_sim.py,
 the argv validator and the pinned parser's snapshot, so it refuses what sglang 0.5.23 refuses.
-Its requirements are pinned like the real wheel's (PyYAML, which `--config` needs, and
-packaging), so the runtime role's pin and `pip check` assertions have something to check.
+Its requirements are pinned like the real wheel's (PyYAML, which `--config` needs, packaging,
+Jinja2), so the runtime role's pin and `pip check` assertions have something to check.
 
 build_wheel() makes the wheel; build_git_source() makes a git repository laid out like SGLang's
 (the package under python/) with a pull-request ref, for the git runtime.
@@ -20,7 +20,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VERSION = "0.5.23"
-REQUIRES = ["PyYAML==6.0.4", "packaging==26.4", 'pytest>=8; extra == "test"']
+# Jinja2 as the real wheel brings it (through its tokenizer stack): the benchmark renders
+# prompts through the chat template with the runtime's Python.
+REQUIRES = [
+    "PyYAML==6.0.4",
+    "packaging==26.4",
+    "Jinja2==3.1.6",
+    "MarkupSafe==3.0.4",
+    'pytest>=8; extra == "test"',
+]
 LAUNCH = "import sys\n\nfrom sglang.simulator import main\n\nsys.exit(main())\n"
 
 

@@ -10,7 +10,6 @@ the failures, and flag the lossy config.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -117,8 +116,6 @@ def run(cluster, hub, runtime_wheelhouse, tmp_path_factory):
         },
         "benchmark_prompt_files": {"own": str(own)},
         "benchmark_hf_endpoint": hub.url,
-        # The hosts see this machine's /work and /root: the controller's Python has jinja2.
-        "benchmark_prompts_python": sys.executable,
     }
     bench = run_playbook(
         "benchmark_kimi.yml",

@@ -1,11 +1,18 @@
-"""deploy_kimi.yml end to end over SSH test hosts: preflight, weights from a local hub, the
-runtime (the simulator packaged as sglang 0.5.23), tuning (kernel values under a private
-tree) and the server, on a PCIe ct200 host and an NVSwitch b200 host at once; a second run
-changes nothing and does not restart the servers; plan.yml lists what deploy ran."""
+"""The whole study end to end over SSH test hosts, a PCIe ct200 host and an NVSwitch b200 host
+at once: deploy_kimi.yml (preflight, weights from a local hub, the runtime with the simulator
+packaged as sglang 0.5.23, tuning with kernel values under a private tree, the server), then
+benchmark_kimi.yml (ar and dflash at two levels), then `python -m analysis report`; a second
+deploy changes nothing and does not restart the servers; plan.yml lists what deploy ran.
+
+The NVLink host is a b200: the only 8-GPU NVSwitch capture there is (an 8x H200 capture is
+issue 9's, from a real machine)."""
 
 from __future__ import annotations
 
+import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,12 +20,25 @@ import pytest
 from tests.hostprep import EXTRAVARS as TUNING_VARS
 from tests.hostprep import install_fabricmanager, prepare_host
 from tests.hub_server import LocalHub, token_env
+from tests.test_benchmark_units import TEMPLATE
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
 TOKEN = "hf_deploy_good_2b7e41"
 HOSTS = ["ct200-a", "b200-a"]
+RUN = "e2e"
+# The simulator's settings: 5 ms steps, 4 tokens accepted per verify step under speculation,
+# next to no prefill, so dflash over ar is 4x by construction (256 tokens: 256 steps against
+# 64; long enough that the first token's wait for a step boundary costs about 1%).
+STEP_MS, ACCEPT, MAX_NEW_TOKENS = 5, 4, 256
+SIM_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "SGLANG_SIM_LOAD_SECONDS": "2",
+    "SGLANG_SIM_STEP_MS": str(STEP_MS),
+    "SGLANG_SIM_ACCEPT": str(ACCEPT),
+    "SGLANG_SIM_PREFILL_MS": "1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +62,12 @@ def hub(cluster):
         shards = {f"model-{i:05d}-of-00004.safetensors": bytes([i]) * 400_000 for i in range(4)}
         hub.add_repo(
             "moonshotai/Kimi-K2.6",
-            {"config.json": (REPO / "models/kimi-k2.6/config.json").read_bytes(), **shards},
+            {
+                "config.json": (REPO / "models/kimi-k2.6/config.json").read_bytes(),
+                # The benchmark renders prompts through the model's own chat template.
+                "tokenizer_config.json": json.dumps({"chat_template": TEMPLATE}).encode(),
+                **shards,
+            },
         )
         hub.add_repo(
             "z-lab/Kimi-K2.6-DFlash",
@@ -63,7 +88,7 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         "kimi_serving_configs": ["ar", "dflash"],
         "kimi_server_config": "dflash",
         "kimi_hf_endpoint": hub.url,
-        "kimi_server_environment": {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_LOAD_SECONDS": "2"},
+        "kimi_server_environment": SIM_ENV,
         "weights_controller_state_dir": str(Path(cluster.state_dir) / "controller-state"),
         "weights_wheelhouse": str(wheelhouse),
         "weights_poll_interval": 1,
@@ -72,19 +97,62 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         "server_health_poll_s": 1,
     }
 
-    def run(name: str):
+    def run(name: str, playbook: str = "deploy_kimi.yml", **more):
         return run_playbook(
-            "deploy_kimi.yml",
+            playbook,
             cluster.inventory,
             tmp_path_factory.mktemp(name),
-            extravars=extravars,
+            extravars={**extravars, **more},
             envvars={**token_env(TOKEN, secrets), "HF_HUB_DISABLE_XET": "1"},
         )
 
     first = run("deploy-1")
     pids = {name: server_pid(cluster, name) for name in HOSTS} if first.rc == 0 else {}
+    results = tmp_path_factory.mktemp("results")
+    prompts = tmp_path_factory.mktemp("prompts") / "questions.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps(
+                {"messages": [{"role": "user", "content": f"Question {i}: what is {i}+{i}?"}]}
+            )
+            + "\n"
+            for i in range(8)
+        )
+    )
+    bench = run(
+        "benchmark",
+        "benchmark_kimi.yml",
+        benchmark_concurrency=[1, 4],
+        benchmark_num_prompts=8,
+        benchmark_max_new_tokens=MAX_NEW_TOKENS,
+        benchmark_warmup_requests=1,
+        benchmark_poll_s=1,
+        benchmark_run_id=RUN,
+        benchmark_results_dir=str(results),
+        benchmark_prompt_sets=[],
+        benchmark_prompt_files={"questions": str(prompts)},
+    )
+    report = tmp_path_factory.mktemp("report") / "out"
+    analysis = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(results / RUN), "--out", str(report)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    pids_after_benchmark = {name: server_pid(cluster, name) for name in HOSTS}
     second = run("deploy-2")
-    return first, second, pids, extravars
+    return {
+        "first": first,
+        "second": second,
+        "pids": pids,
+        "pids_after_benchmark": pids_after_benchmark,
+        "bench": bench,
+        "results": results / RUN,
+        "analysis": analysis,
+        "report": report,
+        "extravars": extravars,
+    }
 
 
 def server_pid(cluster, host: str) -> int:
@@ -93,7 +161,7 @@ def server_pid(cluster, host: str) -> int:
 
 
 def test_deploy_ends_with_a_healthy_server_on_every_host(cluster, deploy):
-    first, _, _, _ = deploy
+    first = deploy["first"]
     assert first.rc == 0, first.stdout
     health = first.results("Wait for /health_generate")
     assert {host: health[host]["state"] for host in HOSTS} == dict.fromkeys(HOSTS, "healthy")
@@ -114,12 +182,46 @@ def test_deploy_ends_with_a_healthy_server_on_every_host(cluster, deploy):
     assert argv[argv.index("--attention-backend") + 1] == "trtllm_mla"
 
 
+def test_benchmark_lands_results_for_every_host_config_and_level(deploy):
+    bench, results = deploy["bench"], deploy["results"]
+    assert bench.rc == 0, bench.stdout
+    for host in HOSTS:
+        for config in ("ar", "dflash"):
+            for concurrency in (1, 4):
+                level = json.loads(
+                    (results / host / config / "questions" / f"c{concurrency}.json").read_text()
+                )
+                assert level["summary"]["requests_ok"] == 8, (host, config, concurrency)
+                assert level["provenance"]["launch"]["argv"][0] == "/opt/kimi/venv/bin/python"
+
+
+def test_analysis_report_shows_the_speedup_the_simulator_implies(deploy, tmp_path):
+    from tests.report_check import check_report, open_in_chromium
+
+    analysis, report = deploy["analysis"], deploy["report"]
+    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+    check_report(report)
+    with (report / "summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    dflash = [r for r in rows if r["config"] == "dflash"]
+    assert {(r["host"], r["concurrency"]) for r in dflash} == {
+        (host, level) for host in HOSTS for level in ("1", "4")
+    }
+    for row in dflash:
+        # ACCEPT tokens per verify step against one per step, at the same step time.
+        assert abs(float(row["speedup_vs_ar"]) / ACCEPT - 1) < 0.05, row
+    shown = open_in_chromium(report / "report.html", tmp_path)
+    assert shown["images"] and all(complete for complete, *_ in shown["images"])
+
+
 def test_second_deploy_changes_nothing_and_keeps_the_servers(cluster, deploy):
-    first, second, pids, _ = deploy
+    first, second = deploy["first"], deploy["second"]
     assert first.rc == 0, first.stdout
     assert second.rc == 0, second.stdout
     assert sum(second.changed().values()) == 0, second.changed()
-    assert {name: server_pid(cluster, name) for name in HOSTS} == pids
+    # The benchmark ends by starting the deploy's config again; deploy leaves it running.
+    pids = {name: server_pid(cluster, name) for name in HOSTS}
+    assert pids == deploy["pids_after_benchmark"]
     actions = second.results("Start the server, restarting it only when its launch changed")
     assert {actions[h]["action"] for h in HOSTS} == {"none"}
 
@@ -127,7 +229,7 @@ def test_second_deploy_changes_nothing_and_keeps_the_servers(cluster, deploy):
 def test_plan_lists_what_deploy_runs(cluster, deploy, tmp_path):
     from tests.ansible_run import run_playbook
 
-    _, _, _, extravars = deploy
+    extravars = deploy["extravars"]
     plan_dir = tmp_path / "plan"
     (tmp_path / "runner").mkdir()
     run = run_playbook(
