@@ -149,22 +149,27 @@ def _flagged(table: list[dict]) -> set[tuple]:
     return {(r["host"], r["config"]) for r in table if r["lossless"] == "flagged"}
 
 
+def _config_lines(axis, rows, key, metric: str, palette: dict, flagged: set) -> None:
+    """One line per config of metric against concurrency; dashed where losslessness failed."""
+    for config, points in _series(rows, key, metric).items():
+        x, y = zip(*points, strict=True)
+        bad = (key[0], config) in flagged
+        axis.plot(
+            x,
+            y,
+            marker="o",
+            color=palette[config],
+            linestyle="--" if bad else "-",
+            label=config + (" (flagged)" if bad else ""),
+        )
+
+
 def throughput(table: list[dict], palette: dict) -> Plot | None:
     keys, averaged = _panels(table)
     figure, axes = _figure(len(keys))
     flagged = _flagged(table)
     for axis, key in zip(axes, keys, strict=True):
-        for config, points in _series(table, key, "output_tokens_per_s").items():
-            x, y = zip(*points, strict=True)
-            bad = (key[0], config) in flagged
-            axis.plot(
-                x,
-                y,
-                marker="o",
-                color=palette[config],
-                linestyle="--" if bad else "-",
-                label=config + (" (flagged)" if bad else ""),
-            )
+        _config_lines(axis, table, key, "output_tokens_per_s", palette, flagged)
         _log2_axis(axis, [r["concurrency"] for r in table])
         axis.set_title(_title(key, averaged), fontsize=10)
         axis.set_xlabel("concurrency (requests in flight)")
@@ -187,17 +192,7 @@ def speedup(table: list[dict], palette: dict, reference: str) -> Plot | None:
     figure, axes = _figure(len(keys))
     flagged = _flagged(table)
     for axis, key in zip(axes, keys, strict=True):
-        for config, points in _series(rows, key, "speedup_vs_ar").items():
-            x, y = zip(*points, strict=True)
-            bad = (key[0], config) in flagged
-            axis.plot(
-                x,
-                y,
-                marker="o",
-                color=palette[config],
-                linestyle="--" if bad else "-",
-                label=config + (" (flagged)" if bad else ""),
-            )
+        _config_lines(axis, rows, key, "speedup_vs_ar", palette, flagged)
         axis.axhline(1.0, color=palette.get(reference, "#222222"), linewidth=1, label=reference)
         _log2_axis(axis, [r["concurrency"] for r in rows])
         axis.set_title(_title(key, averaged), fontsize=10)

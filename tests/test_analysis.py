@@ -109,26 +109,14 @@ def test_speedup_against_the_simulator_through_the_benchmark_module(tmp_path):
     """Level files the real module wrote against tests/sglang_sim.py, reduced by the real
     losslessness module: the speedup in summary.csv is the one the simulator's settings imply."""
     from tests.modules import load_module, run_module
-    from tests.test_sglang_sim import BASE, start
+    from tests.test_sglang_sim import BASE, DFLASH, start
 
-    dflash = [
-        "--speculative-algorithm",
-        "DFLASH",
-        "--speculative-draft-model-path",
-        "/w/d",
-        "--speculative-num-draft-tokens",
-        "8",
-        "--speculative-dflash-block-size",
-        "8",
-        "--speculative-draft-window-size",
-        "4096",
-    ]
     prompts = tmp_path / "gsm8k.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(8)))
     root = tmp_path / "run"
     settings = {"SGLANG_SIM_STEP_MS": 10, "SGLANG_SIM_PREFILL_MS": 20, "SGLANG_SIM_ACCEPT": 4}
     tokens, requests = 48, 8
-    for config, argv in (("ar", BASE), ("dflash", [*BASE, *dflash])):
+    for config, argv in (("ar", BASE), ("dflash", [*BASE, *DFLASH])):
         process, url = start(argv, **settings)
         try:
             result = run_module(

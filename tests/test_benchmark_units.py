@@ -27,22 +27,10 @@ from ansible.module_utils.benchmark import (
 
 from tests.hub_server import LocalHub
 from tests.modules import load_module, run_module
-from tests.test_sglang_sim import BASE, start
+from tests.test_sglang_sim import BASE, DFLASH, start
 
 pytestmark = pytest.mark.benchmark
 
-DFLASH = [
-    "--speculative-algorithm",
-    "DFLASH",
-    "--speculative-draft-model-path",
-    "/w/d",
-    "--speculative-num-draft-tokens",
-    "8",
-    "--speculative-dflash-block-size",
-    "8",
-    "--speculative-draft-window-size",
-    "4096",
-]
 TEMPLATE = (
     "{% for m in messages %}<|im_{{ m.role }}|>{{ m.content }}<|im_end|>{% endfor %}"
     "{% if add_generation_prompt %}<|im_assistant|>{% endif %}"

@@ -26,6 +26,19 @@ BASE = [
     "--host",
     "127.0.0.1",
 ]
+# DFlash's speculative flags, as the kit renders them (block size 8 = draft tokens).
+DFLASH = [
+    "--speculative-algorithm",
+    "DFLASH",
+    "--speculative-draft-model-path",
+    "/w/d",
+    "--speculative-num-draft-tokens",
+    "8",
+    "--speculative-dflash-block-size",
+    "8",
+    "--speculative-draft-window-size",
+    "4096",
+]
 
 
 def free_port() -> int:
@@ -85,16 +98,7 @@ def test_speculative_stream_carries_several_tokens_per_event():
     process, url = start(
         [
             *BASE,
-            "--speculative-algorithm",
-            "DFLASH",
-            "--speculative-draft-model-path",
-            "/w/d",
-            "--speculative-num-draft-tokens",
-            "8",
-            "--speculative-dflash-block-size",
-            "8",
-            "--speculative-draft-window-size",
-            "4096",
+            *DFLASH,
         ],
         SGLANG_SIM_STEP_MS=10,
         SGLANG_SIM_ACCEPT=4,

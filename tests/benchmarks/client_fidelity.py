@@ -43,29 +43,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.test_sglang_sim import BASE, DFLASH
+
 REPO = Path(__file__).resolve().parents[2]
-SPECULATIVE = [
-    "--model-path",
-    "MODEL",
-    "--trust-remote-code",
-    "--tp-size",
-    "8",
-    "--attention-backend",
-    "flashinfer",
-    "--enable-metrics",
-    "--host",
-    "127.0.0.1",
-    "--speculative-algorithm",
-    "DFLASH",
-    "--speculative-draft-model-path",
-    "/w/d",
-    "--speculative-num-draft-tokens",
-    "8",
-    "--speculative-dflash-block-size",
-    "8",
-    "--speculative-draft-window-size",
-    "4096",
-]
 TOKENIZER = """
 import json, sys
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -131,7 +111,8 @@ class Simulator:
         truth_dir.mkdir(parents=True, exist_ok=True)
         for old in truth_dir.glob("*.jsonl"):
             old.unlink()
-        argv = [model_dir if a == "MODEL" else a for a in SPECULATIVE]
+        argv = [*BASE, *DFLASH]
+        argv[argv.index("--model-path") + 1] = str(model_dir)
         env = {
             "PATH": "/usr/bin:/bin",
             "SGLANG_SIM_STEP_MS": str(step_ms),
