@@ -1,7 +1,9 @@
-"""Runs a playbook over real SSH on three namespace hosts of different profiles."""
+"""Runs a playbook over real SSH on three namespace hosts of different profiles, one of them
+booted by systemd as PID 1; a systemd host boots without acting on this machine."""
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 from pathlib import Path
 
@@ -20,7 +22,8 @@ def profile_vars(profile: str) -> dict:
 
 
 def test_playbook_over_ssh_sees_per_host_facts_and_profiles(make_testhosts, playbook):
-    cluster = make_testhosts(["ct200", "h200", "b200"])
+    names = ["ct200-0", "h200-0", "b200-0"]
+    cluster = make_testhosts(["ct200", "h200", "b200"], names=names, systemd=["b200-0"])
     run = playbook("tests/playbooks/smoke.yml", cluster.inventory)
     assert run.rc == 0, run.stdout
     reports = {host: res["msg"] for host, res in run.results("Report what this host is").items()}
@@ -53,22 +56,75 @@ def test_playbook_over_ssh_sees_per_host_facts_and_profiles(make_testhosts, play
     assert sum(second.changed().values()) == 0
 
 
+def test_a_systemd_host_boots_without_acting_on_this_machine(make_testhosts):
+    # systemd's boot units, run on this machine's own filesystem, once emptied its /tmp.
+    canaries = [
+        Path(folder) / f"kimi-canary-{secrets.token_hex(4)}" for folder in ("/tmp", "/var/tmp")
+    ]
+    for canary in canaries:
+        canary.write_text("still here\n")
+    try:
+        cluster = make_testhosts(["ct200"], names=["sd-0"], systemd=["sd-0"])
+        facts = cluster.ssh(
+            "sd-0",
+            "cat /proc/1/comm; systemctl is-system-running; hostname; "
+            "systemctl list-units --no-legend --plain --state=active "
+            "--type=service,socket,timer,path,automount,swap | cut -d' ' -f1 | sort | xargs",
+        ).stdout.split("\n")
+        assert facts[:3] == ["systemd", "running", "sd-0"]
+        # Nothing of this machine's own started: only SSH and the journal.
+        assert facts[3].split() == [
+            "ssh.service",
+            "systemd-journald-dev-log.socket",
+            "systemd-journald.service",
+            "systemd-journald.socket",
+        ]
+        # Kernel-wide values and the machine's devices stay out of reach.
+        refused = cluster.ssh(
+            "sd-0", "echo 0 > /proc/sys/kernel/numa_balancing", check=False
+        ).stderr
+        assert "Read-only file system" in refused
+        assert cluster.ssh("sd-0", "ls /dev/vda /dev/kmsg", check=False).returncode != 0
+        # The host has its own journal, its own cgroup tree, and its own /tmp.
+        journal = cluster.ssh("sd-0", "journalctl -u ssh --no-pager -o cat").stdout
+        assert "Server listening on" in journal
+        cgroup = cluster.ssh("sd-0", "cat /proc/self/cgroup").stdout
+        assert "0::/system.slice/ssh.service" in cgroup
+        tmp_canary, var_canary = canaries
+        assert cluster.ssh("sd-0", f"test -e {tmp_canary}", check=False).returncode == 1
+        # /var is copy-on-write: the host sees this machine's file, and its delete stays its own.
+        cluster.ssh("sd-0", f"grep -q 'still here' {var_canary} && rm {var_canary}")
+        host = cluster.hosts[0]
+        assert Path(host.cgroup).is_dir()
+        cluster.down()
+        assert not Path(host.cgroup).exists()
+    finally:
+        survived = [canary.read_text() for canary in canaries if canary.exists()]
+        for canary in canaries:
+            canary.unlink(missing_ok=True)
+    assert survived == ["still here\n"] * 2
+
+
 def test_teardown_leaves_nothing_behind(make_testhosts):
-    cluster = make_testhosts(["h200", "h200"])
+    cluster = make_testhosts(["h200", "h200"], names=["h200-0", "h200-1"], systemd=["h200-1"])
     cluster.ssh("h200-0", "setsid sleep 300 >/dev/null 2>&1 < /dev/null &")
+    cluster.ssh("h200-1", "systemd-run --unit=lingering sleep 300")
     namespaces = [h.netns for h in cluster.hosts]
     pids = namespace_pids(namespaces)
-    assert len(pids) >= 3, "expected two sshd and the detached sleep"
+    assert len(pids) >= 5, "expected sshd, systemd, its journal and sshd, and two sleeps"
     state = Path(cluster.state_dir)
+    cgroup = Path(cluster.host("h200-1").cgroup)
     cluster.down()
     assert_gone(namespaces, state, cluster.bridge, pids)
+    assert not cgroup.exists()
 
 
 def test_interrupted_run_is_cleaned_up_by_the_next(tmp_path):
     """A run killed with SIGKILL leaves hosts; `down --stale` removes all of them."""
     script = (
         "import time; from tests.testhosts import TestHostCluster;"
-        "c = TestHostCluster.up(['h200']); print(c.state_dir, flush=True); time.sleep(300)"
+        "c = TestHostCluster.up(['h200', 'h200'], names=['a', 'b'], systemd=['b']);"
+        "print(c.state_dir, flush=True); time.sleep(300)"
     )
     owner = subprocess.Popen(
         [subprocess.sys.executable, "-c", script],
@@ -89,9 +145,12 @@ def test_interrupted_run_is_cleaned_up_by_the_next(tmp_path):
     namespaces = [h.netns for h in cluster.hosts]
     pids = namespace_pids(namespaces)
     assert pids, "the killed run's sshd should still be running"
+    cgroup = Path(cluster.host("b").cgroup)
+    assert cgroup.is_dir()
     removed = down_runs(stale_only=True)
     assert str(state) in removed
     assert_gone(namespaces, state, cluster.bridge, pids)
+    assert not cgroup.exists()
 
 
 def namespace_pids(namespaces: list[str]) -> list[int]:

@@ -1,16 +1,27 @@
 """SSH test hosts in Linux network namespaces, for running the playbooks for real.
 
 Each host is a network namespace on a private bridge with its own address, its own
-hostname (UTS namespace), its own process tree (PID namespace, sshd as PID 1) and its own
-mount namespace in which /etc, /opt, /var,
-/usr/local, /root and /srv are copy-on-write overlays and /tmp, /run and /dev/shm are
-private: whatever a role writes stays on that host. Its sshd takes keys only. A fake
-`nvidia-smi` on its PATH replays a GPU capture from tests/fixtures/gpu-hosts/.
+hostname (UTS namespace), its own process tree (PID namespace) and its own mount namespace in
+which /etc, /opt, /var, /usr/local, /root, /srv and /home are copy-on-write overlays and /tmp,
+/run and /dev/shm are private: whatever a role writes stays on that host. Its sshd takes keys
+only. A fake `nvidia-smi` on its PATH replays a GPU capture from tests/fixtures/gpu-hosts/.
+
+PID 1 of a host is one of two (`init`):
+- `sshd` (the default): sshd itself, as in a container; the server role then uses the kit's
+  own supervisor.
+- `systemd`: systemd boots the host, as on a real GPU host, and runs the distribution's
+  ssh.service; the server role then installs and runs a real systemd unit. systemd acts on
+  whatever it sees, so such a host gets a private root (a tmpfs whose /usr is this machine's,
+  read-only, and whose other directories are the overlays above or private mounts; /proc/sys
+  and /sys read-only; a cgroup namespace of its own), every unit of this machine is masked
+  before boot except ssh, journald and the passive targets and slices, every generator is
+  disabled, and capabilities that reach the machine's kernel (modules, clock, raw I/O, kernel
+  log) are dropped from its bounding set. Units a test or the kit installs later are not masked.
 
 Every run is recorded under RUNS_ROOT so that a later `down --stale` removes what an
-interrupted run left behind (namespaces, processes, bridge, files).
+interrupted run left behind (namespaces, processes, cgroups, bridge, files).
 
-    python -m tests.testhosts up --profiles ct200,h200,b200   # prints the inventory path
+    python -m tests.testhosts up --profiles ct200,h200,b200 [--systemd ct200-0]
     python -m tests.testhosts down --state-dir DIR
     python -m tests.testhosts down --stale | --all
 """
@@ -28,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,10 +51,48 @@ FAKE_NVIDIA_SMI = REPO / "tests" / "fakes" / "nvidia_smi.py"
 RUNS_ROOT = Path(os.environ.get("KIMI_TESTHOSTS_ROOT", "/tmp/kimi-kit-testhosts"))
 PREFIX = "kkt"  # namespaces, links and run folders all start with it
 SUBNET_BASE = "10.213"  # 10.213.<slot>.0/24 per run; private range, never routed off the machine
-OVERLAID = ("etc", "opt", "var", "usr/local", "root", "srv")
+OVERLAID = ("etc", "opt", "var", "usr/local", "root", "srv", "home")
 # Capture replayed by each profile's hosts. h200-x2 is a real capture; the others are built.
 PROFILE_CAPTURES = {"ct200": "ct200-x8", "h200": "h200-x2", "b200": "b200-x8"}
 SSHD = "/usr/sbin/sshd"
+SYSTEMD = "/lib/systemd/systemd"
+# Units a systemd host may start: its SSH server, the journal (the server role reads the
+# server's log from it) and the passive targets and slices that order boot. Everything else
+# this machine has is masked before boot.
+SYSTEMD_ALLOWED = (
+    "ssh.service",
+    "systemd-journald.service",
+    "systemd-journald.socket",
+    "systemd-journald-dev-log.socket",
+)
+SYSTEMD_PASSIVE_SUFFIXES = (".target", ".slice")
+# Where units of this machine live, as a booted systemd would find them (this machine's
+# /etc/systemd/system is the lower layer of the host's /etc).
+UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system")
+GENERATOR_DIRS = (
+    "/usr/lib/systemd/system-generators",
+    "/usr/local/lib/systemd/system-generators",
+    "/etc/systemd/system-generators",
+    "/usr/lib/systemd/system-environment-generators",
+    "/etc/systemd/system-environment-generators",
+)
+# Capabilities that act on the machine's kernel rather than on the host's namespaces.
+DROPPED_CAPABILITIES = (
+    "sys_module",
+    "sys_rawio",
+    "sys_time",
+    "syslog",
+    "sys_pacct",
+    "mac_admin",
+    "mac_override",
+    "wake_alarm",
+    "block_suspend",
+    "bpf",
+    "perfmon",
+)
+# Device nodes a booted host needs; /dev is otherwise a private tmpfs (no real devices).
+DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+INIT_CHOICES = ("sshd", "systemd")
 
 
 class TestHostError(RuntimeError):
@@ -77,6 +127,34 @@ class TestHost:
     veth: str
     state_dir: str
     sshd_pid: int = 0
+    init: str = "sshd"
+    cgroup: str = ""  # systemd hosts: their cgroup (v2) on this machine
+
+    @property
+    def console_log(self) -> Path:
+        """What PID 1 printed: sshd's log, or what the boot script said before systemd ran
+        (systemd itself logs to the host's journal: journal_tail())."""
+        return Path(self.state_dir) / ("console.log" if self.init == "systemd" else "sshd.log")
+
+    def init_pid(self) -> int | None:
+        """This machine's pid of the host's PID 1: the launcher's one child (unshare forks it)."""
+        try:
+            children = Path(f"/proc/{self.sshd_pid}/task/{self.sshd_pid}/children").read_text()
+        except OSError:
+            return None
+        return int(children.split()[0]) if children.split() else None
+
+    def journal_tail(self, lines: int = 60) -> str:
+        """The end of a systemd host's journal, read from outside (SSH may be what failed)."""
+        pid = self.init_pid()
+        if self.init != "systemd" or not pid:
+            return ""
+        result = run(
+            ["nsenter", "-t", str(pid), "-a", "journalctl", "--no-pager", "-n", str(lines)],
+            check=False,
+            timeout=20,
+        )
+        return (result.stdout + result.stderr).strip()
 
     def ssh_command(self, cluster: TestHostCluster, command: str) -> list[str]:
         return [
@@ -175,9 +253,11 @@ class TestHostCluster:
         names: list[str] | None = None,
         captures: dict[str, str] | None = None,
         owner_pid: int | None = None,
+        systemd: Collection[str] = (),
     ) -> TestHostCluster:
-        """Start one host per profile. owner_pid=0 keeps them after this process exits."""
-        check_prerequisites()
+        """Start one host per profile. owner_pid=0 keeps them after this process exits.
+        Hosts named in `systemd` boot systemd as PID 1; the others run sshd as PID 1."""
+        check_prerequisites(systemd=bool(systemd))
         if len(profiles) > 200:
             raise TestHostError("at most 200 test hosts per run")
         run_id = secrets.token_hex(2)
@@ -196,13 +276,19 @@ class TestHostCluster:
         )
         cluster.save()  # recorded first, so an interruption from here on is cleaned up
         try:
-            cluster._start(profiles, names, captures or {})
+            cluster._start(profiles, names, captures or {}, set(systemd))
         except BaseException:
             cluster.down()
             raise
         return cluster
 
-    def _start(self, profiles: list[str], names: list[str] | None, captures: dict[str, str]):
+    def _start(
+        self,
+        profiles: list[str],
+        names: list[str] | None,
+        captures: dict[str, str],
+        systemd: set[str],
+    ):
         run(
             [
                 "ssh-keygen",
@@ -220,6 +306,12 @@ class TestHostCluster:
         run(["ip", "link", "add", self.bridge, "type", "bridge"])
         run(["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge])
         run(["ip", "link", "set", self.bridge, "up"])
+        chosen = set(names or [])
+        unknown = systemd - chosen if names else set()
+        if unknown or (systemd and not names):
+            raise TestHostError(
+                f"systemd hosts {sorted(systemd)} must be named among the hosts ({names})"
+            )
         counts: dict[str, int] = {}
         for index, profile in enumerate(profiles):
             number = counts.get(profile, 0)
@@ -241,6 +333,7 @@ class TestHostCluster:
                 netns=f"{PREFIX}-{self.run_id}-{index}",
                 veth=f"{PREFIX}{self.run_id}v{index}",
                 state_dir=str(self.root / "hosts" / name),
+                init="systemd" if name in systemd else "sshd",
             )
             self.hosts.append(host)
             self.save()
@@ -265,28 +358,32 @@ class TestHostCluster:
         # sshd: its own host key, keys-only login for root with the run's client key.
         host_key = hdir / "ssh_host_ed25519_key"
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(host_key)])
-        shutil.copy(self.key_file.with_suffix(".pub"), hdir / "authorized_keys")
-        inside = "/run/testhost"  # where the host sees its own state folder
-        (hdir / "sshd_config").write_text(
-            "\n".join(
-                [
-                    f"ListenAddress {host.address}",
-                    "Port 22",
-                    f"HostKey {inside}/ssh_host_ed25519_key",
-                    f"AuthorizedKeysFile {inside}/authorized_keys",
-                    f"PidFile {inside}/sshd.pid",
-                    "PermitRootLogin prohibit-password",
-                    "PubkeyAuthentication yes",
-                    "PasswordAuthentication no",
-                    "KbdInteractiveAuthentication no",
-                    "UsePAM no",
-                    "StrictModes no",
-                    "PrintMotd no",
-                    "Subsystem sftp internal-sftp",
-                    "",
-                ]
-            )
+        self._start_network(host)
+        if host.init == "systemd":
+            self._boot_systemd(host)
+        else:
+            self._start_sshd(host)
+
+    def sshd_config(self, host: TestHost, keys_dir: str) -> str:
+        return "\n".join(
+            [
+                f"ListenAddress {host.address}",
+                "Port 22",
+                f"HostKey {keys_dir}/ssh_host_ed25519_key",
+                f"AuthorizedKeysFile {keys_dir}/authorized_keys",
+                "PermitRootLogin prohibit-password",
+                "PubkeyAuthentication yes",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",
+                "PrintMotd no",
+                "Subsystem sftp internal-sftp",
+                "",
+            ]
         )
+
+    def _start_network(self, host: TestHost) -> None:
         run(["ip", "netns", "add", host.netns])
         peer = f"{host.veth}p"
         run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", peer])
@@ -299,6 +396,27 @@ class TestHostCluster:
         run([*ns, "ip", "link", "set", "eth0", "up"])
         run([*ns, "ip", "link", "set", "lo", "up"])
         run([*ns, "ip", "route", "add", "default", "via", self.gateway])
+
+    def _launch(self, host: TestHost, argv: list[str]) -> None:
+        """Starts a host's first process detached, its output in the host's console log."""
+        log = open(host.console_log, "w")  # noqa: SIM115 - owned by the detached process
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        host.sshd_pid = proc.pid
+
+    def _start_sshd(self, host: TestHost) -> None:
+        hdir = Path(host.state_dir)
+        shutil.copy(self.key_file.with_suffix(".pub"), hdir / "authorized_keys")
+        inside = "/run/testhost"  # where the host sees its own state folder
+        (hdir / "sshd_config").write_text(
+            self.sshd_config(host, inside) + f"PidFile {inside}/sshd.pid\n"
+        )
         mounts = [
             "set -e",
             f"hostname {host.name}",
@@ -315,10 +433,13 @@ class TestHostCluster:
             "mount -t tmpfs tmpfs /dev/shm",
             f"exec {SSHD} -D -e -f {inside}/sshd_config",
         ]
-        log = open(hdir / "sshd.log", "w")  # noqa: SIM115 - owned by the detached sshd
-        proc = subprocess.Popen(
+        self._launch(
+            host,
             [
-                *ns,
+                "ip",
+                "netns",
+                "exec",
+                host.netns,
                 "unshare",
                 "--mount",
                 "--uts",
@@ -332,13 +453,99 @@ class TestHostCluster:
                 "-c",
                 "\n".join(mounts),
             ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
-        log.close()
-        host.sshd_pid = proc.pid
+
+    def _boot_systemd(self, host: TestHost) -> None:
+        hdir = Path(host.state_dir)
+        etc = hdir / "upper" / "etc"
+        prepare_systemd_etc(etc, host.name)
+        ssh_dir = etc / "ssh"
+        ssh_dir.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", ".pub"):
+            shutil.copy(hdir / f"ssh_host_ed25519_key{suffix}", ssh_dir)
+        shutil.copy(self.key_file.with_suffix(".pub"), ssh_dir / "authorized_keys")
+        (ssh_dir / "sshd_config").write_text(self.sshd_config(host, "/etc/ssh"))
+        host.cgroup = str(new_cgroup(host.netns))
+        self.save()
+        root = hdir / "root"
+        root.mkdir()
+        mounts = [
+            "set -e",
+            # A tmpfs root: pivot_root needs a mount, and nothing of this machine's / shows.
+            f"mount -t tmpfs -o mode=0755 tmpfs {root}",
+            *(
+                f"mkdir -p {root}/{sub}"
+                for sub in (*OVERLAID, "usr", "tmp", "run", "dev", "proc", "sys", "mnt")
+            ),
+            *(f"ln -s usr/{name} {root}/{name}" for name in ("bin", "sbin", "lib", "lib64")),
+            f"mount --bind /usr {root}/usr",
+            f"mount -o remount,bind,ro {root}/usr",
+            *(
+                f"mount -t overlay overlay -o lowerdir=/{sub},upperdir={hdir}/upper/{sub},"
+                f"workdir={hdir}/work/{sub} {root}/{sub}"
+                for sub in OVERLAID
+            ),
+            f"mount --bind {hdir}/tmp {root}/tmp",
+            f"mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs {root}/run",
+            f"mount -t tmpfs -o mode=0755,nosuid tmpfs {root}/dev",
+            *(
+                f"touch {root}/dev/{node} && mount --bind /dev/{node} {root}/dev/{node}"
+                for node in DEVICE_NODES
+            ),
+            f"mkdir {root}/dev/pts {root}/dev/shm",
+            f"mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts {root}/dev/pts",
+            f"ln -s pts/ptmx {root}/dev/ptmx",
+            f"ln -s /proc/self/fd {root}/dev/fd",
+            *(
+                f"ln -s /proc/self/fd/{fd} {root}/dev/{name}"
+                for fd, name in enumerate(("stdin", "stdout", "stderr"))
+            ),
+            f"mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs {root}/dev/shm",
+            f"mount -t proc -o nosuid,nodev,noexec proc {root}/proc",
+            # Kernel-wide values stay out of reach: read-only /proc/sys and /sys.
+            f"mount --bind {root}/proc/sys {root}/proc/sys",
+            f"mount -o remount,bind,ro {root}/proc/sys",
+            f"mount -t sysfs -o ro,nosuid,nodev,noexec sysfs {root}/sys",
+            # The cgroup namespace makes the host's own cgroup the root systemd sees.
+            f"mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 {root}/sys/fs/cgroup",
+            f"hostname {host.name}",
+            f"cd {root}",
+            "mkdir .oldroot",
+            "pivot_root . .oldroot",
+            "umount -l /.oldroot",
+            "rmdir /.oldroot",
+            # A clean environment, as a booted machine's PID 1 has; `container` tells systemd
+            # where it runs, so units with ConditionVirtualization=!container stay off.
+            "exec env -i container=kimi-testhost setpriv --bounding-set "
+            + ",".join(f"-{cap}" for cap in DROPPED_CAPABILITIES)
+            + f" {SYSTEMD} --system --show-status=no",
+        ]
+        # Into the host's cgroup first, so that the new cgroup namespace is rooted there.
+        self._launch(
+            host,
+            [
+                "sh",
+                "-c",
+                'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
+                "sh",
+                host.cgroup,
+                "ip",
+                "netns",
+                "exec",
+                host.netns,
+                "unshare",
+                "--mount",
+                "--uts",
+                "--pid",
+                "--fork",
+                "--cgroup",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "\n".join(mounts),
+            ],
+        )
 
     def _write_client_files(self) -> None:
         lines = []
@@ -384,10 +591,11 @@ class TestHostCluster:
                 if result.returncode == 0:
                     break
                 if time.monotonic() > deadline:
-                    log = (Path(host.state_dir) / "sshd.log").read_text()
+                    log = host.console_log.read_text(errors="replace")[-4000:]
                     raise TestHostError(
-                        f"{host.name} ({host.address}) did not accept SSH within {timeout}s: "
-                        f"{result.stderr.strip()}; sshd log: {log.strip()}"
+                        f"{host.name} ({host.address}, PID 1 {host.init}) did not accept SSH "
+                        f"within {timeout}s: {result.stderr.strip()}; its console: {log.strip()}"
+                        + (f"; its journal:\n{host.journal_tail()}" if host.cgroup else "")
                     )
                 time.sleep(0.2)
 
@@ -396,6 +604,8 @@ class TestHostCluster:
         """Kill every process in the hosts' namespaces, delete them, the bridge, the files."""
         for host in self.hosts:
             kill_namespace(host.netns, host.sshd_pid)
+            if host.cgroup:
+                remove_cgroup(Path(host.cgroup))
         # Links of hosts whose namespace never came up are removed by name.
         for host in self.hosts:
             run(["ip", "link", "del", host.veth], check=False)
@@ -420,6 +630,85 @@ def kill_namespace(netns: str, leader: int = 0) -> None:
                 os.kill(int(pid), signal.SIGKILL)
         time.sleep(0.05)
     run(["ip", "netns", "delete", netns], check=False)
+
+
+def prepare_systemd_etc(etc: Path, hostname: str) -> None:
+    """The upper layer of a systemd host's /etc, written before it boots: every unit this
+    machine has masked but SYSTEMD_ALLOWED and the passive targets and slices, every generator
+    off (they would turn this machine's fstab and init scripts into units), ssh.service wanted
+    by multi-user.target, and the host's own name and machine id."""
+    units = etc / "systemd" / "system"
+    (units / "multi-user.target.wants").mkdir(parents=True, exist_ok=True)
+    for folder in map(Path, UNIT_DIRS):
+        if not folder.is_dir():
+            continue
+        for entry in [*folder.iterdir(), *folder.glob("*.wants/*"), *folder.glob("*.requires/*")]:
+            name = entry.name
+            if entry.is_dir() and not entry.is_symlink():
+                continue
+            if name in SYSTEMD_ALLOWED or name.endswith(SYSTEMD_PASSIVE_SUFFIXES):
+                continue
+            if "." not in name:
+                continue
+            mask = units / name
+            if not mask.is_symlink():
+                mask.symlink_to("/dev/null")
+    for folder in map(Path, GENERATOR_DIRS):
+        if not folder.is_dir():
+            continue
+        off = etc / "systemd" / folder.name
+        off.mkdir(parents=True, exist_ok=True)
+        for generator in folder.iterdir():
+            if not (off / generator.name).is_symlink():
+                (off / generator.name).symlink_to("/dev/null")
+    wants = units / "multi-user.target.wants" / "ssh.service"
+    if not wants.is_symlink():
+        wants.symlink_to("/usr/lib/systemd/system/ssh.service")
+    (etc / "hostname").write_text(f"{hostname}\n")
+    (etc / "machine-id").write_text(secrets.token_hex(16) + "\n")
+    (etc / "fstab").write_text("# test host: nothing to mount\n")
+
+
+def cgroup2_root() -> Path:
+    """Where this machine mounts the cgroup v2 hierarchy (alone, or beside v1 controllers)."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    raise TestHostError(
+        "systemd test hosts need a cgroup v2 hierarchy and this machine mounts none: "
+        "mount one (mount -t cgroup2 none /sys/fs/cgroup/unified) or run sshd hosts only"
+    )
+
+
+def new_cgroup(name: str) -> Path:
+    path = cgroup2_root() / name
+    path.mkdir()
+    return path
+
+
+def remove_cgroup(path: Path) -> None:
+    """rmdir from the leaves up (systemd makes a tree); only empty cgroups can go."""
+    if not path.is_dir():
+        return
+    for _ in range(50):
+        for folder in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if folder.is_dir():
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        with contextlib.suppress(OSError):
+            path.rmdir()
+        if not path.exists():
+            return
+        time.sleep(0.05)  # its last processes are still exiting
+
+
+def orphan_cgroups(owned: set[str]) -> list[Path]:
+    try:
+        root = cgroup2_root()
+    except TestHostError:
+        return []
+    return [p for p in root.glob(f"{PREFIX}-*") if p.is_dir() and str(p) not in owned]
 
 
 def free_subnet_slot() -> int:
@@ -471,15 +760,24 @@ def down_runs(stale_only: bool) -> list[str]:
         for netns in orphan_namespaces():
             kill_namespace(netns)
             removed.append(netns)
+        owned = {h.cgroup for c in known_runs() for h in c.hosts if h.cgroup}
+        for cgroup in orphan_cgroups(owned):
+            remove_cgroup(cgroup)
+            removed.append(str(cgroup))
     return removed
 
 
-def check_prerequisites() -> None:
+def check_prerequisites(systemd: bool = False) -> None:
     if os.geteuid() != 0:
         raise TestHostError("test hosts need root (network and mount namespaces)")
     missing = [t for t in ("ip", "unshare", "ssh", "ssh-keygen") if not shutil.which(t)]
     if not Path(SSHD).exists():
         missing.append(SSHD)
+    if systemd:
+        missing += [t for t in ("setpriv", "pivot_root", "nsenter") if not shutil.which(t)]
+        for path in (SYSTEMD, "/usr/lib/systemd/system/ssh.service"):
+            if not Path(path).exists():
+                missing.append(path)
     if missing:
         raise TestHostError(
             f"missing {', '.join(missing)}: install Debian's openssh-server, openssh-client "
@@ -498,6 +796,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--profiles", required=True, help="comma-separated, one host each, e.g. ct200,h200,b200"
     )
+    up.add_argument(
+        "--systemd",
+        default="",
+        help="comma-separated host names (<profile>-<n>) that boot systemd as PID 1",
+    )
     down = sub.add_parser("down", help="remove hosts")
     which = down.add_mutually_exclusive_group(required=True)
     which.add_argument("--state-dir", type=Path)
@@ -505,7 +808,16 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--all", action="store_true", help="every run, kept ones included")
     args = parser.parse_args(argv)
     if args.command == "up":
-        cluster = TestHostCluster.up(args.profiles.split(","), owner_pid=0)
+        profiles = args.profiles.split(",")
+        systemd = [name for name in args.systemd.split(",") if name]
+        names = None
+        if systemd:
+            counts: dict[str, int] = {}
+            names = []
+            for profile in profiles:
+                names.append(f"{profile}-{counts.get(profile, 0)}")
+                counts[profile] = counts.get(profile, 0) + 1
+        cluster = TestHostCluster.up(profiles, names=names, owner_pid=0, systemd=systemd)
         for host in cluster.hosts:
             print(f"{host.name}\t{host.profile}\t{host.address}", file=sys.stderr)
         print(cluster.inventory)
