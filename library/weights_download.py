@@ -135,9 +135,19 @@ bytes_downloaded:
   returned: success
   type: int
 download_seconds:
-  description: Time spent downloading.
+  description: >-
+    Wall time of the transfer, summed over every download of this run: from starting the
+    download process to noticing that it exited, its start-up, restarts and stalls included.
+    The checks before and the verification after are not in it (see I(hash_seconds)).
   returned: success
   type: float
+transfers:
+  description: >-
+    The transfer of each download process started, in order: C(hub) (huggingface_hub's own)
+    or C(http) (the kit's plain HTTP with in-file resume).
+  returned: success
+  type: list
+  elements: str
 hashed_bytes:
   description: Bytes hashed by the final verification.
   returned: success
@@ -239,6 +249,8 @@ class Download:
         }
         self.workers = self.p["hash_workers"] or os.cpu_count() or 1
         self.transfer_now: str | None = None
+        self.transfers: list[str] = []
+        self.download_seconds = 0.0
         self.pid_file = os.path.join(os.path.dirname(self.p["status_file"]), "worker.pid")
 
     # -- bookkeeping -------------------------------------------------------------------
@@ -348,6 +360,7 @@ class Download:
         finally:
             log.close()
         self.transfer_now = transfer
+        self.transfers.append(transfer)
         with open(self.pid_file, "w") as handle:
             handle.write(f"{child.pid}\n")
         return child
@@ -427,8 +440,9 @@ class Download:
             self.log(f"{reason}; restart {self.restarts}/{self.p['max_restarts']}{xet}")
             child = self.spawn()
             last_growth = time.monotonic()
+        # Summed: a verification that finds a wrong file downloads again.
+        self.download_seconds += time.monotonic() - started
         fetched, _ = self.on_disk()
-        self.download_seconds = time.monotonic() - started
         return max(0, fetched - downloaded_before)
 
     def handle_exit(self, code: int) -> None:
@@ -467,7 +481,6 @@ class Download:
         repaired = [s["path"] for s in before["stale"]]
         remove_stale(self.p["local_dir"], repaired)
         fetched = 0
-        self.download_seconds = 0.0
         attempts = self.p["max_restarts"] + 1
         for _attempt in range(attempts):
             needed = sum(f.get("size") or 0 for f in self.files if f["path"] not in before["good"])
@@ -512,6 +525,7 @@ class Download:
             "hash_workers": self.workers,
             "restarts": self.restarts,
             "repaired": sorted(set(repaired)),
+            "transfers": self.transfers,
         }
 
 

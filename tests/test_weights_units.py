@@ -149,48 +149,159 @@ def test_every_module_documents_itself():
         assert result.returncode == 0, f"{module.name}: {result.stderr}"
 
 
-@pytest.mark.parametrize("xet_disabled", ["1", ""], ids=["plain-http", "huggingface_hub"])
-def test_download_module_both_transfers(tmp_path, monkeypatch, xet_disabled):
-    """Plain HTTP (xet off) and snapshot_download (xet allowed) both land verified files."""
+TOKEN = "hf_units_token_4b1e"
+
+
+@pytest.fixture
+def gated_hub(monkeypatch, tmp_path):
+    """A gated repo behind the redirecting hub, a token file for it, and a module runner."""
     from tests.hub_server import LocalHub
 
-    data = {"a.safetensors": os.urandom(3 << 20), "config.json": b'{"x": 1}'}
+    # Two files over huggingface_hub's 10 MiB read chunk, so it can resume inside them.
+    data = {
+        "a.safetensors": os.urandom(24 << 20),
+        "b.safetensors": os.urandom(12 << 20),
+        "config.json": b'{"x": 1}',
+    }
+    token_file = tmp_path / "hf-token"
+    token_file.touch(mode=0o600)
+    token_file.write_text(TOKEN)
     with LocalHub() as hub:
-        hub.add_repo("o/n", data)
+        hub.valid_tokens.add(TOKEN)
+        hub.add_repo("o/n", data, gated=True, approved_tokens={TOKEN})
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        monkeypatch.setenv("HF_HUB_DISABLE_XET", xet_disabled)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
         listing = [
             {
                 "path": name,
                 "size": len(content),
-                "sha256": hashlib.sha256(content).hexdigest()
-                if name.endswith(".safetensors")
-                else None,
+                "sha256": hashlib.sha256(content).hexdigest() if len(content) > 1024 else None,
                 "blob_id": hub.repos["o/n"].files[name].git_oid,
             }
             for name, content in data.items()
         ]
-        result = run_module(
-            "weights_download",
-            {
-                "repo_id": "o/n",
-                "revision": hub.repos["o/n"].sha,
-                "local_dir": str(tmp_path / "w"),
-                "files": listing,
-                "python": sys.executable,
-                "status_file": str(tmp_path / "s" / "status.json"),
-                "log_file": str(tmp_path / "s" / "download.log"),
-                "poll_interval": 0.2,
-            },
-        )
-    assert not result.get("failed"), result
-    assert result["bytes_total"] == sum(len(c) for c in data.values())
-    transfer = "http" if xet_disabled else "hub"
-    assert f"transfer: {transfer}" in (tmp_path / "s" / "download.log").read_text()
+
+        def download(**extra) -> dict:
+            return run_module(
+                "weights_download",
+                {
+                    "repo_id": "o/n",
+                    "revision": hub.repos["o/n"].sha,
+                    "local_dir": str(tmp_path / "w"),
+                    "files": listing,
+                    "python": sys.executable,
+                    "hf_token_file": str(token_file),
+                    "status_file": str(tmp_path / "s" / "status.json"),
+                    "log_file": str(tmp_path / "s" / "download.log"),
+                    "poll_interval": 0.2,
+                    **extra,
+                },
+            )
+
+        yield hub, data, download
+
+
+def landed(tmp_path: Path, data: dict[str, bytes]) -> None:
+    """Every file in place with its content, vouched for by the manifest, no partial left."""
     for name, content in data.items():
         assert (tmp_path / "w" / name).read_bytes() == content
     manifest = json.loads((tmp_path / "w" / "kimi-manifest.json").read_text())
     assert all(entry["hash_checked"] for entry in manifest["files"].values())
+    assert not list((tmp_path / "w").rglob("*.incomplete"))
+
+
+def no_token_at_storage(hub) -> None:
+    """LFS bodies came from the storage origin, which never saw the token; the hub did."""
+    storage = hub.at_storage()
+    assert storage and all(r.status in (200, 206, 499) for r in storage)
+    assert not any(r.authenticated or r.token_seen for r in storage)
+    assert {r.file for r in hub.fetched() if r.origin == "storage"} == {
+        "a.safetensors",
+        "b.safetensors",
+    }
+    redirects = [r for r in hub.requests if r.status == 302]
+    assert redirects and all(r.authenticated for r in redirects)
+
+
+@pytest.mark.parametrize("xet_disabled", ["1", ""], ids=["plain-http", "huggingface_hub"])
+def test_download_module_both_transfers(tmp_path, monkeypatch, gated_hub, xet_disabled):
+    """Plain HTTP (xet off) and snapshot_download (xet setting left alone) both follow the
+    hub's redirect, keep the token from the storage origin, and land verified files."""
+    hub, data, download = gated_hub
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", xet_disabled)
+    result = download()
+    assert not result.get("failed"), result
+    assert result["bytes_total"] == sum(len(c) for c in data.values())
+    assert result["transfers"] == ["http" if xet_disabled else "hub"]
+    assert result["restarts"] == 0
+    assert 0 < result["download_seconds"] < 60
+    landed(tmp_path, data)
+    no_token_at_storage(hub)
+
+
+def test_plain_http_resumes_at_the_storage_origin(tmp_path, monkeypatch, gated_hub):
+    """The kit's transfer, cut short by the storage origin, is restarted by the watchdog and
+    resumes there with a Range request from where the partial file ends."""
+    from tests.hub_server import Stall
+
+    hub, data, download = gated_hub
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    hub.stalls.append(Stall(path="a.safetensors", after_bytes=5 << 20, seconds=0))
+    result = download()
+    assert not result.get("failed"), result
+    assert result["restarts"] == 1 and result["transfers"] == ["http", "http"]
+    landed(tmp_path, data)
+    no_token_at_storage(hub)
+    first, resumed = hub.fetched("a.safetensors")
+    assert first.origin == resumed.origin == "storage"
+    assert (first.range, resumed.range, resumed.status) == (None, f"bytes={5 << 20}-", 206)
+    # The resumed request went through the hub again, which signed a fresh URL.
+    assert [r.range for r in hub.requests if r.status == 302 and r.file == "a.safetensors"] == [
+        None,
+        f"bytes={5 << 20}-",
+    ]
+
+
+def test_default_path_resumes_inside_huggingface_hub(tmp_path, gated_hub):
+    """With the xet setting left alone, a cut on the storage origin is resumed by
+    huggingface_hub itself (from its last 10 MiB chunk), without a watchdog restart."""
+    from tests.hub_server import Stall
+
+    hub, data, download = gated_hub
+    hub.stalls.append(Stall(path="a.safetensors", after_bytes=15 << 20, seconds=0))
+    result = download()
+    assert not result.get("failed"), result
+    assert result["restarts"] == 0 and result["transfers"] == ["hub"]
+    landed(tmp_path, data)
+    no_token_at_storage(hub)
+    ranges = [r.range for r in hub.fetched("a.safetensors")]
+    assert ranges == [None, f"bytes={10 << 20}-"]
+
+
+def test_default_path_stall_switches_to_plain_http(tmp_path, gated_hub):
+    """huggingface_hub's download stuck at the storage origin (silent for longer than the
+    stall timeout): the watchdog kills it and the kit's own transfer finishes the repo."""
+    from tests.hub_server import Stall
+
+    hub, data, download = gated_hub
+    hub.stalls.append(Stall(path="a.safetensors", after_bytes=3 << 20, seconds=60))
+    result = download(stall_timeout=2)
+    assert not result.get("failed"), result
+    assert result["restarts"] == 1 and result["transfers"] == ["hub", "http"]
+    log = (tmp_path / "s" / "download.log").read_text()
+    assert (
+        log.index("transfer: hub") < log.index("no new bytes for 2s") < log.index("transfer: http")
+    )
+    assert "restart 1/5 with xet off (plain HTTP)" in log
+    landed(tmp_path, data)
+    no_token_at_storage(hub)
+    stuck = [r for r in hub.fetched("a.safetensors") if r.status != 499]
+    agents = [r.headers.get("user-agent") or r.headers.get("User-Agent") for r in stuck]
+    assert "hf_hub/" in agents[0] and agents[-1].startswith("Python-urllib/")
+    # huggingface_hub's partial file has a name of its own: the kit starts the file again.
+    assert stuck[-1].range is None and stuck[-1].status == 200
 
 
 def test_weights_check_records_files_it_verified(tmp_path):
