@@ -47,7 +47,7 @@ def target_files() -> dict[str, bytes]:
 def cluster():
     from tests.testhosts import TestHostCluster
 
-    names = ["fresh", "killed", "stalled", "smalldisk"]
+    names = ["fresh", "killed", "stalled", "smalldisk", "default"]
     hosts = TestHostCluster.up(["ct200"] * len(names), names=names)
     try:
         hosts.ssh("smalldisk", "mkdir -p /opt/kimi && mount -t tmpfs -o size=600m tmpfs /opt/kimi")
@@ -101,8 +101,15 @@ def weights(
 
 def fetched_files(hub: LocalHub, since: int = 0, repo: str = TARGET) -> list[str]:
     """Files of one repo whose bodies were requested, from request `since` on."""
-    prefix = f"/{repo}/resolve/"
-    return [r.path.split("/", 5)[5] for r in hub.fetched()[since:] if r.path.startswith(prefix)]
+    return [r.file for r in hub.fetched()[since:] if r.repo == repo]
+
+
+def assert_no_token_at_storage(hub: LocalHub) -> None:
+    """LFS bodies came from the storage origin the hub redirects to, which never saw a token."""
+    storage = hub.at_storage()
+    assert storage, "the hub never redirected"
+    leaked = [r for r in storage if r.authenticated or r.token_seen]
+    assert not leaked, f"token sent to the storage origin: {leaked[:3]}"
 
 
 def sha256_on_host(cluster, host: str, path: str) -> str:
@@ -135,6 +142,12 @@ def test_download_verify_and_second_run_is_idle(
     assert set(manifest["files"]) == set(target_files)
     assert all(entry["hash_checked"] for entry in manifest["files"].values())
     assert sorted(fetched_files(hub)) == sorted(target_files)
+    # Shards came from the storage origin; the gated drafter was fetched with the token, which
+    # went to the hub only.
+    assert {r.origin for r in hub.fetched() if r.file.endswith(".safetensors")} == {"storage"}
+    assert sorted(fetched_files(hub, repo=DFLASH)) == ["config.json", "model.safetensors"]
+    assert any(r.authenticated and r.repo == DFLASH and r.status == 302 for r in hub.requests)
+    assert_no_token_at_storage(hub)
 
     before = len(hub.fetched())
     started = time.monotonic()
@@ -256,8 +269,11 @@ def test_killed_download_resumes_without_refetching_completed_files(
 def test_stalled_transfer_is_restarted_by_the_watchdog(
     playbook, cluster, hub, wheelhouse, tmp_path, target_files
 ):
+    """The kit's own transfer (xet off), stuck at the storage origin: restarted, it resumes
+    there with a Range request from where its partial file ends."""
     stuck = shard_name(5)
     hub.stalls.append(Stall(path=stuck, after_bytes=1 << 20, seconds=60))
+    before = len(hub.requests)
     run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "stalled")
     assert run.rc == 0, run.stdout
     log = host_path(cluster, "stalled", f"{WEIGHTS}/.kimi/moonshotai--Kimi-K2.6/download.log")
@@ -268,7 +284,59 @@ def test_stalled_transfer_is_restarted_by_the_watchdog(
         == hashlib.sha256(target_files[stuck]).hexdigest()
     )
     result = run.results("Result of the download of target")["stalled"]
-    assert result["restarts"] >= 1
+    assert result["restarts"] == 1 and result["transfers"] == ["http", "http"]
+    bodies = [r for r in hub.requests[before:] if r.file == stuck and r.method == "GET"]
+    at_storage = [r for r in bodies if r.origin == "storage"]
+    assert [r.range for r in at_storage] == [None, f"bytes={1 << 20}-"]
+    assert at_storage[-1].status == 206
+    assert_no_token_at_storage(hub)
+
+
+def test_default_path_switches_to_plain_http_after_a_stall(
+    playbook, cluster, hub, wheelhouse, tmp_path, target_files
+):
+    """The xet setting left alone: huggingface_hub downloads (over HTTP, the hub offers no
+    xet) and, stuck at the storage origin, is replaced by the kit's own transfer."""
+    stuck = shard_name(11)
+    hub.stalls.append(Stall(path=stuck, after_bytes=1 << 20, seconds=60))
+    before = len(hub.requests)
+    run = weights(
+        playbook,
+        cluster,
+        hub,
+        wheelhouse,
+        tmp_path,
+        "default",
+        # No HF_HUB_DISABLE_XET. huggingface_hub's own read timeout (10 s) is lengthened so
+        # that the hang outlasts the watchdog's 4 s, as the xet stalls at 0 B/s did.
+        weights_download_environment={"HF_HUB_DOWNLOAD_TIMEOUT": "120"},
+    )
+    assert run.rc == 0, run.stdout
+    result = run.results("Result of the download of target")["default"]
+    assert result["restarts"] == 1 and result["transfers"] == ["hub", "http"]
+    drafter = run.results("Result of the download of dflash")["default"]
+    assert drafter["restarts"] == 0 and drafter["transfers"] == ["hub"]
+    log = host_path(cluster, "default", f"{WEIGHTS}/.kimi/moonshotai--Kimi-K2.6/download.log")
+    text = log.read_text()
+    assert text.index("transfer: hub") < text.index("no new bytes for 4s")
+    assert text.index("no new bytes for 4s") < text.index("transfer: http")
+    for name in (stuck, shard_name(0), "config.json"):
+        assert (
+            sha256_on_host(cluster, "default", f"{WEIGHTS}/{TARGET}/{name}")
+            == hashlib.sha256(target_files[name]).hexdigest()
+        )
+    leftovers = cluster.ssh(
+        "default", f"find {WEIGHTS}/{TARGET} -name '*.incomplete'", check=False
+    ).stdout
+    assert leftovers.strip() == ""
+    bodies = [
+        r
+        for r in hub.requests[before:]
+        if r.file == stuck and r.method == "GET" and r.origin == "storage"
+    ]
+    agents = [r.headers.get("user-agent") or r.headers.get("User-Agent") or "" for r in bodies]
+    assert "hf_hub/" in agents[0] and agents[-1].startswith("Python-urllib/")
+    assert_no_token_at_storage(hub)
 
 
 def test_disk_full_says_free_and_needed(playbook, cluster, hub, wheelhouse, tmp_path):
