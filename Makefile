@@ -16,12 +16,15 @@ INVENTORIES := $(sort $(wildcard inventory/*/hosts.yml))
 # to open the HTML report headless.
 TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools git systemd chromium
 
-.PHONY: help setup lock test test-deps lint syntax pytest clean-testhosts clean
+CONTRACT_VENV := tests/.state/contract-venv
+
+.PHONY: help setup lock test test-deps lint syntax pytest test-contract clean-testhosts clean
 
 help:
 	@echo "make setup   - create $(VENV) from requirements.lock (fast when nothing changed)"
 	@echo "make test    - lint, syntax-check every root playbook x inventory, pytest"
 	@echo "make lock    - re-resolve requirements.in into requirements.lock"
+	@echo "make test-contract - launch commands vs the pinned sglang's real parser (CPU-only venv)"
 
 setup: $(STAMP)
 
@@ -68,6 +71,15 @@ syntax: setup
 pytest: setup test-deps
 	$(BIN)/python -m tests.testhosts down --stale
 	$(BIN)/pytest
+
+# The launch-command contract against the real parser of the pinned sglang, in a CPU-only venv
+# holding sglang and only what its argument parsing imports (tests/contract/README.md). Every
+# cross-check must run: a skip fails the target, and so does a stale committed snapshot.
+test-contract:
+	$(PYTHON) tests/contract/contract_venv.py
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	KIT_REQUIRE_REAL_SGLANG=1 $(CONTRACT_VENV)/bin/python -m pytest tests/contract -p no:cacheprovider -rs | tee "$$log"; \
+	if grep -qE '(^SKIPPED|[0-9]+ skipped)' "$$log"; then echo "test-contract: tests were skipped; every cross-check must run"; exit 1; fi
 
 # Removes test hosts left by an interrupted test run (namespaces, processes, files).
 clean-testhosts: setup

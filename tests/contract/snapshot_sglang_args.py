@@ -1,13 +1,15 @@
 """Dump the option table of the installed SGLang's server parser to a JSON snapshot.
 
-Run with the python of a scratch venv that has the pinned sglang installed (see README.md):
+Run from the repo root with the python of the contract venv that `make test-contract` builds
+(the pinned sglang and what its parser imports; see README.md):
 
-    /tmp/sglang-venv/bin/python tests/contract/snapshot_sglang_args.py
+    tests/.state/contract-venv/bin/python tests/contract/snapshot_sglang_args.py
 
 The snapshot holds everything module_utils/sglang_args.py needs to rebuild an equivalent argparse
 parser, so CI can validate launch commands without installing sglang and torch (several GB).
-The output carries no timestamp or host detail, so regenerating from the same release gives a
-byte-identical file and a diff means the parser really changed.
+The output carries no timestamp or host detail, so regenerating from the same release and venv
+gives a byte-identical file and a diff means the parser really changed (or, in
+`generated_with`, the torch the venv was built with).
 """
 
 from __future__ import annotations
