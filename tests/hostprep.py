@@ -57,8 +57,27 @@ def prepare_host(cluster, name: str, cpufreq: bool) -> None:
     cluster.ssh(name, " && ".join(lines))
 
 
+# NVIDIA's packaged unit, pointed at the fake daemon and its config under /usr/local.
+FM_UNIT = f"""[Unit]
+Description=NVIDIA fabric manager service
+After=network-online.target
+Requires=network-online.target
+
+[Service]
+User=root
+PrivateTmp=false
+Type=forking
+ExecStart=/usr/local/bin/nv-fabricmanager -c {FM_CONFIG}
+LimitCORE=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def install_fabricmanager(cluster, name: str) -> None:
-    """A fake nv-fabricmanager of the captures' driver version, with its config file."""
+    """A fake nv-fabricmanager of the captures' driver version, with its config file; on a
+    systemd host also its unit, installed (not enabled, not started) as the package leaves it."""
     put_file(
         cluster,
         name,
@@ -67,3 +86,7 @@ def install_fabricmanager(cluster, name: str) -> None:
         "0755",
     )
     put_file(cluster, name, FM_CONFIG, b"LOG_LEVEL=4\n")
+    if cluster.host(name).init == "systemd":
+        unit = "/usr/local/lib/systemd/system/nvidia-fabricmanager.service"
+        put_file(cluster, name, unit, FM_UNIT.encode())
+        cluster.ssh(name, "systemctl daemon-reload")
