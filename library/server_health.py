@@ -8,12 +8,20 @@ DOCUMENTATION = r"""
 module: server_health
 short_description: Poll a starting SGLang server once, with a progress line and the log tail
 description:
-  - Meant for an C(until) loop while the server loads its weights (minutes for 595 GB).
-  - Returns C(state=healthy) when C(GET /health_generate) answers 200 (SGLang runs a one-token
-    generation for it, so the model is really serving); C(state=loading) while it does not;
-    C(state=failed) at once when the server process is gone, its manager gave up, or it has
-    crashed and been restarted since O(restarts_before) (a crash while loading is a problem to
-    show, not to wait out).
+  - Meant for C(until) loops while the server loads its weights (minutes for 595 GB) and then
+    warms up. SGLang 0.5.23 opens its HTTP port only once the model is loaded, then answers
+    C(/health_generate) with 503 until its warmup request has generated, and afterwards runs a
+    one-token generation for every C(/health_generate) (at least a second; 503 when no token
+    came within its C(SGLANG_HEALTH_CHECK_TIMEOUT), 20 s by default).
+  - O(phase=load) returns C(state=healthy) when C(GET /health_generate) answers 200;
+    C(state=answering) when the server answers HTTP but has not generated (loaded, warming
+    up, or unable to generate); C(state=loading) while nothing answers.
+  - O(phase=generate) follows a server that answers: C(healthy) on 200, C(answering) while it
+    has not generated for less than O(generate_timeout) seconds since O(since), then
+    C(failed) with a message saying the model loaded but cannot generate.
+  - Either phase returns C(state=failed) at once when the server process is gone, its manager
+    gave up, or it has crashed and been restarted since O(restarts_before) (a crash while
+    loading is a problem to show, not to wait out).
   - C(progress) says how long it has waited and the last log line, for the kit's progress
     callback; C(log_tail) holds the last O(log_lines) lines of the server's log (journal under
     systemd, the log file under the supervisor).
@@ -46,14 +54,29 @@ options:
   log_file:
     description: Server log file (supervisor).
     type: path
+  phase:
+    description: C(load) (wait for the server to answer) or C(generate) (wait for it to generate).
+    type: str
+    choices: [load, generate]
+    default: load
   since:
-    description: Epoch seconds when the wait began, for the elapsed time in C(progress).
+    description:
+      - Epoch seconds when the wait began, for the elapsed time in C(progress).
+      - With O(phase=generate), when the server was first seen answering (the C(checked_at) of
+        the load phase's last poll).
     type: float
     default: 0
   timeout:
     description: The whole wait's limit in seconds, shown in C(progress).
     type: int
     default: 0
+  generate_timeout:
+    description:
+      - With O(phase=generate), seconds an answering server may go without generating before
+        the wait fails. SGLang itself gives up on its warmup after C(SGLANG_WARMUP_TIMEOUT)
+        (600 s by default) and exits.
+    type: int
+    default: 600
   restarts_before:
     description: The manager's restart count when the server was (re)started by the kit.
     type: int
@@ -67,21 +90,34 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Wait until the server generates
+- name: Wait for the server to load
   server_health:
     url: http://127.0.0.1:30000
     manager: systemd
     since: "{{ wait_started }}"
     timeout: 2400
-  register: health
-  until: health.state != 'loading'
+  register: loaded
+  until: loaded.state != 'loading'
   retries: 240
+  delay: 10
+
+- name: Wait for /health_generate
+  when: loaded.state in ['answering', 'healthy']
+  server_health:
+    url: http://127.0.0.1:30000
+    manager: systemd
+    phase: generate
+    since: "{{ loaded.checked_at }}"
+    generate_timeout: 600
+  register: health
+  until: health.state != 'answering'
+  retries: 62
   delay: 10
 """
 
 RETURN = r"""
 state:
-  description: C(healthy), C(loading) or C(failed).
+  description: C(healthy), C(answering), C(loading) or C(failed).
   returned: always
   type: str
 progress:
@@ -101,6 +137,14 @@ elapsed:
   description: Seconds since O(since).
   returned: always
   type: float
+checked_at:
+  description: Epoch seconds of this poll.
+  returned: always
+  type: float
+http_status:
+  description: The status C(/health_generate) answered, or null when nothing answered.
+  returned: always
+  type: int
 """
 
 import time  # noqa: E402
@@ -114,21 +158,30 @@ from ansible.module_utils.server_control import (  # noqa: E402
     systemd_status,
 )
 
+# SGLang's /health_generate waits up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default) for
+# its one-token generation: the probe must outlast it to hear the answer.
+PROBE_TIMEOUT_S = 30
 
-def probe(url: str, api_key: str) -> tuple[int | None, str]:
+
+def probe(url: str, api_key: str) -> tuple[int | None, str, bool]:
+    """(HTTP status or None, what went wrong, whether the server took the request)."""
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"url must be http(s): {url}")
     request = urllib.request.Request(url.rstrip("/") + "/health_generate")  # noqa: S310
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(request, timeout=20) as response:  # noqa: S310 - http(s) only
-            return response.status, ""
+        # http(s) only, checked above.
+        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as response:  # noqa: S310
+            return response.status, "", True
     except urllib.error.HTTPError as error:
-        return error.code, f"HTTP {error.code}"
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        return None, str(reason)
+        return error.code, f"HTTP {error.code}", True
+    except urllib.error.URLError as error:  # not connected, or the request not sent
+        return None, str(error.reason), False
+    except TimeoutError:  # sent, and no answer came
+        return None, f"no answer within {PROBE_TIMEOUT_S} s", True
+    except OSError as error:  # the connection broke while waiting for the answer
+        return None, str(error), False
 
 
 def main() -> None:
@@ -141,8 +194,10 @@ def main() -> None:
             "pid_file": {"type": "path"},
             "state_file": {"type": "path"},
             "log_file": {"type": "path"},
+            "phase": {"type": "str", "choices": ["load", "generate"], "default": "load"},
             "since": {"type": "float", "default": 0},
             "timeout": {"type": "int", "default": 0},
+            "generate_timeout": {"type": "int", "default": 600},
             "restarts_before": {"type": "int", "default": 0},
             "log_lines": {"type": "int", "default": 40},
         },
@@ -158,7 +213,9 @@ def main() -> None:
     else:
         status = supervisor_status(p["pid_file"], p["state_file"])
     tail = log_tail(run, p["manager"], p["name"], p["log_file"], p["log_lines"])
-    elapsed = round(time.time() - p["since"], 1) if p["since"] else 0.0
+    now = time.time()
+    elapsed = round(now - p["since"], 1) if p["since"] else 0.0
+    last = next((line for line in reversed(tail) if line.strip()), "(no log yet)")
     message = ""
     if not status["running"] or status["failed"]:
         message = (
@@ -170,29 +227,45 @@ def main() -> None:
             f"the server crashed while starting and was restarted "
             f"{status['restarts'] - p['restarts_before']} time(s)"
         )
+    code = None
+    if not message:
+        code, error, answered = probe(p["url"], p["api_key"])
+        answer = error or f"HTTP {code}"
+        if code == 200:
+            state, progress = "healthy", f"healthy after {elapsed:.0f} s"
+        elif not answered:
+            state = "loading"
+            limit = f" of {p['timeout']} s" if p["timeout"] else ""
+            progress = (
+                f"loading: {elapsed:.0f} s{limit}, /health_generate {answer}; log: {last[-160:]}"
+            )
+        elif p["phase"] == "generate" and elapsed >= p["generate_timeout"]:
+            message = (
+                f"the model loaded and the server answers HTTP, but it has not generated a "
+                f"token in {elapsed:.0f} s: /health_generate answered {answer} every time (SGLang "
+                "answers 503 until its warmup request has generated, and when its one-token "
+                "health generation gets no output within SGLANG_HEALTH_CHECK_TIMEOUT). Look for "
+                "the scheduler's error in the log; raise server_health_generate_timeout_s only "
+                "if the first generation is just slow"
+            )
+        else:
+            state = "answering"
+            limit = f" of {p['generate_timeout']} s" if p["phase"] == "generate" else ""
+            progress = (
+                f"loaded, not generating yet: {elapsed:.0f} s{limit}, /health_generate "
+                f"{answer}; log: {last[-160:]}"
+            )
     if message:
-        module.exit_json(
-            changed=False,
-            state="failed",
-            message=message,
-            progress=message,
-            log_tail=tail,
-            elapsed=elapsed,
-        )
-    code, error = probe(p["url"], p["api_key"])
-    if code == 200:
-        state = "healthy"
-        progress = f"healthy after {elapsed:.0f} s"
-    else:
-        state = "loading"
-        limit = f" of {p['timeout']} s" if p["timeout"] else ""
-        last = next((line for line in reversed(tail) if line.strip()), "(no log yet)")
-        progress = (
-            f"loading: {elapsed:.0f} s{limit}, /health_generate "
-            f"{error or f'HTTP {code}'}; log: {last[-160:]}"
-        )
+        state, progress = "failed", message
     module.exit_json(
-        changed=False, state=state, message="", progress=progress, log_tail=tail, elapsed=elapsed
+        changed=False,
+        state=state,
+        message=message,
+        progress=progress,
+        log_tail=tail,
+        elapsed=elapsed,
+        checked_at=round(now, 3),
+        http_status=code,
     )
 
 
