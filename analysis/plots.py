@@ -274,7 +274,8 @@ def accept_vs_budget(table: list[dict]) -> Plot | None:
     return Plot(
         "accept_vs_budget",
         "Accept length against DDTree budget",
-        "Token-weighted mean accept length per prompt set, averaged over concurrency levels. "
+        "Token-weighted mean accept length (tokens each verify step added; the first token, "
+        "from prefill, is no verify step's) per prompt set, averaged over concurrency levels. "
         "Dashed: DFlash's single chain on the same prompts; dotted: published DFlash figures "
         "on Kimi K2.5 (another model, for scale).",
         _png(figure),
@@ -450,9 +451,11 @@ def accept_distribution(samples: dict[str, dict[str, list]], palette: dict) -> P
     return Plot(
         "accept_distribution",
         "Distribution of per-request accept length",
-        "Each request's accepted tokens per verify step (meta_info.spec_accept_length), over "
-        "every prompt set and concurrency level; a bar marks the median, a dash the mean. A "
-        "wide spread means acceptance depends strongly on the prompt.",
+        "Each request's accepted tokens per verify step, (output tokens - 1) / "
+        "meta_info.spec_verify_ct: the first token comes from prefill (SGLang's own "
+        "spec_accept_length counts it too), over every prompt set and concurrency level; a bar "
+        "marks the median, a dash the mean. A wide spread means acceptance depends strongly on "
+        "the prompt.",
         _png(figure),
     )
 

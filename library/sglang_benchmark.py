@@ -13,16 +13,25 @@ description:
     level after the other, and writes one C(c<N>.json) per level into O(output_dir).
   - Before each level it calls C(/flush_cache) (so no level starts with the previous one's
     prefix cache) and reads C(/server_info) and C(/metrics) before and after it, keeping only
-    differences (SGLang's averages there are cumulative since the server started).
+    differences (SGLang's averages there are cumulative since the server started). SGLang
+    flushes only an idle server and answers 400 otherwise; the module asks it to wait for idle
+    (C(?timeout=)) and retries within a minute, and records C(not flushed (...)) in the level's
+    C(server.cache) when it never was.
+  - A restart during a level shows as another C(startup_time) record in C(/server_info) (the
+    durations SGLang measured while starting, new with every start) or a C(/metrics) counter
+    that went down.
   - Per request it measures TTFT, E2E latency, the inter-token latency of every token (the
     gap between two streamed events divided by the tokens the later one carries; with
     speculative decoding one event carries several), TPOT, the output tokens as the server
-    counts them (C(meta_info.completion_tokens)), the verify steps and accept length
-    (C(meta_info.spec_verify_ct), C(spec_accept_length)), and the output text and token ids
-    (for the losslessness check).
+    counts them (C(meta_info.completion_tokens)), the verify steps (C(meta_info.spec_verify_ct),
+    on SGLang's last event only), the accept length C(accept_length) = (output tokens - 1) /
+    verify steps (the first token comes from prefill, not from a verify step), SGLang's own
+    C(spec_accept_length) = output tokens / verify steps beside it, and the output text and
+    token ids (for the losslessness check).
   - Per level it reports output tokens/s, requests/s, mean and p50/p90/p99 of TTFT, ITL, TPOT
-    and E2E, the token-weighted mean accept length, the step time (ms per forward step) and the
-    accepted tokens per step (their quotient is a request's decode speed), and failures.
+    and E2E, the token-weighted mean accept length (and SGLang's, C(spec_accept_length_mean)),
+    the step time (ms per forward step) and the accepted tokens per step (their quotient is a
+    request's decode speed), and failures.
   - The client measures itself - CPU use, event-loop lag - and marks a level C(saturated) when
     the client rather than the server may have been the limit (busy nearly all the time, or
     busy and behind - its event-loop lag p99 a quarter or more of the time between a
@@ -149,6 +158,7 @@ import gc  # noqa: E402
 import hashlib  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import ssl  # noqa: E402
@@ -163,6 +173,7 @@ from ansible.module_utils.benchmark import (  # noqa: E402
     SCHEMA_VERSION,
     ResponseParser,
     StreamError,
+    accepted_tokens_per_step,
     chat_template_of,
     completion_tokens,
     decode_steps,
@@ -172,6 +183,7 @@ from ansible.module_utils.benchmark import (  # noqa: E402
     request_timings,
     server_delta,
     special_tokens,
+    startup_record,
     summarize_level,
 )
 
@@ -196,6 +208,9 @@ BUSY_CPU = 0.3
 BEHIND_SHARE = 0.25
 LATE_LAG_P99_MS = 2.0
 LAG_INTERVAL_S = 0.005
+# How long to wait for an idle server to flush its cache before a level, and per request.
+FLUSH_WAIT_S = 60.0
+FLUSH_REQUEST_WAIT_S = 30.0
 
 
 class Target:
@@ -497,33 +512,41 @@ def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, li
     except ValueError as error:
         record["error"] = f"undecodable event: {error}"
         return record, []
-    meta = last.get("meta_info") or {}
-    first_meta = first.get("meta_info") or {}
+    meta = last.get("meta_info") if isinstance(last, dict) else None
+    first_meta = first.get("meta_info") if isinstance(first, dict) else None
+    if not isinstance(meta, dict) or not isinstance(first_meta, dict):
+        record["error"] = "event without a meta_info object"
+        return record, []
+    meta = {k: meta.get(k) for k in META_FIELDS}
+    first_meta = {k: first_meta.get(k) for k in META_FIELDS}
+    for name in ("completion_tokens", "spec_verify_ct", "prompt_tokens", "cached_tokens"):
+        for where in (meta, first_meta):
+            if not counted(where[name]):
+                where[name] = None
+    if not number(meta["spec_accept_length"]):
+        meta["spec_accept_length"] = None
     timings = request_timings(sent, tracker.events, tracker.done_at)
-    verify = meta.get("spec_verify_ct")
-    tokens = int(meta.get("completion_tokens") or 0)
+    verify = meta["spec_verify_ct"]
+    tokens = meta["completion_tokens"] or 0
     steps = decode_steps(first_meta, meta)
-    finish = meta.get("finish_reason")
+    finish = meta["finish_reason"]
     record.update(
         ok=not tracker.error,
         ttft_ms=round(timings["ttft_ms"], 3),
         e2e_ms=round(timings["e2e_ms"], 3),
         tpot_ms=round(timings["tpot_ms"], 4) if timings["tpot_ms"] is not None else None,
         output_tokens=tokens,
-        prompt_tokens=meta.get("prompt_tokens"),
-        cached_tokens=meta.get("cached_tokens"),
+        prompt_tokens=meta["prompt_tokens"],
+        cached_tokens=meta["cached_tokens"],
         spec_verify_ct=verify,
-        accept_length=(
-            meta.get("spec_accept_length")
-            if meta.get("spec_accept_length") is not None
-            else (tokens / verify if verify else None)
-        ),
+        accept_length=accepted_tokens_per_step(tokens, verify),
+        spec_accept_length=meta["spec_accept_length"],
         decode_steps=steps,
         decode_ms=round(timings["decode_ms"], 3),
         step_ms=round(timings["decode_ms"] / steps, 4) if steps > 0 else None,
-        finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
-        text=last.get("text"),
-        output_ids=last.get("output_ids"),
+        finish_reason=str(finish.get("type"))[:40] if isinstance(finish, dict) else None,
+        text=last.get("text") if isinstance(last.get("text"), str) else None,
+        output_ids=last.get("output_ids") if isinstance(last.get("output_ids"), list) else None,
     )
     ids = record["output_ids"]
     if isinstance(ids, list) and len(ids) != tokens:
@@ -531,6 +554,30 @@ def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, li
         # a fragment would make the losslessness check compare the wrong thing.
         record.update(text=None, output_ids=None, outputs_incomplete=True)
     return record, timings["itl_ms"] if record["ok"] else []
+
+
+META_FIELDS = (
+    "completion_tokens",
+    "spec_verify_ct",
+    "spec_accept_length",
+    "prompt_tokens",
+    "cached_tokens",
+    "finish_reason",
+)
+
+
+def counted(value) -> bool:
+    """A count from the server: a non-negative integer."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40
+
+
+def number(value) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
 
 
 def mask(value, secrets: list[str]):
@@ -626,15 +673,20 @@ def render_rows(rows: list[dict], server_info: dict) -> list[str]:
 
 
 def server_state(target: Target) -> dict:
-    """The cumulative counters a level's differences are taken from."""
+    """The cumulative counters a level's differences are taken from, and the record of the
+    server's start that tells a restart."""
     state: dict = {"metrics": {}, "startup_time": None, "avg_spec_accept_length": None}
     try:
         status, body = target.get("/server_info")
         if status == 200:
             info = json.loads(body)
-            state["startup_time"] = info.get("startup_time")
-            internal = (info.get("internal_states") or [{}])[0] or {}
-            state["avg_spec_accept_length"] = internal.get("avg_spec_accept_length")
+            if not isinstance(info, dict):
+                raise ValueError("/server_info is not a JSON object")
+            state["startup_time"] = startup_record(info)
+            internal = info.get("internal_states")
+            internal = internal[0] if isinstance(internal, list) and internal else None
+            average = internal.get("avg_spec_accept_length") if isinstance(internal, dict) else None
+            state["avg_spec_accept_length"] = average if number(average) else None
         status, body = target.get("/metrics")
         if status == 200:
             state["metrics"] = parse_metrics(body.decode("utf-8", "replace"), METRICS)
@@ -643,18 +695,33 @@ def server_state(target: Target) -> dict:
     return state
 
 
-def flush_cache(target: Target) -> str:
-    """SGLang refuses to flush while requests are running: retry for a bounded while."""
+def flush_cache(target: Target, wait_s: float = FLUSH_WAIT_S) -> str:
+    """Empty the server's prefix cache before a level.
+
+    SGLang flushes only when no request is running or waiting (python/sglang/srt/managers/
+    scheduler.py flush_cache) and otherwise answers 400 "Flush cache failed."; given
+    ?timeout=S it waits up to S seconds for idle (scheduler_components/flush_wrapper.py), and
+    a second flush while one waits is refused. So: ask it to wait, retry until `wait_s` is
+    spent (a release without the parameter answers at once), and say what happened."""
+    deadline = time.monotonic() + wait_s
     last = ""
-    for _attempt in range(30):
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        wait = min(left, FLUSH_REQUEST_WAIT_S)
         try:
-            status, body = target.get("/flush_cache", method="POST")
+            status, body = target.get(
+                f"/flush_cache?timeout={wait:.1f}", timeout=wait + 10, method="POST"
+            )
         except OSError as error:
             status, body = None, str(error).encode()
         if status == 200:
             return "flushed"
-        last = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
-        time.sleep(1)
+        last = f"HTTP {status}: {body[:200].decode('utf-8', 'replace').strip()}"
+        if status in (401, 403, 404, 405):
+            break  # asking again will not change the answer
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     return f"not flushed ({last})"
 
 

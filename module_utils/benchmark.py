@@ -10,6 +10,15 @@ Why a parser of our own: a streamed /generate answer from SGLang is an HTTP/1.1 
 events, `data: {json}` lines ending with `data: [DONE]`. Feeding it raw socket reads from
 asyncio's Protocol callbacks, and stamping each event with the time of the read that
 delivered it, keeps the client's cost per event at a few microseconds.
+
+The stream's shape (SGLang 0.5.23, python/sglang/srt/managers/tokenizer_manager.py
+_handle_batch_output): `text` and `output_ids` are cumulative; the first event carries the
+one token prefill produced; each later event one verify step's tokens (the accepted drafts
+and the bonus token), or one token without speculation; meta_info.completion_tokens counts
+them all. Only the last event carries spec_verify_ct (verify steps, the prefill token being
+none of them) and spec_accept_length = completion_tokens / spec_verify_ct, which counts the
+prefill token as if a verify step had produced it. The kit's accepted tokens per step
+leaves it out: (completion_tokens - 1) / spec_verify_ct, the tokens each verify step added.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ SCHEMA_VERSION = 1
 # unescaped key cannot occur inside it.
 _COMPLETION_KEY = b'"completion_tokens":'
 _DIGITS = b"0123456789"
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
 
 
 class StreamError(Exception):
@@ -42,6 +52,10 @@ class ResponseParser:
 
     MAX_HEAD = 65536
     MAX_ERROR_BODY = 4096
+    MAX_CHUNK_SIZE_LINE = 1024
+    # One event holds the whole output so far (cumulative text and ids): room for very long
+    # answers, a bound against a server that never ends a line.
+    MAX_LINE = 64 << 20
 
     def __init__(self) -> None:
         self.status: int | None = None
@@ -109,9 +123,14 @@ class ResponseParser:
             if self._chunk_state == "size":
                 end = self._raw.find(b"\r\n")
                 if end < 0:
+                    if len(self._raw) > self.MAX_CHUNK_SIZE_LINE:
+                        raise StreamError("chunk size line longer than 1 KiB")
                     break
                 size_text = bytes(self._raw[:end]).split(b";", 1)[0].strip()
                 try:
+                    # int() would also take signs, underscores and a 0x prefix.
+                    if not size_text or size_text.strip(_HEX_DIGITS) or len(size_text) > 16:
+                        raise ValueError
                     self._remaining = int(size_text, 16)
                 except ValueError:
                     raise StreamError(f"bad chunk size {size_text[:20]!r}") from None
@@ -129,6 +148,8 @@ class ResponseParser:
             elif self._chunk_state == "crlf":
                 if len(self._raw) < 2:
                     break
+                if self._raw[:2] != b"\r\n":
+                    raise StreamError("chunk data not followed by CRLF")
                 del self._raw[:2]
                 self._chunk_state = "size"
             else:  # trailer: the body is complete; what follows does not matter
@@ -152,6 +173,8 @@ class ResponseParser:
                 found.append(line[5:].lstrip(b" "))
         if start:
             del buffer[:start]
+        if len(buffer) > self.MAX_LINE:
+            raise StreamError("an event line longer than 64 MiB")
         return found
 
     def close(self) -> list[bytes]:
@@ -241,7 +264,11 @@ def request_timings(start: float, events: list[tuple[float, int]], done: float |
 
 def decode_steps(first_meta: dict, last_meta: dict) -> int:
     """Forward steps between the first and the last event: verify steps under speculation,
-    one per token without it."""
+    one per token without it.
+
+    The first event carries the prefill token, so every verify step comes after it; SGLang
+    reports spec_verify_ct only on the last event (a first event that had one would be
+    subtracted, for servers that report it earlier)."""
     if last_meta.get("spec_verify_ct") is not None:
         return int(last_meta["spec_verify_ct"]) - int(first_meta.get("spec_verify_ct") or 0)
     return int(last_meta.get("completion_tokens") or 0) - int(
@@ -249,13 +276,27 @@ def decode_steps(first_meta: dict, last_meta: dict) -> int:
     )
 
 
+def accepted_tokens_per_step(completion_tokens: int, verify_steps) -> float | None:
+    """Tokens each verify step added: (completion tokens - 1) / verify steps, the prefill
+    token left out. SGLang's spec_accept_length divides all completion tokens, the prefill
+    token included, by the verify steps. None without verify steps."""
+    if not verify_steps or verify_steps <= 0 or completion_tokens < 1:
+        return None
+    return (completion_tokens - 1) / verify_steps
+
+
+def _weighted(records: list[dict], field: str) -> float | None:
+    """Mean of a per-request field weighted by each request's output tokens."""
+    pairs = [(r["output_tokens"], r.get(field)) for r in records if r.get(field) is not None]
+    weight = sum(tokens for tokens, _ in pairs)
+    return round(sum(t * v for t, v in pairs) / weight, 4) if weight else None
+
+
 def summarize_level(requests: list[dict], duration_s: float, itl_ms: list[float]) -> dict:
     """The contract's `summary` of one concurrency level from its request records."""
     ok = [r for r in requests if r["ok"]]
     tokens = sum(r["output_tokens"] for r in ok)
     verify = [r for r in ok if r.get("spec_verify_ct")]
-    accept_weighted = sum(r["output_tokens"] * r["accept_length"] for r in verify)
-    verify_tokens = sum(r["output_tokens"] for r in verify)
     steps = sum(r.get("decode_steps") or 0 for r in ok)
     decode_ms = sum(r.get("decode_ms") or 0.0 for r in ok)
     latency = sum(r["e2e_ms"] for r in ok if r.get("e2e_ms") is not None) / 1000.0
@@ -266,16 +307,22 @@ def summarize_level(requests: list[dict], duration_s: float, itl_ms: list[float]
         "itl_ms": distribution(itl_ms),
         "tpot_ms": distribution([r["tpot_ms"] for r in ok if r.get("tpot_ms") is not None]),
         "e2e_ms": distribution([r["e2e_ms"] for r in ok if r.get("e2e_ms") is not None]),
-        # Per-request accept lengths weighted by the tokens each request produced, so a
-        # short answer does not count as much as a long one. 1.0 without speculation.
+        # Per-request accept lengths (tokens per verify step, the prefill token left out)
+        # weighted by the tokens each request produced, so a short answer does not count as
+        # much as a long one. 1.0 without speculation.
         "accept_length_mean": (
-            round(accept_weighted / verify_tokens, 4) if verify_tokens else (1.0 if ok else None)
+            _weighted(verify, "accept_length") if verify else (1.0 if ok else None)
         ),
-        # The decomposition tok/s = accepted tokens per step / step time, per request.
+        # SGLang's own per-request spec_accept_length (prefill token included), weighted the
+        # same way, for comparison. None without speculation.
+        "spec_accept_length_mean": _weighted(verify, "spec_accept_length"),
+        # The decomposition tok/s = accepted tokens per step / step time, per request: the
+        # tokens the verify steps added over the verify steps, summed over requests.
         "step_ms": round(decode_ms / steps, 4) if steps else None,
         "accepted_tokens_per_step": (
             round(
-                sum(r["output_tokens"] for r in verify) / sum(r["spec_verify_ct"] for r in verify),
+                sum(r["output_tokens"] - 1 for r in verify)
+                / sum(r["spec_verify_ct"] for r in verify),
                 4,
             )
             if verify
@@ -309,9 +356,44 @@ def parse_metrics(text: str, names: tuple[str, ...]) -> dict[str, float]:
     return totals
 
 
+def startup_record(info: dict):
+    """What identifies one start of the server in its /server_info: `startup_time`.
+
+    In SGLang 0.5.23 that is not a timestamp but the durations measured while starting
+    (python/sglang/srt/observability/startup_time.py build_engine_startup_time: load_weight,
+    kv_cache_allocation, scheduler_e2e, cuda_graph per phase, tokenizer_e2e, in seconds), set
+    once by TokenizerManager.set_startup_time; a restarted server measures new ones, equal
+    to the old to the last bit only by accident. A number (older releases) is kept as it is.
+    Anything else, or a record too large to be that, gives None.
+    """
+    value = info.get("startup_time") if isinstance(info, dict) else None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if not isinstance(value, dict) or len(value) > 32:
+        return None
+    record = {}
+    for key, item in value.items():
+        if isinstance(item, dict) and len(item) <= 32:
+            item = {
+                str(k): v
+                for k, v in item.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+        elif not isinstance(item, (int, float)) or isinstance(item, bool):
+            continue
+        record[str(key)[:64]] = item
+    return record or None
+
+
 def server_delta(before: dict, after: dict) -> dict:
     """Server counters over one level: /metrics differences, and whether the server restarted
-    in between (a new start time, or a counter that went down)."""
+    in between (another startup record in /server_info, or a counter that went down).
+
+    From the counters: SGLang's accept length (generation tokens / verify calls, each
+    request's prefill token included) and accepted tokens per step (the same without one
+    prefill token per finished request), server-side views of the client's figures."""
     delta = {}
     for name, value in after.get("metrics", {}).items():
         if name in before.get("metrics", {}):
@@ -321,9 +403,14 @@ def server_delta(before: dict, after: dict) -> dict:
         restarted = restarted or before["startup_time"] != after["startup_time"]
     tokens = delta.get("sglang:generation_tokens_total")
     steps = delta.get("sglang:spec_verify_calls_total")
+    finished = delta.get("sglang:num_requests_total")
+    counted = not restarted and bool(tokens) and bool(steps) and steps > 0
     return {
         "metrics": delta,
-        "accept_length": round(tokens / steps, 4) if tokens and steps else None,
+        "spec_accept_length": round(tokens / steps, 4) if counted else None,
+        "accepted_tokens_per_step": (
+            round((tokens - finished) / steps, 4) if counted and finished is not None else None
+        ),
         "restarted": restarted,
     }
 

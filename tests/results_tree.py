@@ -8,10 +8,12 @@ write_run() lays out what benchmark_kimi.yml lands on the controller,
     <root>/<host>/<config>/<prompt set>/c<N>.json
 
 with level files built the way the sglang_benchmark module builds them from a server that
-behaves like tests/sglang_sim.py: after `prefill_ms` each request gets one streamed event per
-decode step of `step_ms`, carrying 1 token without speculation and `accept` tokens (floor/ceil
-alternating, as the simulator does) with it; a closed loop keeps `concurrency` requests in
-flight. The per-request timings and the level summary come from the module's own functions
+behaves like tests/sglang_sim.py (and SGLang 0.5.23): after `prefill_ms` each request gets a
+first streamed event with the one token prefill produced, then one event per decode step of
+`step_ms`, carrying 1 token without speculation and `accept` tokens (floor/ceil alternating,
+as the simulator does) per verify step with it; spec_verify_ct and spec_accept_length come
+with the last event only; a closed loop keeps `concurrency` requests in flight. The
+per-request timings and the level summary come from the module's own functions
 (module_utils/benchmark.py), so the files follow the contract by construction, and
 expected_output_tokens_per_s() gives the throughput those settings imply.
 """
@@ -36,12 +38,21 @@ if str(REPO / "module_utils") not in ansible.module_utils.__path__:
 
 from ansible.module_utils.benchmark import (  # noqa: E402
     SCHEMA_VERSION,
+    accepted_tokens_per_step,
     decode_steps,
     request_timings,
     summarize_level,
 )
 
 VOCAB = 163840
+# /server_info's startup_time as SGLang 0.5.23 reports it: durations measured while starting.
+STARTUP = {
+    "load_weight": 512.25,
+    "kv_cache_allocation": 3.5,
+    "scheduler_e2e": 640.75,
+    "cuda_graph": {"decode": 41.0, "target_verify": 12.5},
+    "tokenizer_e2e": 650.0,
+}
 PROFILES = {
     "ct200": {
         "models": {"NVIDIA RTX PRO 6000 Blackwell Server Edition": 8},
@@ -118,11 +129,23 @@ class Plan:
         return {**self.configs, **self.host_configs.get(host, {})}
 
 
-def expected_output_tokens_per_s(sim: Sim, concurrency: int, requests: int, tokens: int) -> float:
+def expected_output_tokens_per_s(
+    sim: Sim, concurrency: int, requests: int, tokens: int, stepped: bool = False
+) -> float:
     """Throughput the simulator's settings imply (without spread): every request takes the same
-    time (prefill, then its steps), `concurrency` run together in waves."""
-    steps = len(token_steps(sim.accept if sim.speculative else 1.0, tokens))
-    latency_s = (sim.prefill_ms + steps * sim.step_at(concurrency)) / 1000.0
+    time (prefill, which gives the first token, then the steps for the rest), `concurrency` run
+    together in waves.
+
+    stepped=True follows the simulator's scheduler loop (and SGLang's): requests join at a
+    step boundary and prefill ends on one, and a request that arrives during a step waits for
+    its end. A wave's requests arrive a little apart, so all but the first join one step late
+    and the wave ends a step later; the files write_run() lays out have no such steps."""
+    steps = len(token_steps(sim.accept if sim.speculative else 1.0, tokens - 1))
+    step = sim.step_at(concurrency)
+    prefill = sim.prefill_ms
+    if stepped:
+        prefill = math.ceil(prefill / step - 1e-9) * step + (step if concurrency > 1 else 0)
+    latency_s = (prefill + steps * step) / 1000.0
     waves = math.ceil(requests / concurrency)
     return requests * tokens / (waves * latency_s)
 
@@ -172,9 +195,10 @@ def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurre
         sent = free_at[worker]
         connected = sent + 0.0001
         now = connected + sim.prefill_ms / 1000.0
-        events, total = [], 0
+        # Prefill gives the first token; the decode (verify) steps give the rest.
+        events, total = [(now, 1)], 1
         accept = sim.accept_of(index) if sim.speculative else 1.0
-        for count in token_steps(accept, plan.max_new_tokens):
+        for count in token_steps(accept, plan.max_new_tokens - 1):
             now += step_s * (1 + rng.uniform(-plan.jitter, plan.jitter))
             total += count
             events.append((now, total))
@@ -214,9 +238,14 @@ def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurre
         "summary": summary,
         "server": {
             "cache": "flushed",
-            "before": {"metrics": {}, "startup_time": 1.0},
-            "after": {"metrics": {}, "startup_time": 1.0},
-            "delta": {"metrics": {}, "accept_length": None, "restarted": False},
+            "before": {"metrics": {}, "startup_time": STARTUP},
+            "after": {"metrics": {}, "startup_time": STARTUP},
+            "delta": {
+                "metrics": {},
+                "spec_accept_length": None,
+                "accepted_tokens_per_step": None,
+                "restarted": False,
+            },
             "crashed": crash,
         },
         "client": {
@@ -241,8 +270,10 @@ def record_of(plan, sim, index, prompt_set, connected, sent, events, done, faile
     its per-token gaps."""
     timings = request_timings(connected, events, done)
     tokens = events[-1][1] if events else 0
-    verify = len(events) if sim.speculative else None
-    first_meta = {"completion_tokens": events[0][1], "spec_verify_ct": 1 if verify else None}
+    # Every event after the first (prefill) one is a verify step; SGLang counts them on the
+    # last event only.
+    verify = (len(events) - 1 or None) if sim.speculative else None
+    first_meta = {"completion_tokens": events[0][1] if events else 0}
     last_meta = {"completion_tokens": tokens, "spec_verify_ct": verify}
     steps = decode_steps(first_meta, last_meta) if events else 0
     text, ids = outputs(index, tokens, sim.lossy if sim.speculative else 0.0)
@@ -261,7 +292,8 @@ def record_of(plan, sim, index, prompt_set, connected, sent, events, done, faile
         "prompt_tokens": 120,
         "cached_tokens": 0,
         "spec_verify_ct": verify,
-        "accept_length": tokens / verify if verify else None,
+        "accept_length": accepted_tokens_per_step(tokens, verify),
+        "spec_accept_length": tokens / verify if verify else None,
         "decode_steps": steps,
         "decode_ms": round(timings["decode_ms"], 3),
         "step_ms": round(timings["decode_ms"] / steps, 4) if steps > 0 else None,

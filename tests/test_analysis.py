@@ -96,9 +96,10 @@ def test_summary_reproduces_the_speedup_the_simulator_settings_imply(tmp_path):
             implied = expected[config] / expected["ar"]
             assert float(row["speedup_vs_ar"]) == pytest.approx(implied, rel=0.05)
             assert float(row["output_tokens_per_s"]) == pytest.approx(expected[config], rel=0.05)
-            # The decomposition: tokens per step over step time is each request's speed (the
-            # last step of a request is cut at max_new_tokens).
-            per_step = 96 / len(token_steps(sims[config].accept, 96))
+            # The decomposition: tokens per step over step time is each request's speed. The
+            # first token comes from prefill; the verify steps add the other 95 (the last step
+            # of a request is cut at max_new_tokens).
+            per_step = 95 / len(token_steps(sims[config].accept, 95))
             assert float(row["accepted_tokens_per_step"]) == pytest.approx(per_step, rel=0.01)
             assert float(row["step_ms"]) == pytest.approx(sims[config].step_ms, rel=0.05)
     assert find(rows, config="ddtree-b32", concurrency=1)["ddtree_budget"] == "32"
@@ -146,11 +147,12 @@ def test_speedup_against_the_simulator_through_the_benchmark_module(tmp_path):
     ar, spec = Sim(step_ms=10, prefill_ms=20), Sim(step_ms=10, prefill_ms=20, accept=4.0)
     for concurrency in (1, 4):
         implied = expected_output_tokens_per_s(
-            spec, concurrency, requests, tokens
-        ) / expected_output_tokens_per_s(ar, concurrency, requests, tokens)
+            spec, concurrency, requests, tokens, stepped=True
+        ) / expected_output_tokens_per_s(ar, concurrency, requests, tokens, stepped=True)
         row = find(rows, config="dflash", concurrency=concurrency)
         assert float(row["speedup_vs_ar"]) == pytest.approx(implied, rel=0.05)
-        assert float(row["accepted_tokens_per_step"]) == pytest.approx(4.0)
+        # 47 tokens after the prefill one, 4 per verify step: 12 steps.
+        assert float(row["accepted_tokens_per_step"]) == pytest.approx(47 / 12, abs=1e-4)
         assert row["lossless"] == "passed"
     assert outcome.picks[0].config == "dflash"
 
@@ -173,8 +175,15 @@ def test_rows_cover_every_host_prompt_set_config_and_level(study):
     assert float(b16["tokens_per_s_per_gpu"]) == pytest.approx(
         float(b16["output_tokens_per_s"]) / 8
     )
+    # Per user: 1000 / mean TPOT, and a request's TPOT is its step time over the tokens its
+    # verify steps added each (47 after the prefill one, at the prompt's own acceptance).
+    sim = plan.sims("node-b")["ddtree-b16"]
+    tpots = [
+        sim.step_at(4) * len(token_steps(sim.accept_of(i), 47)) / 47
+        for i in range(plan.num_prompts)
+    ]
     assert float(b16["tokens_per_s_per_user"]) == pytest.approx(
-        1000 / (plan.sims("node-b")["ddtree-b16"].step_at(4) / 6.0), rel=0.15
+        1000 / (sum(tpots) / len(tpots)), rel=0.05
     )
     # The percentiles come straight from the level's summary.
     level = json.loads((root / "node-b" / "ddtree-b16" / "mt-bench" / "c4.json").read_text())
@@ -452,7 +461,8 @@ def test_files_in_other_layouts_take_the_full_parse(small):
     level = next(
         lv for lv in analysis.load(small).levels if lv.path.endswith("dflash/gsm8k/c1.json")
     )
-    assert level.records == 6 and list(level.accept) == [4.0] * 6
+    # 12 tokens: the prefill one, then 11 in ceil(11 / 4) = 3 verify steps.
+    assert level.records == 6 and list(level.accept) == pytest.approx([11 / 3] * 6)
 
 
 def test_a_host_folder_and_a_layout_without_prompt_sets_are_read(small, tmp_path):

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import time
 from pathlib import Path
 
 import pytest
+import requests
 from ansible.module_utils.benchmark import (
     ResponseParser,
     StreamError,
+    accepted_tokens_per_step,
     chat_template_of,
     compare_outputs,
     completion_tokens,
@@ -22,6 +26,7 @@ from ansible.module_utils.benchmark import (
     request_timings,
     server_delta,
     special_tokens,
+    startup_record,
     summarize_level,
 )
 
@@ -43,6 +48,7 @@ SUMMARY_FIELDS = {
     "tpot_ms",
     "e2e_ms",
     "accept_length_mean",
+    "spec_accept_length_mean",
     "step_ms",
     "accepted_tokens_per_step",
     "requests_ok",
@@ -84,6 +90,45 @@ def chunked(body: bytes, size: int) -> bytes:
     return out + b"0\r\n\r\n"
 
 
+def chunk_each(pieces: list[bytes], upper: bool = False) -> bytes:
+    """One chunk per piece, as uvicorn writes one per StreamingResponse yield."""
+    size = b"%X" if upper else b"%x"
+    return b"".join(size % len(p) + b"\r\n" + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
+
+
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ndate: Mon, 30 Nov 2026 12:00:00 GMT\r\nserver: uvicorn\r\n"
+    b"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+# Events as SGLang sends them: compact JSON, cumulative text that may hold what looks like
+# framing (CRLF, "data: ", a chunk size, the completion_tokens key), meta_info with the spec
+# fields on the last event only.
+EVENTS = [
+    json.dumps(
+        {
+            "text": text,
+            "output_ids": list(range(n)),
+            "meta_info": {"id": "r1", "completion_tokens": n, **extra},
+        },
+        separators=(",", ":"),
+    ).encode()
+    for text, n, extra in (
+        ("1\r\n", 1, {}),
+        ('1\r\ndata: [DONE]\n\n0\r\n\r\n "completion_tokens":99', 5, {}),
+        ("é" * 300, 9, {"spec_verify_ct": 2, "spec_accept_length": 4.5}),
+    )
+]
+
+
+def feed_all(raw: bytes, cuts: list[int]) -> tuple[ResponseParser, list[bytes]]:
+    parser = ResponseParser()
+    found, start = [], 0
+    for cut in [*cuts, len(raw)]:
+        found += parser.feed(raw[start:cut])
+        start = cut
+    return parser, found
+
+
 @pytest.mark.parametrize("split", [1, 3, 7, 64, 10_000])
 def test_chunked_events_survive_any_split(split):
     events = [json.dumps({"meta_info": {"completion_tokens": n}}).encode() for n in (1, 4, 7)]
@@ -98,6 +143,75 @@ def test_chunked_events_survive_any_split(split):
         found += parser.feed(raw[offset : offset + split])
     assert found == [*events, b"[DONE]"]
     assert parser.finished and parser.status == 200
+
+
+def test_uvicorn_framing_parses_at_every_read_boundary():
+    """One chunk per event (uvicorn), cut into two reads at every byte, and into three at a
+    spread of pairs: inside the head, the size line, its CRLF, the event, the chunk's CRLF."""
+    raw = HEAD + chunk_each([b"data: " + e + b"\n\n" for e in EVENTS] + [b"data: [DONE]\n\n"])
+    for cut in range(1, len(raw)):
+        parser, found = feed_all(raw, [cut])
+        assert found == [*EVENTS, b"[DONE]"], cut
+        assert parser.finished
+    for first in range(1, len(raw), 37):
+        for second in range(first + 1, len(raw), 53):
+            assert feed_all(raw, [first, second])[1] == [*EVENTS, b"[DONE]"]
+    assert [completion_tokens(e) for e in EVENTS] == [1, 5, 9]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_events_split_across_chunks_and_chunks_holding_several_events(seed):
+    import random
+
+    rng = random.Random(seed)
+    body = sse(*EVENTS, b"[DONE]")
+    # Chunk boundaries anywhere: mid-event, mid-"data:", between the two newlines, and
+    # chunks spanning several events; hex sizes in either case, extensions on some.
+    pieces, offset = [], 0
+    while offset < len(body):
+        size = rng.choice([1, 2, 5, 17, 64, 400, 5000])
+        pieces.append(body[offset : offset + size])
+        offset += size
+    framed = b""
+    for piece in pieces:
+        size = (b"%X" if rng.random() < 0.5 else b"%x") % len(piece)
+        extension = b";name=value" if rng.random() < 0.3 else b""
+        framed += size + extension + b"\r\n" + piece + b"\r\n"
+    trailer = b"x-trailer: 1\r\n" if seed % 2 else b""
+    raw = HEAD + framed + b"0\r\n" + trailer + b"\r\n"
+    cuts = sorted(rng.sample(range(1, len(raw)), min(40, len(raw) - 1)))
+    parser, found = feed_all(raw, cuts)
+    assert found == [*EVENTS, b"[DONE]"]
+    assert parser.finished
+    # What follows the last chunk (a kept-alive connection's next answer) is not this body.
+    assert parser.feed(b"HTTP/1.1 200 OK\r\n\r\ndata: {}\n\n") == []
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"zz\r\ndata: 1\n\n\r\n",  # not hex
+        b"-a\r\n" + b"x" * 10 + b"\r\n",  # a sign
+        b"0xa\r\n" + b"x" * 10 + b"\r\n",  # a prefix int() would take
+        b"1_0\r\n" + b"x" * 16 + b"\r\n",  # an underscore int() would take
+        b"a\r\n" + b"x" * 10 + b"XX",  # chunk data not followed by CRLF
+        b"1" * 2000,  # a size line that never ends
+    ],
+)
+def test_bad_chunk_framing_is_refused(framing):
+    parser = ResponseParser()
+    with pytest.raises(StreamError):
+        for offset in range(0, len(framing) + len(HEAD), 7):
+            parser.feed((HEAD + framing)[offset : offset + 7])
+
+
+def test_an_endless_event_line_is_refused():
+    parser = ResponseParser()
+    parser.MAX_LINE = 1000
+    parser.feed(HEAD)
+    with pytest.raises(StreamError, match="longer than"):
+        for _ in range(10):
+            parser.feed(b"200\r\n" + b"d" * 512 + b"\r\n")
 
 
 def test_close_delimited_and_error_bodies():
@@ -141,24 +255,35 @@ def test_distribution_matches_linear_interpolation():
     assert distribution([])["count"] == 0
 
 
+def test_accepted_tokens_per_step_leaves_the_prefill_token_out():
+    # ACCEPT=4, 30 tokens: the prefill token, then ceil(29 / 4) = 8 verify steps.
+    assert accepted_tokens_per_step(30, 8) == pytest.approx(29 / 8)
+    assert accepted_tokens_per_step(1, 0) is None  # only the prefill token: no verify step
+    assert accepted_tokens_per_step(5, None) is None
+
+
 def test_summary_weights_accept_length_by_tokens_and_decomposes_speed():
+    # Two speculative requests as SGLang reports them: 100 tokens in 25 verify steps (4 per
+    # step by SGLang's count, 99 / 25 after the prefill token), 10 tokens in 9 steps.
     requests = [
         {
             "ok": True,
             "output_tokens": 100,
             "spec_verify_ct": 25,
-            "accept_length": 4.0,
-            "decode_steps": 24,
-            "decode_ms": 480.0,
+            "accept_length": 99 / 25,
+            "spec_accept_length": 4.0,
+            "decode_steps": 25,
+            "decode_ms": 500.0,
             "ttft_ms": 50,
-            "e2e_ms": 530,
+            "e2e_ms": 550,
             "tpot_ms": 5,
         },
         {
             "ok": True,
             "output_tokens": 10,
-            "spec_verify_ct": 10,
+            "spec_verify_ct": 9,
             "accept_length": 1.0,
+            "spec_accept_length": 10 / 9,
             "decode_steps": 9,
             "decode_ms": 180.0,
             "ttft_ms": 50,
@@ -168,37 +293,79 @@ def test_summary_weights_accept_length_by_tokens_and_decomposes_speed():
         {"ok": False, "output_tokens": 0, "error": "x"},
     ]
     summary = summarize_level(requests, duration_s=1.0, itl_ms=[5.0, 20.0])
-    assert summary["accept_length_mean"] == pytest.approx((100 * 4 + 10 * 1) / 110, abs=1e-4)
-    assert summary["accepted_tokens_per_step"] == pytest.approx(110 / 35, abs=1e-4)
-    assert summary["step_ms"] == pytest.approx(660 / 33, abs=1e-4)
+    assert summary["accept_length_mean"] == pytest.approx((100 * 3.96 + 10 * 1) / 110, abs=1e-4)
+    assert summary["spec_accept_length_mean"] == pytest.approx(
+        (100 * 4 + 10 * 10 / 9) / 110, abs=1e-4
+    )
+    # The tokens the verify steps added over the verify steps, summed over requests.
+    assert summary["accepted_tokens_per_step"] == pytest.approx((99 + 9) / 34, abs=1e-4)
+    assert summary["step_ms"] == pytest.approx(680 / 34, abs=1e-4)
+    # The decomposition holds: decode tokens per second = accepted per step / step time.
+    decode_rate = (99 + 9) / 0.680
+    assert summary["accepted_tokens_per_step"] / summary["step_ms"] * 1000 == pytest.approx(
+        decode_rate, rel=1e-3
+    )
     assert summary["output_tokens_per_s"] == 110
     assert (summary["requests_ok"], summary["requests_failed"]) == (2, 1)
-    assert summary["effective_concurrency"] == pytest.approx(0.76)
+    assert summary["effective_concurrency"] == pytest.approx(0.78)
+    plain = summarize_level([{**requests[0], "spec_verify_ct": None}], 1.0, [])
+    assert plain["accepted_tokens_per_step"] == 1.0 and plain["spec_accept_length_mean"] is None
 
 
 def test_server_deltas_and_restarts():
     text = (
-        "# TYPE sglang:generation_tokens_total counter\n"
-        'sglang:generation_tokens_total{model_name="a"} 100\n'
-        'sglang:generation_tokens_total{model_name="b"} 20\n'
-        "sglang:spec_verify_calls_total 40\n"
+        "# TYPE sglang:generation_tokens counter\n"
+        'sglang:generation_tokens_total{engine_type="unified",is_streaming="true"} 100.0\n'
+        'sglang:generation_tokens_total{engine_type="unified",is_streaming="false"} 20.0\n'
+        'sglang:spec_verify_calls_total{engine_type="unified"} 40.0\n'
+        'sglang:num_requests_total{is_streaming="true"} 6.0\n'
         "sglang:other 5\n"
     )
-    metrics = parse_metrics(
-        text, ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total")
+    names = (
+        "sglang:generation_tokens_total",
+        "sglang:spec_verify_calls_total",
+        "sglang:num_requests_total",
     )
+    metrics = parse_metrics(text, names)
     assert metrics == {
         "sglang:generation_tokens_total": 120.0,
         "sglang:spec_verify_calls_total": 40.0,
+        "sglang:num_requests_total": 6.0,
     }
+    start = {"load_weight": 1.5, "scheduler_e2e": 9.25, "cuda_graph": {"decode": 3.0}}
     before = {
-        "metrics": {"sglang:generation_tokens_total": 20.0, "sglang:spec_verify_calls_total": 10.0},
-        "startup_time": 1.0,
+        "metrics": {
+            "sglang:generation_tokens_total": 20.0,
+            "sglang:spec_verify_calls_total": 10.0,
+            "sglang:num_requests_total": 1.0,
+        },
+        "startup_time": start,
     }
-    delta = server_delta(before, {"metrics": metrics, "startup_time": 1.0})
-    assert delta["accept_length"] == pytest.approx(100 / 30, abs=1e-4) and not delta["restarted"]
-    assert server_delta(before, {"metrics": metrics, "startup_time": 2.0})["restarted"]
-    assert server_delta({"metrics": metrics}, before)["restarted"]
+    delta = server_delta(before, {"metrics": metrics, "startup_time": dict(start)})
+    assert not delta["restarted"]
+    assert delta["spec_accept_length"] == pytest.approx(100 / 30, abs=1e-4)
+    # One prefill token per finished request is not a verify step's.
+    assert delta["accepted_tokens_per_step"] == pytest.approx((100 - 5) / 30, abs=1e-4)
+    restarted = {**start, "scheduler_e2e": 9.5}
+    assert server_delta(before, {"metrics": metrics, "startup_time": restarted})["restarted"]
+    went_down = server_delta({"metrics": metrics}, before)
+    assert went_down["restarted"] and went_down["accepted_tokens_per_step"] is None
+
+
+def test_startup_record_keeps_what_sglang_sends_and_nothing_else():
+    info = {
+        "startup_time": {
+            "load_weight": 12.5,
+            "cuda_graph": {"decode": 3.25, "odd": "x"},
+            "note": "not a duration",
+            "flag": True,
+        }
+    }
+    assert startup_record(info) == {"load_weight": 12.5, "cuda_graph": {"decode": 3.25}}
+    assert startup_record({"startup_time": 1700000000.5}) == 1700000000.5
+    assert startup_record({"startup_time": "yesterday"}) is None
+    assert startup_record({"startup_time": {str(i): 1.0 for i in range(40)}}) is None
+    assert startup_record({}) is None and startup_record([]) is None
 
 
 def test_comparison_counts_tokens_from_the_first_divergence():
@@ -302,19 +469,59 @@ def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompt
         check_contract(document, "dflash", level)
         summary = document["summary"]
         assert summary["requests_ok"] == 8 and summary["requests_failed"] == 0
-        # 24 tokens, 3 per 10 ms verify step: the decomposition the kit exists to show.
-        assert summary["accepted_tokens_per_step"] == pytest.approx(3.0)
-        assert summary["accept_length_mean"] == pytest.approx(3.0)
+        # 24 tokens: the prefill token, then ceil(23 / 3) = 8 verify steps of 10 ms adding
+        # 23 tokens: the decomposition the kit exists to show.
+        steps = math.ceil(23 / 3)
+        assert summary["accepted_tokens_per_step"] == pytest.approx(23 / steps)
+        assert summary["accept_length_mean"] == pytest.approx(23 / steps)
+        # SGLang's own figure counts the prefill token too.
+        assert summary["spec_accept_length_mean"] == pytest.approx(24 / steps)
         assert summary["step_ms"] == pytest.approx(10, rel=0.25)
-        assert summary["itl_ms"]["mean"] == pytest.approx(10 / 3, rel=0.25)
+        assert summary["itl_ms"]["mean"] == pytest.approx(10 * steps / 23, rel=0.25)
+        assert summary["tpot_ms"]["mean"] == pytest.approx(10 * steps / 23, rel=0.25)
         record = document["requests"][0]
         assert record["output_tokens"] == 24 and len(record["output_ids"]) == 24
-        assert record["spec_verify_ct"] == 8 and len(record["events"]) == 8
-        assert document["server"]["delta"]["accept_length"] == pytest.approx(3.0)
+        assert record["spec_verify_ct"] == steps and record["decode_steps"] == steps
+        assert record["spec_accept_length"] == pytest.approx(24 / steps)
+        # The first event is the prefill token; one event per verify step follows.
+        assert record["events"][0][1] == 1 and len(record["events"]) == 1 + steps
+        delta = document["server"]["delta"]
+        assert delta["spec_accept_length"] == pytest.approx(24 / steps)
+        assert delta["accepted_tokens_per_step"] == pytest.approx(23 / steps)
+        assert not delta["restarted"]
         assert document["server"]["cache"] == "flushed"
         assert document["provenance"]["kit_version"] == "0.1.0+t"
         assert document["provenance"]["sglang_version"] == "0.5.23"
     assert result["ansible_facts"]["sglang_benchmark"]["summaries"]["4"]["requests_ok"] == 8
+
+
+def test_the_client_waits_for_an_idle_server_to_flush_and_says_when_it_was_not():
+    import threading
+
+    module = load_module("sglang_benchmark")
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=20)
+    target = module.Target(url, "")
+    busy = {"text": "long", "sampling_params": {"max_new_tokens": 40}}
+
+    def occupy():
+        requests.post(url + "/generate", json=busy, timeout=30)
+
+    try:
+        worker = threading.Thread(target=occupy)
+        worker.start()
+        time.sleep(0.2)
+        # SGLang refuses to flush while a request runs; waiting less than it runs fails...
+        refused = module.flush_cache(target, wait_s=0.3)
+        assert refused == "not flushed (HTTP 400: Timed out waiting for idle state.)"
+        # ...waiting long enough flushes once it is done (40 steps of 20 ms).
+        began = time.monotonic()
+        assert module.flush_cache(target, wait_s=20) == "flushed"
+        assert time.monotonic() - began < 5
+        worker.join(timeout=10)
+        assert module.flush_cache(target, wait_s=1) == "flushed"
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_module_fails_when_the_server_crashes_and_keeps_the_level(tmp_path, prompts_file):
@@ -499,6 +706,36 @@ def test_lossless_check_flags_configs_that_change_outputs(tmp_path):
     }
     again = run_module("benchmark_lossless", {"results_dir": str(tmp_path), "output": str(output)})
     assert not again["changed"]
+
+
+def test_lossless_threshold_passes_realistic_drift_and_flags_broken_verification(tmp_path):
+    """Against the simulator: greedy outputs that leave plain decoding's for a few requests,
+    from some token on (as non-bitwise-identical kernels do), pass; gross loss is flagged."""
+    prompts = tmp_path / "gsm8k.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(40)))
+    runs = {
+        "ar": (BASE, {}),
+        "dflash": ([*BASE, *DFLASH], {"SGLANG_SIM_DRIFT": 0.1}),
+        "dflash-broken": ([*BASE, *DFLASH], {"SGLANG_SIM_LOSSY": 0.05}),
+    }
+    for config, (argv, env) in runs.items():
+        process, url = start(argv, SGLANG_SIM_STEP_MS=2, SGLANG_SIM_PREFILL_MS=4, **env)
+        try:
+            out = tmp_path / "host" / config / "gsm8k"
+            args = bench_args(url, prompts, out, config, num_prompts=40, max_new_tokens=32)
+            result = run_module("sglang_benchmark", {**args, "concurrency": [8]})
+        finally:
+            process.kill()
+            process.wait()
+        assert not result.get("failed"), result
+    output = tmp_path / "lossless.json"
+    report = run_module(
+        "benchmark_lossless", {"results_dir": str(tmp_path / "host"), "output": str(output)}
+    )
+    drift, broken = report["configs"]["dflash"], report["configs"]["dflash-broken"]
+    assert report["flagged"] == ["dflash-broken"]
+    assert 0 < drift["mismatch_rate"] < 0.1 and 1 <= drift["requests_mismatched"] <= 10
+    assert broken["mismatch_rate"] > 0.3
 
 
 def test_role_defaults_pin_every_hub_prompt_set_but_mt_bench():
