@@ -43,6 +43,25 @@ class PlaybookRun:
     def failed_hosts(self) -> set[str]:
         return set(self.stats.get("failures", {})) | set(self.stats.get("dark", {}))
 
+    def changed_tasks(self) -> dict[str, list[str]]:
+        """Per host, the tasks that reported a change."""
+        found: dict[str, list[str]] = {}
+        for event in self.events:
+            data = event.get("event_data", {})
+            if event["event"] == "runner_on_ok" and data.get("res", {}).get("changed"):
+                found.setdefault(data["host"], []).append(data.get("task", "?"))
+        return found
+
+    def assert_unchanged(self) -> None:
+        """What a second run must show: success first (a run that failed early changes nothing
+        too), then no change on any host."""
+        failed = sorted(self.failed_hosts())
+        assert self.rc == 0 and not failed, (
+            f"the run failed (rc {self.rc}, hosts {failed}):\n{self.stdout[-8000:]}"
+        )
+        changed = {host: count for host, count in self.changed().items() if count}
+        assert not changed, f"changes on {changed}: {self.changed_tasks()}"
+
 
 def run_playbook(
     playbook: str | Path,

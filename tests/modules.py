@@ -35,3 +35,10 @@ def run_module(name: str, args: dict, check_mode: bool = False) -> dict:
     ):
         module.main()
     return json.loads(stdout.getvalue())
+
+
+def assert_unchanged(result: dict) -> None:
+    """A second run of a module: it succeeded first (a module that failed early changed nothing
+    too), then it changed nothing."""
+    assert not result.get("failed"), f"the module failed: {result.get('msg')}"
+    assert result.get("changed") is False, f"it reported a change: {result}"

@@ -28,7 +28,7 @@ from tests.hostprep import (
     prepare_host,
     put_file,
 )
-from tests.modules import run_module
+from tests.modules import assert_unchanged, run_module
 
 REPO = Path(__file__).resolve().parent.parent
 FAKES = REPO / "tests" / "fakes"
@@ -235,7 +235,7 @@ def test_apply_sets_and_records_every_value_then_changes_nothing(host):
     assert "CPU governor on 4 CPU(s): powersave -> performance" in descriptions
 
     again = run_module("host_tuning", host.args())
-    assert not again["changed"], again["changes"]
+    assert_unchanged(again)
     assert again["changes"] == []
     assert json.loads(host.state_file.read_text()) == state
 
@@ -279,7 +279,7 @@ def test_restore_brings_previous_values_back(host):
     assert not host.state_file.exists()
 
     again = run_module("host_tuning", host.restore_args())
-    assert not again["changed"]
+    assert_unchanged(again)
     assert "nothing to restore" in again["msg"]
 
 
@@ -399,7 +399,7 @@ def test_systemd_services_are_enabled_started_and_restored(tmp_path, monkeypatch
     }
     descriptions = [c["description"] for c in result["changes"]]
     assert "service nvidia-fabricmanager: disabled/inactive -> enabled/active" in descriptions
-    assert not run_module("host_tuning", systemd_args(host))["changed"]
+    assert_unchanged(run_module("host_tuning", systemd_args(host)))
 
     restore = {**host.restore_args(), "service_manager": "systemd"}
     assert run_module("host_tuning", restore)["changed"]
@@ -488,7 +488,7 @@ def test_acs_report_names_redirecting_bridges_and_changes_nothing(host, monkeypa
     assert not any(c["key"].startswith("acs") for c in result["changes"])
 
     again = run_module("host_tuning", args)
-    assert not again["changed"]
+    assert_unchanged(again)
     with_p2p = run_module("host_tuning", {**args, "nccl_environment": {"NCCL_P2P_LEVEL": "PIX"}})
     assert "NCCL P2P is on: set NCCL_P2P_DISABLE=1" in warning_text(with_p2p)
 
@@ -627,8 +627,7 @@ def test_role_converges_is_idempotent_and_teardown_restores(hosts, playbook):
     assert "no cpufreq" in not_applied["cpu_governor"]
 
     second = playbook("playbooks/tuning.yml", hosts.inventory, extravars=EXTRAVARS, limit=good)
-    assert second.rc == 0, second.stdout
-    assert sum(second.changed().values()) == 0, second.changed()
+    second.assert_unchanged()
 
     # The whole teardown: the server's stop (no server runs here), then the restore.
     teardown = playbook("teardown.yml", hosts.inventory, limit=good)
@@ -645,8 +644,7 @@ def test_role_converges_is_idempotent_and_teardown_restores(hosts, playbook):
     again = playbook(
         "teardown.yml", hosts.inventory, limit=good, envvars={"ANSIBLE_RUN_TAGS": "tuning"}
     )
-    assert again.rc == 0, again.stdout
-    assert sum(again.changed().values()) == 0
+    again.assert_unchanged()
     assert "nothing to restore" in again.results(RESTORE)["ct200-0"]["msg"]
 
 
