@@ -139,8 +139,7 @@ def runtime(cluster, runtime_wheelhouse, tmp_path_factory):
 def test_runtime_installs_the_pinned_release_and_records_it(cluster, runtime):
     first, second, _ = runtime
     assert first.rc == 0, first.stdout
-    assert second.rc == 0, second.stdout
-    assert sum(second.changed().values()) == 0
+    second.assert_unchanged()
     record = json.loads(cluster.ssh(HOST, "cat /opt/kimi/runtime/runtime.json").stdout)
     release = record["release"]
     assert release["version"] == "0.5.23"
@@ -187,7 +186,7 @@ def test_runtime_restores_a_changed_pin_and_names_what_pip_cannot_fix(
     assert "packaging: 25.0, but sglang 0.5.23 requires packaging==26.4" in message
     assert playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST).rc == 0
     again = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST)
-    assert sum(again.changed().values()) == 0
+    again.assert_unchanged()
 
 
 def test_git_runtime_checks_out_the_ref_applies_patches_and_records_the_commit(
@@ -224,7 +223,7 @@ def test_git_runtime_checks_out_the_ref_applies_patches_and_records_the_commit(
     )
     assert patched.stdout.strip() == "True"
     second = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit="gitnode")
-    assert sum(second.changed().values()) == 0
+    second.assert_unchanged()
 
     bad = tmp_path / "stale.patch"
     bad.write_text(PATCH.replace("BUDGETS = (16, 32, 64, 128)", "BUDGETS = (1,)"))
@@ -298,8 +297,7 @@ def test_server_starts_healthy_and_a_second_run_changes_nothing(playbook, cluste
     )
     assert verify.returncode == 0 and not verify.stderr.strip(), verify.stdout + verify.stderr
     second = run_server(playbook, cluster)
-    assert second.rc == 0, second.stdout
-    assert sum(second.changed().values()) == 0, second.changed()
+    second.assert_unchanged()
     assert {host: server_pid(cluster, host) for host in SERVER_HOSTS} == pids
     for host in SERVER_HOSTS:
         modes = cluster.ssh(host, f"stat -c '%a %n' /etc/kimi/{UNIT}.env").stdout
@@ -319,8 +317,7 @@ def test_argv_change_restarts_exactly_once(playbook, cluster, runtime):
         assert "--speculative-algorithm DFLASH" in cmdline
     pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
     again = run_server(playbook, cluster, kimi_server_config="dflash")
-    assert again.rc == 0, again.stdout
-    assert sum(again.changed().values()) == 0
+    again.assert_unchanged()
     assert {host: server_pid(cluster, host) for host in SERVER_HOSTS} == pids
     # A change of launch is a stop and a start, not a crash: no restart counted.
     assert {host: restarts(cluster, host) for host in SERVER_HOSTS} == dict.fromkeys(
@@ -355,8 +352,7 @@ def test_a_killed_server_is_restarted_by_its_manager(playbook, cluster, runtime)
         while generate(cluster, host) != "200" and time.monotonic() < deadline:
             time.sleep(0.5)
     again = run_server(playbook, cluster)
-    assert again.rc == 0, again.stdout
-    assert sum(again.changed().values()) == 0
+    again.assert_unchanged()
 
 
 def test_health_timeout_fails_with_the_log_tail(playbook, cluster, runtime):
@@ -373,7 +369,8 @@ def test_health_timeout_fails_with_the_log_tail(playbook, cluster, runtime):
         where = f"journalctl -u {UNIT}" if host == SYSD else "/var/log/kimi/sglang.log"
         assert f"full log: {where}" in message
         tail = slow.results("Show the end of the server's log")[host]["msg"]
-        assert any("simulated sglang 0.5.23 serving on 127.0.0.1:30000" in line for line in tail)
+        # Still loading: SGLang opens its port only once the model is loaded.
+        assert any("simulated sglang 0.5.23 loading for 600 s" in line for line in tail)
 
 
 def test_crash_on_start_fails_fast_with_the_log_tail(playbook, cluster, runtime):
