@@ -570,6 +570,26 @@ def test_module_renders_chat_rows_with_the_servers_template(tmp_path):
     assert document["requests"][0]["prompt_sha256"] == hashlib.sha256(rendered.encode()).hexdigest()
 
 
+def test_the_api_key_in_server_info_stays_out_of_the_level_file(tmp_path, prompts_file):
+    # SGLang's /server_info holds the key twice: the api_key argument and launch_command.
+    key = "sk-bench-7e1d"
+    process, url = start([*BASE, "--api-key", key], SGLANG_SIM_STEP_MS=2)
+    try:
+        auth = {"Authorization": f"Bearer {key}"}
+        info = requests.get(url + "/server_info", headers=auth, timeout=10).json()
+        assert info["api_key"] == key and key in info["launch_command"]
+        args = bench_args(url, prompts_file, tmp_path, "ar", concurrency=[2], api_key=key)
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    text = (tmp_path / "c2.json").read_text()
+    assert key not in text
+    server_info = json.loads(text)["provenance"]["server_info"]
+    assert server_info["api_key"] == "***" and "--api-key ***" in server_info["launch_command"]
+
+
 def test_secrets_are_masked_in_provenance():
     module = load_module("sglang_benchmark")
     masked = module.mask(

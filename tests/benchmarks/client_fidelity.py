@@ -1,31 +1,55 @@
 """How true are the benchmark client's numbers? Measured against the simulator, whose own
-timestamps are the truth, side by side with SGLang's benchmark client.
+timestamps are the truth, side by side with SGLang's own benchmark client.
 
-    .venv/bin/python -m tests.benchmarks.client_fidelity [--sglang-venv PATH] [--json FILE]
+    .venv/bin/python -m tests.benchmarks.client_fidelity [--sglang-venv DIR] [--out DIR]
 
-The simulator runs a speculative config with a known prefill time, step time and accepted
-tokens per step, and (SGLANG_SIM_TRUTH_DIR) records when each request's first bytes were read
-and when each event and [DONE] were written. Truth per level, from those server-side stamps:
-output tokens/s = tokens / (last [DONE] - first arrival); TPOT = (last event - first event) /
-tokens after the first event; TTFT = first event - arrival. Every client is compared with the
-same truth, so what it adds (connecting, its event loop, its own definitions) is its error.
-Several simulator processes share the port (--servers, one core each), so that a burst of
-connections is read at once and the server side's own queue stays out of the figures.
+The simulator (tests/sglang_sim.py, SGLang 0.5.23's stream shape: the first event carries
+the prefill token, each later one a verify step's tokens, chunked as uvicorn sends it) runs a
+speculative config with a known prefill time, step time and accepted tokens per step, and
+(SGLANG_SIM_TRUTH_DIR) records when each request's first bytes were read and when each event
+and [DONE] were written. Several simulator processes can share the port (--servers), so that
+a burst of connections is read at once and the server side's own queue stays out of the
+figures. Every client is compared with the same truth, so what it adds (connecting, its event
+loop, its own definitions) is its error.
+
+What each figure means, per request ("started" is when the client began the request):
+
+- TTFT. Truth: first event written - request read. Kit: first event read - connection made
+  (connecting is kept apart, connect_ms). SGLang's client: first event with text read -
+  started (connecting included).
+- ITL. Kit and SGLang's client alike: the gap between two events over the tokens the later
+  one carries, for each token. Truth: decode time over the tokens after the first event.
+- TPOT. Truth: (last event written - first event written) / tokens after the first event.
+  Kit: the same from the times it read them. SGLang's client: (end of stream - first event)
+  / (output tokens - 1).
+- E2E. Truth: [DONE] written - request read. Kit: [DONE] read - connection made. SGLang's
+  client: end of stream - started.
+- Output tokens/s. Truth: tokens / (last [DONE] written - first request read). Kit: tokens /
+  (last [DONE] read - start of the level). SGLang's client: tokens / the run's wall time
+  (starting its tasks included).
+
+SGLang's client is python/sglang/benchmark/serving.py (async_request_sglang_generate,
+calculate_metrics; python/sglang/bench_serving.py is its deprecated alias), run as
+`python -m sglang.benchmark.serving --backend sglang` against native /generate. Its TPOT
+divides by output tokens - 1, which is right only because the first event carries exactly
+one token (prefill); it counts the time from the last token to the end of the stream.
 
 1. The kit's client - library/sglang_benchmark.py's own measuring functions, without
-   Ansible - at concurrency 1, 16, 64 and 256. Its TTFT difference is split, on the clock
-   all processes share, into the time before the server read the request (send) and after
-   it wrote the first event (receive: the client's reading and stamping).
-2. SGLang's own client (`python -m sglang.benchmark.serving --backend sglang`, native
-   /generate) from a venv with the pinned wheel (--sglang-venv), on a ShareGPT-format file of
-   the same prompts and a word-level tokenizer made for the simulator's tokens.
-3. An event-rate sweep: shorter steps at concurrency 256 and 64 (events come in bursts, one
-   per running request per step) until the kit's client marks itself saturated; the
-   highest event rate it handled unsaturated is reported.
+   Ansible - at each level of --levels. Its TTFT difference is split, on the clock all
+   processes share, into the time before the server read the request (send) and after it
+   wrote the first event (receive: the client's reading and stamping).
+2. SGLang's own client from a venv with the pinned sglang wheel and transformers
+   (--sglang-venv; skipped when it has no python), on a ShareGPT-format file of the same
+   prompts and a word-level tokenizer made for the simulator's tokens.
+3. An event-rate sweep: shorter steps at high concurrency (events come in bursts, one per
+   running request per step) until the kit's client marks itself saturated; the highest
+   event rate it handled unsaturated is reported.
 
 Targets: tokens/s and mean TPOT within 1% of the truth, mean TTFT within 1 ms, at
 concurrency 1 to 64. The simulator is Python too: on a small machine it, the client and
 anything else running share the cores, which shows as event-loop lag in both.
+--out DIR writes client-fidelity.json (every figure, the definitions, the settings) and
+client-fidelity.csv (one row per client and level, and per sweep point).
 """
 
 from __future__ import annotations
@@ -133,17 +157,21 @@ class Simulator:
             subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             for _ in range(processes)
         ]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            # SGLang's /health_generate answers 200 once the warmup request has generated,
+            # and takes a second or more: it generates a token itself.
             with contextlib.suppress(OSError):
-                urllib.request.urlopen(self.url + "/health", timeout=1)  # noqa: S310 - loopback
-                time.sleep(0.5 if processes > 1 else 0)  # the others bind as quickly
+                url = self.url + "/health_generate"
+                urllib.request.urlopen(url, timeout=30)  # noqa: S310 - loopback
+                # The others bound as quickly; their warmup ends within two seconds.
+                time.sleep(2.0 if processes > 1 else 0)
                 return
             for process in self.processes:
                 if process.poll() is not None:
                     raise RuntimeError(process.stderr.read().decode())
             time.sleep(0.1)
-        raise RuntimeError("the simulator did not start within 30 s")
+        raise RuntimeError("the simulator did not become healthy within 60 s")
 
     def records(self, since: float, skip: int = 0) -> list[dict]:
         """Server-side records of the requests that arrived after `since` (a perf_counter time:
@@ -172,11 +200,16 @@ def truth_of(records: list[dict]) -> dict:
         for r in records
         if r["events"][-1][1] > r["events"][0][1]
     ]
+    decode_s = sum(r["events"][-1][0] - r["events"][0][0] for r in records)
+    later = sum(r["events"][-1][1] - r["events"][0][1] for r in records)
     return {
         "requests": len(records),
         "output_tokens_per_s": tokens / span,
         "tpot_ms": statistics.fmean(tpot),
+        # Every token after the first, its share of the gap it came in: the mean ITL.
+        "itl_ms": decode_s * 1000 / later if later else None,
         "ttft_ms": statistics.fmean((r["events"][0][0] - r["arrival"]) * 1000 for r in records),
+        "e2e_ms": statistics.fmean((r["done"] - r["arrival"]) * 1000 for r in records),
         "events_per_s": sum(len(r["events"]) for r in records) / span,
     }
 
@@ -191,7 +224,9 @@ def figures(summary: dict, meta: dict) -> dict:
     return {
         "output_tokens_per_s": summary["output_tokens_per_s"],
         "tpot_ms": summary["tpot_ms"]["mean"],
+        "itl_ms": summary["itl_ms"]["mean"],
         "ttft_ms": summary["ttft_ms"]["mean"],
+        "e2e_ms": summary["e2e_ms"]["mean"],
         "failed": summary["requests_failed"],
         "saturated": meta["saturated"],
         "timing_reliable": meta["timing_reliable"],
@@ -302,7 +337,9 @@ def run_sglang(venv: Path, sim: Simulator, concurrency: int, requests: int, toke
     return {
         "output_tokens_per_s": result["output_throughput"],
         "tpot_ms": result["mean_tpot_ms"],
+        "itl_ms": result["mean_itl_ms"],
         "ttft_ms": result["mean_ttft_ms"],
+        "e2e_ms": result["mean_e2e_latency_ms"],
         "failed": requests - result["completed"],
     }, sim.truth(since, skip=1)
 
@@ -311,8 +348,117 @@ def errors(measured: dict, truth: dict) -> dict:
     return {
         "tok_s_err_pct": 100 * (measured["output_tokens_per_s"] / truth["output_tokens_per_s"] - 1),
         "tpot_err_pct": 100 * (measured["tpot_ms"] / truth["tpot_ms"] - 1),
+        "itl_err_pct": 100 * (measured["itl_ms"] / truth["itl_ms"] - 1),
         "ttft_err_ms": measured["ttft_ms"] - truth["ttft_ms"],
+        "e2e_err_ms": measured["e2e_ms"] - truth["e2e_ms"],
     }
+
+
+DEFINITIONS = {
+    "ttft_ms": {
+        "truth": "first event written - request read (server side)",
+        "kit": "first event read - connection made; connecting is kept apart as connect_ms",
+        "sglang": "first event with text read - request started (connecting included)",
+    },
+    "itl_ms": {
+        "truth": "decode time / tokens after the first event (token-weighted mean)",
+        "kit": "gap between two events / tokens the later one carries, per token",
+        "sglang": "gap between two events / new tokens, per token (backend sglang)",
+    },
+    "tpot_ms": {
+        "truth": "(last event - first event) / tokens after the first event, per request",
+        "kit": "(last event read - first event read) / tokens after the first event",
+        "sglang": "(stream end - first event) / (output tokens - 1)",
+    },
+    "e2e_ms": {
+        "truth": "[DONE] written - request read",
+        "kit": "[DONE] read - connection made",
+        "sglang": "stream end - request started",
+    },
+    "output_tokens_per_s": {
+        "truth": "tokens / (last [DONE] written - first request read)",
+        "kit": "tokens / (last [DONE] read - level start)",
+        "sglang": "tokens / the run's wall time (starting its tasks included)",
+    },
+}
+CSV_FIELDS = (
+    "part",
+    "client",
+    "concurrency",
+    "step_ms",
+    "requests",
+    "truth_output_tokens_per_s",
+    "output_tokens_per_s",
+    "tok_s_err_pct",
+    "truth_tpot_ms",
+    "tpot_ms",
+    "tpot_err_pct",
+    "truth_itl_ms",
+    "itl_ms",
+    "itl_err_pct",
+    "truth_ttft_ms",
+    "ttft_ms",
+    "ttft_err_ms",
+    "truth_e2e_ms",
+    "e2e_ms",
+    "e2e_err_ms",
+    "saturated",
+    "events_per_s",
+    "cpu_fraction",
+    "lag_p99_ms",
+)
+
+
+def csv_row(part: str, client: str, point: dict, measured: dict, truth: dict) -> dict:
+    row = {
+        "part": part,
+        "client": client,
+        "concurrency": point["concurrency"],
+        "step_ms": point.get("step_ms"),
+        "requests": truth["requests"],
+    }
+    for name in ("output_tokens_per_s", "tpot_ms", "itl_ms", "ttft_ms", "e2e_ms"):
+        row[f"truth_{name}"] = truth[name]
+        row[name] = measured[name]
+    for name in ("tok_s_err_pct", "tpot_err_pct", "itl_err_pct", "ttft_err_ms", "e2e_err_ms"):
+        row[name] = measured[name]
+    for name in ("saturated", "events_per_s", "cpu_fraction", "lag_p99_ms"):
+        row[name] = measured.get(name)
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def write_outputs(folder: Path, rows: list[dict], sweep: list[dict], args) -> None:
+    import csv
+    import platform
+
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    settings.pop("sglang_venv", None)
+    settings.pop("out", None)
+    document = {
+        "definitions": DEFINITIONS,
+        "settings": settings,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "system": " ".join(
+                (platform.system(), platform.release().split("-")[0], platform.machine())
+            ),
+        },
+        "levels": rows,
+        "sweep": sweep,
+    }
+    (folder / "client-fidelity.json").write_text(json.dumps(document, indent=1) + "\n")
+    with open(folder / "client-fidelity.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(csv_row("levels", "kit", row, row["kit"], row["truth"]))
+            if "sglang" in row:
+                theirs = row["sglang"]
+                writer.writerow(csv_row("levels", "sglang", row, theirs, theirs["truth"]))
+        for point in sweep:
+            writer.writerow(csv_row("sweep", "kit", point, point["kit"], point["truth"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,8 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sglang-venv",
         type=Path,
-        default=REPO / ".venvs" / "sglang",
-        help="a venv with the pinned sglang wheel; skipped when it has no python",
+        default=REPO / "tests" / ".state" / "sglang-client-venv",
+        help="a venv with the pinned sglang wheel and transformers (for its benchmark "
+        "client); skipped when it has no python",
     )
     parser.add_argument(
         "--sweep",
@@ -342,7 +489,9 @@ def main(argv: list[str] | None = None) -> int:
         help="simulator processes sharing the port (one core each), so that the server side's "
         "own accept queue and event writing stay small next to what is measured",
     )
-    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--out", type=Path, help="write client-fidelity.json and client-fidelity.csv here"
+    )
     args = parser.parse_args(argv)
 
     client = load_client()
@@ -355,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(
                 [str(args.sglang_venv / "bin/python"), "-c", TOKENIZER, str(work / "tokenizer")],
                 check=True,
+                timeout=300,
             )
         model = str(work / "tokenizer")
         sim = Simulator(
@@ -401,11 +551,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     header = (
-        "| c | truth tok/s | kit tok/s err | kit TPOT err | kit TTFT err (send + receive) "
-        "| kit saturated |"
+        "| c | truth tok/s | kit tok/s err | kit TPOT err | kit ITL err "
+        "| kit TTFT err (send + receive) | kit E2E err | kit saturated |"
     )
     if any("sglang" in r for r in rows):
-        header += " sglang tok/s err | sglang TPOT err | sglang TTFT err |"
+        header += (
+            " sglang tok/s err | sglang TPOT err | sglang ITL err | sglang TTFT err "
+            "| sglang E2E err |"
+        )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for row in rows:
@@ -413,14 +566,16 @@ def main(argv: list[str] | None = None) -> int:
         line = (
             f"| {row['concurrency']} | {row['truth']['output_tokens_per_s']:.1f} "
             f"| {kit['tok_s_err_pct']:+.2f}% | {kit['tpot_err_pct']:+.2f}% "
+            f"| {kit['itl_err_pct']:+.2f}% "
             f"| {kit['ttft_err_ms']:+.2f} ms ({kit['send_delay_ms']:+.2f} + "
-            f"{kit['receive_delay_ms']:+.2f}) | {kit['saturated']} |"
+            f"{kit['receive_delay_ms']:+.2f}) | {kit['e2e_err_ms']:+.2f} ms | {kit['saturated']} |"
         )
         if "sglang" in row:
             theirs = row["sglang"]
             line += (
                 f" {theirs['tok_s_err_pct']:+.2f}% | {theirs['tpot_err_pct']:+.2f}% "
-                f"| {theirs['ttft_err_ms']:+.2f} ms |"
+                f"| {theirs['itl_err_pct']:+.2f}% | {theirs['ttft_err_ms']:+.2f} ms "
+                f"| {theirs['e2e_err_ms']:+.2f} ms |"
             )
         print(line)
     print()
@@ -445,10 +600,8 @@ def main(argv: list[str] | None = None) -> int:
             if calm
             else "\nsaturated at every swept rate"
         )
-    if args.json:
-        args.json.write_text(
-            json.dumps({"levels": rows, "sweep": sweep, "args": vars(args)}, indent=1, default=str)
-        )
+    if args.out:
+        write_outputs(args.out, rows, sweep, args)
     return 0
 
 
