@@ -16,7 +16,7 @@ description:
   - O(phase=load) returns C(state=healthy) when C(GET /health_generate) answers 200;
     C(state=answering) when the server answers HTTP but has not generated (loaded, warming
     up, or unable to generate); C(state=loading) while nothing answers.
-  - O(phase=generate) follows a server that answers: C(healthy) on 200, C(answering) while it
+  - O(phase=generate) follows a server that answers, with C(healthy) on 200, C(answering) while it
     has not generated for less than O(generate_timeout) seconds since O(since), then
     C(failed) with a message saying the model loaded but cannot generate.
   - Either phase returns C(state=failed) at once when the server process is gone, its manager
