@@ -31,7 +31,7 @@ from ansible.module_utils.benchmark import (
 )
 
 from tests.hub_server import LocalHub
-from tests.modules import load_module, run_module
+from tests.modules import assert_unchanged, load_module, run_module
 from tests.test_sglang_sim import BASE, DFLASH, start
 
 pytestmark = pytest.mark.benchmark
@@ -657,7 +657,8 @@ def test_prompts_are_fetched_pinned_verified_cached_and_rendered(tmp_path):
         before = len(hub.requests)
         pinned = {**args, "sets": {"math": {**args["sets"]["math"], "revision": repo.sha}}}
         second = run_module("benchmark_prompts", pinned)
-        assert not second["changed"] and len(hub.requests) == before
+        assert_unchanged(second)
+        assert len(hub.requests) == before
         # A file that is not what the hub says it is never lands in the cache.
         hub.datasets["org/math"].files["data/test.jsonl"].data = b"tampered\n"
         fresh = {**args, "cache_dir": str(tmp_path / "cache2")}
@@ -725,7 +726,7 @@ def test_lossless_check_flags_configs_that_change_outputs(tmp_path):
         "no ar level to compare with",
     }
     again = run_module("benchmark_lossless", {"results_dir": str(tmp_path), "output": str(output)})
-    assert not again["changed"]
+    assert_unchanged(again)
 
 
 def test_lossless_threshold_passes_realistic_drift_and_flags_broken_verification(tmp_path):

@@ -78,7 +78,7 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
             assert TOKEN not in written.read_text(errors="replace"), f"token written to {written}"
     assert TOKEN not in run.stdout
     second = run_plan(playbook, inventory, out, hub.url)
-    assert second.rc == 0 and sum(second.changed().values()) == 0
+    second.assert_unchanged()
 
 
 def test_plan_says_when_the_hub_is_unreachable(playbook, tmp_path):

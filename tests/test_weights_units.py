@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.weights import inspect_files, progress_line, write_manifest
 
-from tests.modules import run_module
+from tests.modules import assert_unchanged, run_module
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.weights
@@ -312,6 +312,8 @@ def test_weights_check_records_files_it_verified(tmp_path):
     assert first["complete"] and first["hashed"] == 2
     assert first["changed"] and first["manifest_refreshed"]
     second = run_module("weights_check", args)
-    assert second["complete"] and second["hashed"] == 0 and not second["changed"]
+    assert_unchanged(second)
+    assert second["complete"] and second["hashed"] == 0
     untouched = run_module("weights_check", {**args, "revision": "s" * 40}, check_mode=True)
-    assert untouched["hashed"] == 2 and not untouched["changed"]
+    assert_unchanged(untouched)
+    assert untouched["hashed"] == 2
