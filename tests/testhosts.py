@@ -433,27 +433,8 @@ class TestHostCluster:
             "mount -t tmpfs tmpfs /dev/shm",
             f"exec {SSHD} -D -e -f {inside}/sshd_config",
         ]
-        self._launch(
-            host,
-            [
-                "ip",
-                "netns",
-                "exec",
-                host.netns,
-                "unshare",
-                "--mount",
-                "--uts",
-                # Own process tree: pgrep, kill and /proc on one host never see another's.
-                "--pid",
-                "--fork",
-                "--mount-proc",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                "\n".join(mounts),
-            ],
-        )
+        # --mount-proc: pgrep, kill and /proc on one host never see another's processes.
+        self._launch(host, in_namespaces(host, ["--mount-proc"], "\n".join(mounts)))
 
     def _boot_systemd(self, host: TestHost) -> None:
         hdir = Path(host.state_dir)
@@ -521,31 +502,9 @@ class TestHostCluster:
             + f" {SYSTEMD} --system --show-status=no",
         ]
         # Into the host's cgroup first, so that the new cgroup namespace is rooted there.
-        self._launch(
-            host,
-            [
-                "sh",
-                "-c",
-                'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
-                "sh",
-                host.cgroup,
-                "ip",
-                "netns",
-                "exec",
-                host.netns,
-                "unshare",
-                "--mount",
-                "--uts",
-                "--pid",
-                "--fork",
-                "--cgroup",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                "\n".join(mounts),
-            ],
-        )
+        enter_cgroup = ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "sh"]
+        boot = in_namespaces(host, ["--cgroup"], "\n".join(mounts))
+        self._launch(host, [*enter_cgroup, host.cgroup, *boot])
 
     def _write_client_files(self) -> None:
         lines = []
@@ -611,6 +570,16 @@ class TestHostCluster:
             run(["ip", "link", "del", host.veth], check=False)
         run(["ip", "link", "del", self.bridge], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def in_namespaces(host: TestHost, extra: list[str], script: str) -> list[str]:
+    """argv that runs a shell script as PID 1 of the host's own network, mount, UTS and PID
+    namespaces (mounts private to it)."""
+    return [
+        *("ip", "netns", "exec", host.netns),
+        *("unshare", "--mount", "--uts", "--pid", "--fork", *extra),
+        *("--propagation", "private", "sh", "-c", script),
+    ]
 
 
 def kill_namespace(netns: str, leader: int = 0) -> None:
