@@ -130,7 +130,12 @@ class Plan:
 
 
 def expected_output_tokens_per_s(
-    sim: Sim, concurrency: int, requests: int, tokens: int, stepped: bool = False
+    sim: Sim,
+    concurrency: int,
+    requests: int,
+    tokens: int,
+    stepped: bool = False,
+    late_join: bool | None = None,
 ) -> float:
     """Throughput the simulator's settings imply (without spread): every request takes the same
     time (prefill, which gives the first token, then the steps for the rest), `concurrency` run
@@ -138,16 +143,32 @@ def expected_output_tokens_per_s(
 
     stepped=True follows the simulator's scheduler loop (and SGLang's): requests join at a
     step boundary and prefill ends on one, and a request that arrives during a step waits for
-    its end. A wave's requests arrive a little apart, so all but the first join one step late
-    and the wave ends a step later; the files write_run() lays out have no such steps."""
+    its end. A wave's requests arrive a little apart: when a step boundary falls between them,
+    all but the first join one step late and the wave ends a step later (late_join; by default
+    assumed whenever several run together). The files write_run() lays out have no such steps."""
     steps = len(token_steps(sim.accept if sim.speculative else 1.0, tokens - 1))
     step = sim.step_at(concurrency)
     prefill = sim.prefill_ms
     if stepped:
-        prefill = math.ceil(prefill / step - 1e-9) * step + (step if concurrency > 1 else 0)
+        late = concurrency > 1 if late_join is None else late_join and concurrency > 1
+        prefill = math.ceil(prefill / step - 1e-9) * step + (step if late else 0)
     latency_s = (prefill + steps * step) / 1000.0
     waves = math.ceil(requests / concurrency)
     return requests * tokens / (waves * latency_s)
+
+
+def implied_speedup_range(
+    spec: Sim, ar: Sim, concurrency: int, requests: int, tokens: int
+) -> tuple[float, float]:
+    """The speedup over AR a live simulator run can show: whether a wave's requests straddle a
+    step boundary (and so join a step late) depends on when they happen to arrive, so both ends
+    are possible, and a run whose waves differ lands in between."""
+    ratios = [
+        expected_output_tokens_per_s(spec, concurrency, requests, tokens, True, late)
+        / expected_output_tokens_per_s(ar, concurrency, requests, tokens, True, late)
+        for late in (False, True)
+    ]
+    return min(ratios), max(ratios)
 
 
 def token_steps(accept: float, tokens: int) -> list[int]:
