@@ -15,6 +15,12 @@ description:
     which must run with C(no_log).
   - Fails with a clear message for an unknown config, a server beyond loopback without an API
     key, a git runtime without url and ref, or multi-node settings without dist_init_addr.
+  - With C(add_controls), configs marked C(control_for) a selected base come along
+    (C(dflash-tree-backend) whenever C(ddtree) is selected).
+  - With C(contracts), each config carries C(validation) (C(ok), C(errors), C(contract)): its
+    argv checked against its runtime's contract (the pinned release's parser snapshot; for the
+    git runtime the snapshot plus the pull request's overlay, when made for the configured
+    ref). C(ok) is null when no contract applies (C(note) says why). It never fails on them.
 version_added: "0.1.0"
 options:
   definitions:
@@ -38,6 +44,15 @@ options:
     description: Also return the configs with secrets in place.
     type: bool
     default: false
+  add_controls:
+    description: Also render the control configs of the selected ones (C(control_for)).
+    type: bool
+    default: false
+  contracts:
+    description:
+      - Contract files on the machine the module runs on, to validate each argv against.
+      - C(release.snapshot); C(git.snapshot) and C(git.overlay).
+    type: dict
 author:
   - kimi-deploy-kit maintainers
 """
@@ -57,6 +72,11 @@ configs:
   returned: always
   type: list
   elements: dict
+selected:
+  description: The base configs rendered, in order (controls included with add_controls).
+  returned: always
+  type: list
+  elements: str
 configs_unmasked:
   description: The same with secrets in place (only with reveal).
   returned: when reveal
@@ -65,7 +85,14 @@ configs_unmasked:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.serving import ServingConfigError, masked, render_all  # noqa: E402
+from ansible.module_utils.serving import (  # noqa: E402
+    ServingConfigError,
+    load_contracts,
+    masked,
+    render_all,
+    validation,
+    with_controls,
+)
 
 
 def main() -> None:
@@ -76,15 +103,26 @@ def main() -> None:
             "settings": {"type": "dict", "required": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "reveal": {"type": "bool", "default": False},
+            "add_controls": {"type": "bool", "default": False},
+            "contracts": {"type": "dict"},
         },
         supports_check_mode=True,
     )
     settings = dict(module.params["settings"], api_key=module.params["api_key"])
+    definitions = module.params["definitions"]
+    selected = module.params["selected"]
+    if module.params["add_controls"]:
+        selected = with_controls(definitions, selected)
     try:
-        configs = render_all(module.params["definitions"], module.params["selected"], settings)
+        configs = render_all(definitions, selected, settings)
     except (ServingConfigError, KeyError) as error:
         module.fail_json(msg=f"cannot render the serving configs: {error}")
-    result = {"changed": False, "configs": [masked(c) for c in configs]}
+    if module.params["contracts"] is not None:
+        contracts = load_contracts(module.params["contracts"], settings)
+        for config in configs:
+            # Checked masked: a message quoting argv must not carry the API key.
+            config["validation"] = validation(masked(config), contracts)
+    result = {"changed": False, "selected": selected, "configs": [masked(c) for c in configs]}
     if module.params["reveal"]:
         result["configs_unmasked"] = configs
     module.exit_json(**result)

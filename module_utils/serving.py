@@ -2,13 +2,28 @@
 
 The one place where `python -m sglang.launch_server` flags are written: the server role and
 plan.yml both call render_all(). Configs are data (group_vars/all/serving.yml); the profile
-supplies attention backends, TP size and memory settings. Every argv for a config whose
-runtime is the pinned release is checked against that release's parser (tests/contract).
+supplies attention backends, TP size and memory settings. plan.yml checks every argv against
+its runtime's contract (tests/contract: the pinned release's parser, plus the DDTree pull
+request's overlay for the git runtime) and records the verdict; the server role has the
+installed runtime's own parser check it before a (re)start (module_utils/launch_check.py).
+
+A config with `control_for: <base>` is a control that comes along whenever that base is
+selected (with_controls): dflash-tree-backend, the DFlash chain on the DDTree servers' backend,
+page size and scheduler, so DDTree-vs-chain differences are the tree's.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
+from pathlib import Path
+
+from ansible.module_utils.sglang_args import (
+    check_argv,
+    check_environment,
+    contract_name,
+    load_contract,
+)
 
 MASK = "********"
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SGLANG_API_KEY")
@@ -45,6 +60,25 @@ def expand(definitions: dict, selected: list[str]) -> list[tuple[str, str, dict,
         else:
             expanded.append((base, base, definition, None))
     return expanded
+
+
+def with_controls(definitions: dict, selected: list[str]) -> list[str]:
+    """selected, plus every control config of a selected base (or of one of its budgets, such as
+    ddtree-b32), placed just before the first config it controls; no name twice."""
+    result: list[str] = []
+    for name in (str(name) for name in selected):
+        for control, definition in definitions.items():
+            target = (definition or {}).get("control_for")
+            if target and target == _base_name(name) and control not in result:
+                result.append(control)
+        if name not in result:
+            result.append(name)
+    return result
+
+
+def _base_name(name: str) -> str:
+    head, _, tail = name.rpartition("-b")
+    return head if head and tail.isdigit() else name
 
 
 def render(name: str, base: str, definition: dict, budget: int | None, s: dict) -> dict:
@@ -129,6 +163,8 @@ def render(name: str, base: str, definition: dict, budget: int | None, s: dict) 
         "environment": environment,
         "runtime": runtime,
         "runtime_kind": definition.get("runtime", "release"),
+        # The config this one is the control for (dflash-tree-backend: ddtree), or None.
+        "control_for": definition.get("control_for"),
         # Written by the server role to secrets_file (0600); never shown unmasked.
         "secrets": secrets,
     }
@@ -162,3 +198,66 @@ def render_all(definitions: dict, selected: list[str], settings: dict) -> list[d
         render(name, base, definition, budget, settings)
         for name, base, definition, budget in expand(definitions, selected)
     ]
+
+
+# --- contracts ----------------------------------------------------------------------------
+
+
+def load_contracts(spec: dict | None, settings: dict) -> dict:
+    """Per runtime kind, (contract, None) or (None, why there is none).
+
+    spec: {release: {snapshot}, git: {snapshot, overlay}} (file paths). The release snapshot
+    must be of the pinned version; the git overlay must be made for the configured ref, since
+    another ref (or branch) may add or drop options the overlay does not know.
+    """
+    spec = spec or {}
+    contracts: dict = {}
+    release = spec.get("release") or {}
+    try:
+        contract = load_contract(release["snapshot"])
+    except (KeyError, OSError, ValueError) as error:
+        contracts["release"] = (None, f"no snapshot of sglang {settings.get('release')}: {error}")
+    else:
+        if str(contract["sglang_version"]) != str(settings.get("release")):
+            contracts["release"] = (
+                None,
+                f"the snapshot is of sglang {contract['sglang_version']}, the pin is "
+                f"{settings.get('release')}; regenerate it (tests/contract/README.md)",
+            )
+        else:
+            contracts["release"] = (contract, None)
+    git = spec.get("git") or {}
+    ref = (settings.get("git") or {}).get("ref")
+    try:
+        contract = load_contract(git["snapshot"], git["overlay"])
+        overlay_ref = _overlay_ref(git["overlay"])
+    except (KeyError, OSError, ValueError) as error:
+        contracts["git"] = (None, f"no contract for the git runtime: {error}")
+    else:
+        if overlay_ref != ref:
+            contracts["git"] = (
+                None,
+                f"the git runtime's contract ({Path(git['overlay']).name}) is made for "
+                f"{overlay_ref}, not {ref}; only the installed runtime's parser checks this "
+                "argv (at deploy time)",
+            )
+        else:
+            contracts["git"] = (contract, None)
+    return contracts
+
+
+def _overlay_ref(path) -> str | None:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return ((data.get("applies_to") or {}).get("ref")) if isinstance(data, dict) else None
+
+
+def validation(rendered: dict, contracts: dict) -> dict:
+    """{ok, errors, contract} for one rendered config: ok is None when no contract applies."""
+    contract, why = contracts.get(rendered["runtime_kind"], (None, "unknown runtime"))
+    if contract is None:
+        return {"ok": None, "errors": [], "contract": None, "note": why}
+    argv = list(rendered["argv"])
+    # argv[0:3] is `<python> -m sglang.launch_server`; the parser sees what follows.
+    errors = [str(error) for error in check_argv(argv[3:], contract)]
+    errors += check_environment(rendered.get("environment") or {}, contract)
+    return {"ok": not errors, "errors": errors, "contract": contract_name(contract)}

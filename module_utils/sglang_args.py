@@ -1,15 +1,19 @@
-"""Check SGLang launch arguments against a snapshot of the pinned release's own parser.
+"""Check SGLang launch arguments against a contract: a snapshot of a runtime's own parser.
 
 The snapshot (tests/contract/sglang-<version>-args.json, made by
 tests/contract/snapshot_sglang_args.py from the real package) lists every option of
 `ServerArgs.add_cli_args`. build_parser() turns it back into an argparse parser that accepts what
 the real one accepts, so a rendered command can be checked without installing SGLang and torch
-(several GB) on the controller or in CI.
+(several GB) on the controller or in CI. A runtime built from a pull request is the release's
+snapshot plus an overlay (tests/contract/sglang-pr29907-overlay.json for DDTree): its added
+options, algorithm names and launch rules, each with its source; load_contract() merges them.
 
 In the pinned release, ServerArgs.from_cli_args adds no checks on top of argparse; the rest of
-SGLang's validation runs at launch and reads the model's configs. validate_argv() mirrors only the
-few launch-time rules that need no config (the snapshot's "post_parse" section lists them), so a
-command the real server would refuse at once for a reason visible in argv fails here too.
+SGLang's validation runs at launch and reads the model's configs. The launch rules here mirror
+only the checks that need no config (RULES; the snapshot's "post_parse" section and the
+overlay's "launch_rules" list them), so a command the real server would refuse at once for a
+reason visible in argv fails here too. They run on values, so the deploy-time check can apply
+them to what the installed runtime's own parser produced.
 
 Standard library only: importable as ansible.module_utils.sglang_args inside modules and from
 tests.
@@ -25,11 +29,21 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 __all__ = [
+    "FORCED",
+    "RELEASE_RULES",
+    "RULES",
     "ArgvError",
     "build_parser",
+    "check_argv",
+    "check_environment",
+    "contract_label",
+    "contract_name",
     "deprecated_flags",
+    "launch_rule_errors",
+    "load_contract",
     "load_snapshot",
     "parse_argv",
+    "resolve_forced",
     "snapshot_filename",
     "snapshot_version",
     "validate_argv",
@@ -239,7 +253,7 @@ def _flag_of(token: str) -> str:
 
 
 def _unknown_flags_error(extras: list[str], snapshot: dict) -> ArgvError:
-    version = snapshot_version(snapshot)
+    version = contract_label(snapshot)
     flags = [_flag_of(t) for t in extras if t.startswith("-") and len(t) > 1]
     message = f"unrecognized arguments: {' '.join(extras)}"
     known = _known_flags(snapshot)
@@ -250,10 +264,10 @@ def _unknown_flags_error(extras: list[str], snapshot: dict) -> ArgvError:
             hints.append(f"{flag} abbreviates {completions[0]}; write flags in full")
             continue
         guess = _closest(flag, snapshot)
-        hint = f"sglang {version} has no {flag}"
+        hint = f"{version} has no {flag}"
         hints.append(f"{hint}; did you mean {guess}?" if guess else hint)
     if not flags:
-        hints.append(f"sglang {version} takes no positional arguments")
+        hints.append(f"{version} takes no positional arguments")
     return ArgvError(f"{message} ({'; '.join(hints)})", flag=flags[0] if flags else None)
 
 
@@ -311,77 +325,391 @@ def parse_argv(
     return namespace
 
 
-# --- launch-time rules that need no model config -----------------------------------------
+# --- contracts: a snapshot, optionally with an overlay ---------------------------------------
+#
+# A contract is a snapshot dict, optionally extended by an overlay for a runtime that is the
+# release plus a pull request (tests/contract/sglang-pr29907-overlay.json): the overlay's
+# options and speculative algorithm names are added, and its launch rules name which of the
+# checks below apply. A bare snapshot is a contract with the release's rules.
+
+# Checks the pinned release makes at launch without reading any model config
+# (python/sglang/srt/arg_groups/speculative_hook.py handle_speculative_decoding, _handle_dflash).
+RELEASE_RULES = (
+    "speculative-algorithm-known",
+    "draft-window-positive",
+    "draft-sink-size",
+    "dflash-needs-drafter",
+    "dflash-pp-size-1",
+    "dflash-block-size",
+    "dflash-window-covers-block",
+)
 
 
-def _launch_rules(namespace: argparse.Namespace, snapshot: dict) -> None:
-    version = snapshot_version(snapshot)
-    algorithms = snapshot.get("speculative_algorithms")
-    algorithm = getattr(namespace, "speculative_algorithm", None)
-    if algorithm is not None and algorithms:
-        known = (
-            set(algorithms.get("builtin", []))
-            | set(algorithms.get("aliases", {}))
-            | set(algorithms.get("registered_plugins", []))
+def contract_label(contract: dict) -> str:
+    """How messages name the runtime: "sglang 0.5.23", or the release plus a pull request."""
+    return str(contract.get("label") or f"sglang {snapshot_version(contract)}")
+
+
+def contract_name(contract: dict) -> str:
+    """Short id recorded in plans: "sglang-0.5.23" or "sglang-0.5.23+pr29907"."""
+    return str(contract.get("contract") or f"sglang-{snapshot_version(contract)}")
+
+
+def load_contract(snapshot_path, overlay_path=None) -> dict:
+    """The snapshot, with the overlay's options, algorithms and rules when one is given.
+
+    Raises ValueError when the overlay is not one, is made for another snapshot, redefines an
+    option the snapshot has, or names a rule this module does not implement (a contract must
+    not claim a check nobody makes).
+    """
+    snapshot = load_snapshot(snapshot_path)
+    if overlay_path is None:
+        return snapshot
+    overlay = json.loads(Path(overlay_path).read_text(encoding="utf-8"))
+    if not isinstance(overlay, dict) or not isinstance(overlay.get("options"), list):
+        raise ValueError(f"{overlay_path} is not an SGLang contract overlay: no 'options' list")
+    base = Path(snapshot_path).name
+    if overlay.get("overlay_of") != base:
+        raise ValueError(
+            f"{overlay_path} extends {overlay.get('overlay_of')!r}, not {base}; regenerate the "
+            "overlay against the pinned release's snapshot (tests/contract/README.md)"
         )
-        if algorithm.upper() not in known:
-            raise ArgvError(
-                f"sglang {version} does not know --speculative-algorithm {algorithm} "
-                f"(it knows {', '.join(sorted(known))}); an algorithm that is not in this "
-                "release needs SGLang installed from a git ref that has it",
-                "--speculative-algorithm",
+    known = {s for option in snapshot["options"] for s in option["option_strings"]}
+    dests = {option["dest"] for option in snapshot["options"]}
+    options = list(snapshot["options"])
+    for option in overlay["options"]:
+        clash = set(option["option_strings"]) & known
+        if clash or option["dest"] in dests:
+            raise ValueError(
+                f"{overlay_path} adds {option['option_strings']}, which the release already has"
             )
-        algorithm = algorithm.upper()
+        options.append(option)
+        known |= set(option["option_strings"])
+        dests.add(option["dest"])
+    rules = list(RELEASE_RULES)
+    forced = []
+    for rule in overlay.get("launch_rules") or []:
+        kind, rule_id = rule.get("kind"), rule.get("id")
+        if kind == "refuse" and rule_id in RULES:
+            rules.append(rule_id)
+        elif kind == "force" and rule_id in FORCED:
+            forced.append(rule_id)
+        elif kind == "note":
+            continue
+        else:
+            raise ValueError(
+                f"{overlay_path} lists launch rule {rule_id!r} ({kind}), which "
+                "module_utils/sglang_args.py does not implement"
+            )
+    algorithms = json.loads(json.dumps(snapshot.get("speculative_algorithms") or {}))
+    added = (overlay.get("speculative_algorithms") or {}).get("builtin") or []
+    algorithms["builtin"] = sorted(set(algorithms.get("builtin") or []) | set(added))
+    merged = dict(snapshot)
+    merged.update(
+        options=options,
+        speculative_algorithms=algorithms,
+        launch_rules=rules,
+        forced=forced,
+        environment=overlay.get("environment") or {},
+        label=overlay.get("label") or contract_label(snapshot),
+        contract=overlay.get("name") or contract_name(snapshot),
+        overlay=Path(overlay_path).name,
+    )
+    return merged
 
-    window = getattr(namespace, "speculative_draft_window_size", None)
+
+# --- launch-time rules that need no model config -----------------------------------------
+#
+# Each rule takes the parsed values (argparse destinations) and yields ArgvError. They run on
+# the snapshot-built parser's namespace (plans, the simulator) and, at deploy time, on the
+# values the installed runtime's own parser produced (module_utils/launch_check.py).
+
+_DFLASH_FAMILY = {"DFLASH"}
+
+
+def _algorithm(values: dict) -> str | None:
+    algorithm = values.get("speculative_algorithm")
+    return algorithm.upper() if isinstance(algorithm, str) else None
+
+
+def _rule_algorithm_known(values: dict, ctx: dict):
+    algorithm = _algorithm(values)
+    known = ctx.get("algorithms")
+    if algorithm is None or known is None or algorithm in known:
+        return
+    yield ArgvError(
+        f"{ctx['label']} does not know --speculative-algorithm {values['speculative_algorithm']} "
+        f"(it knows {', '.join(sorted(known))}); an algorithm that is not in this "
+        "release needs SGLang installed from a git ref that has it",
+        "--speculative-algorithm",
+    )
+
+
+def _rule_window_positive(values: dict, ctx: dict):
+    window = values.get("speculative_draft_window_size")
     if window is not None and window <= 0:
-        raise ArgvError(
+        yield ArgvError(
             f"--speculative-draft-window-size must be positive, got {window}",
             "--speculative-draft-window-size",
         )
-    sink = getattr(namespace, "speculative_draft_sink_size", None)
-    if sink is not None:
-        if sink < 0:
-            raise ArgvError(
-                f"--speculative-draft-sink-size must be non-negative, got {sink}",
-                "--speculative-draft-sink-size",
-            )
-        if window is None:
-            raise ArgvError(
-                "--speculative-draft-sink-size requires --speculative-draft-window-size",
-                "--speculative-draft-sink-size",
-            )
 
-    if algorithm != "DFLASH":
+
+def _rule_sink(values: dict, ctx: dict):
+    sink = values.get("speculative_draft_sink_size")
+    if sink is None:
         return
-    if getattr(namespace, "speculative_draft_model_path", None) is None:
-        raise ArgvError(
-            "DFLASH speculative decoding requires --speculative-draft-model-path",
+    if sink < 0:
+        yield ArgvError(
+            f"--speculative-draft-sink-size must be non-negative, got {sink}",
+            "--speculative-draft-sink-size",
+        )
+    elif values.get("speculative_draft_window_size") is None:
+        yield ArgvError(
+            "--speculative-draft-sink-size requires --speculative-draft-window-size",
+            "--speculative-draft-sink-size",
+        )
+
+
+def _dflash_like(values: dict, ctx: dict) -> bool:
+    return _algorithm(values) in ctx["dflash_family"]
+
+
+def _rule_dflash_drafter(values: dict, ctx: dict):
+    if _dflash_like(values, ctx) and values.get("speculative_draft_model_path") is None:
+        yield ArgvError(
+            f"{_algorithm(values)} speculative decoding requires --speculative-draft-model-path",
             "--speculative-draft-model-path",
         )
-    block = getattr(namespace, "speculative_dflash_block_size", None)
-    tokens = getattr(namespace, "speculative_num_draft_tokens", None)
-    if block is not None:
-        if block <= 0:
-            raise ArgvError(
-                f"DFLASH requires --speculative-dflash-block-size to be positive, got {block}",
-                "--speculative-dflash-block-size",
-            )
-        if tokens is not None and tokens != block:
-            raise ArgvError(
-                "--speculative-num-draft-tokens and --speculative-dflash-block-size differ "
-                f"({tokens} and {block}); for DFLASH they must match",
-                "--speculative-dflash-block-size",
-            )
-    # Without either size SGLang reads the block size from the drafter's config, which is not
-    # known here, so the window check is left to the server.
-    size = tokens if tokens is not None else block
-    if window is not None and size is not None and window < size:
-        raise ArgvError(
+
+
+def _rule_dflash_pp(values: dict, ctx: dict):
+    pp = values.get("pp_size")
+    if _dflash_like(values, ctx) and pp is not None and pp != 1:
+        yield ArgvError(
+            f"{_algorithm(values)} speculative decoding only supports --pp-size 1, got {pp}",
+            "--pp-size",
+        )
+
+
+def _rule_dflash_block(values: dict, ctx: dict):
+    if not _dflash_like(values, ctx):
+        return
+    block = values.get("speculative_dflash_block_size")
+    tokens = values.get("speculative_num_draft_tokens")
+    if block is None:
+        return
+    if block <= 0:
+        yield ArgvError(
+            f"DFLASH requires --speculative-dflash-block-size to be positive, got {block}",
+            "--speculative-dflash-block-size",
+        )
+    elif tokens is not None and tokens != block:
+        yield ArgvError(
+            "--speculative-num-draft-tokens and --speculative-dflash-block-size differ "
+            f"({tokens} and {block}); for {_algorithm(values)} they must match",
+            "--speculative-dflash-block-size",
+        )
+
+
+def _block_size(values: dict) -> int | None:
+    tokens = values.get("speculative_num_draft_tokens")
+    return tokens if tokens is not None else values.get("speculative_dflash_block_size")
+
+
+def _rule_dflash_window(values: dict, ctx: dict):
+    if not _dflash_like(values, ctx):
+        return
+    # Without either size SGLang reads the block size from the drafter's config, which is
+    # not known here, so the window check is left to the server.
+    window = values.get("speculative_draft_window_size")
+    size = _block_size(values)
+    if window is not None and size is not None and 0 < window < size:
+        yield ArgvError(
             "--speculative-draft-window-size must be >= --speculative-num-draft-tokens "
             f"(block size): window {window}, block size {size}",
             "--speculative-draft-window-size",
         )
+
+
+# DDTree (SGLang pull request 29907, python/sglang/srt/arg_groups/speculative_hook.py
+# _handle_ddtree). Its rules apply only where a contract's overlay lists them.
+
+
+def _is_ddtree(values: dict) -> bool:
+    return _algorithm(values) == "DDTREE"
+
+
+def _rule_ddtree_budget(values: dict, ctx: dict):
+    budget = values.get("speculative_ddtree_budget")
+    if _is_ddtree(values) and budget is not None and budget < 1:
+        yield ArgvError(
+            f"--speculative-ddtree-budget must be >= 1, got {budget}",
+            "--speculative-ddtree-budget",
+        )
+
+
+def _rule_ddtree_rejection_sampling(values: dict, ctx: dict):
+    if _is_ddtree(values) and values.get("speculative_use_rejection_sampling"):
+        yield ArgvError(
+            "DDTREE does not support --speculative-use-rejection-sampling; leave it out "
+            "(DDTree verifies with target-only sampling)",
+            "--speculative-use-rejection-sampling",
+        )
+
+
+def _rule_ddtree_page_size(values: dict, ctx: dict):
+    if not _is_ddtree(values):
+        return
+    page = values.get("page_size")
+    if page is None:
+        # Kit rule, stricter than the pull request: left out, the page size is chosen from
+        # the attention backend, and only a resolved 1 passes the pull request's check.
+        yield ArgvError(
+            "DDTREE requires page size 1; pass --page-size 1 (left out, SGLang picks the "
+            "page size from the attention backend)",
+            "--page-size",
+        )
+    elif page != 1:
+        yield ArgvError(
+            f"DDTREE supports only --page-size 1, got {page}",
+            "--page-size",
+        )
+
+
+def _rule_ddtree_full_tree_triton(values: dict, ctx: dict):
+    if not _is_ddtree(values):
+        return
+    budget = values.get("speculative_ddtree_budget")
+    if budget is None:
+        return  # the budget defaults to block size - 1: a chain (spine mode), any backend
+    block = _block_size(values)
+    if block is None:
+        # Kit rule: whether the tree is a chain or a full tree depends on the block size,
+        # which SGLang would otherwise read from the drafter's config.
+        yield ArgvError(
+            "DDTREE with --speculative-ddtree-budget needs --speculative-num-draft-tokens "
+            "(the DFlash drafter's block size) to tell a chain from a full tree; pass it",
+            "--speculative-num-draft-tokens",
+        )
+        return
+    if budget <= block - 1:
+        return
+    attention = values.get("attention_backend")
+    for flag, dest in (
+        ("--prefill-attention-backend", "prefill_attention_backend"),
+        ("--decode-attention-backend", "decode_attention_backend"),
+    ):
+        backend = values.get(dest) or attention
+        if backend != "triton":
+            used = flag if values.get(dest) else "--attention-backend"
+            shown = backend if backend is not None else "left to SGLang's choice"
+            yield ArgvError(
+                f"DDTREE full-tree mode (budget {budget} > block size {block} - 1) verifies "
+                f"budget + 1 tokens per request and supports only the triton attention "
+                f"backend; {dest.split('_')[0]} attention is {shown}: pass "
+                "--attention-backend triton",
+                used,
+            )
+            return
+
+
+RULES = {
+    "speculative-algorithm-known": _rule_algorithm_known,
+    "draft-window-positive": _rule_window_positive,
+    "draft-sink-size": _rule_sink,
+    "dflash-needs-drafter": _rule_dflash_drafter,
+    "dflash-pp-size-1": _rule_dflash_pp,
+    "dflash-block-size": _rule_dflash_block,
+    "dflash-window-covers-block": _rule_dflash_window,
+    # A marker: with it, the DFlash rules above apply to DDTREE too.
+    "ddtree-inherits-dflash": lambda values, ctx: iter(()),
+    "ddtree-budget-positive": _rule_ddtree_budget,
+    "ddtree-no-rejection-sampling": _rule_ddtree_rejection_sampling,
+    "ddtree-page-size-1": _rule_ddtree_page_size,
+    "ddtree-full-tree-triton": _rule_ddtree_full_tree_triton,
+}
+
+
+def _force_overlap_off(values: dict) -> None:
+    values["disable_overlap_schedule"] = True
+
+
+def _default_ddtree_budget(values: dict) -> None:
+    tokens = values.get("speculative_num_draft_tokens")
+    if values.get("speculative_ddtree_budget") is None and tokens is not None:
+        values["speculative_ddtree_budget"] = int(tokens) - 1
+
+
+# What the pull request sets itself at launch, whatever argv says (applied by the simulator
+# and the test runtimes' parser; a plan records it).
+FORCED = {
+    "ddtree-overlap-schedule-off": _force_overlap_off,
+    "ddtree-budget-default": _default_ddtree_budget,
+}
+
+
+def resolve_forced(values: dict, contract: dict) -> dict:
+    """values with what the contract's runtime forces for the algorithm (a copy)."""
+    values = dict(values)
+    if _is_ddtree(values):
+        for rule_id in contract.get("forced") or []:
+            FORCED[rule_id](values)
+    return values
+
+
+def launch_rule_errors(
+    values: dict,
+    rule_ids=None,
+    *,
+    label: str = "this SGLang",
+    algorithms=None,
+) -> list[ArgvError]:
+    """Every config-free launch rule of rule_ids (default: the release's) that values break.
+
+    algorithms: the speculative algorithm names the runtime knows (upper case), or None when
+    the runtime itself was asked (deploy time) and the name check is not repeated here.
+    An unknown algorithm stops the checks: the others are about algorithms the runtime has.
+    """
+    ids = list(RELEASE_RULES if rule_ids is None else rule_ids)
+    family = set(_DFLASH_FAMILY)
+    if "ddtree-inherits-dflash" in ids:
+        family.add("DDTREE")
+    ctx = {"label": label, "algorithms": algorithms, "dflash_family": family}
+    errors: list[ArgvError] = []
+    for rule_id in ids:
+        found = list(RULES[rule_id](values, ctx))
+        errors += found
+        if rule_id == "speculative-algorithm-known" and found:
+            break
+    return errors
+
+
+def _contract_algorithms(contract: dict) -> set[str] | None:
+    algorithms = contract.get("speculative_algorithms")
+    if not algorithms:
+        return None
+    return (
+        set(algorithms.get("builtin", []))
+        | set(algorithms.get("aliases", {}))
+        | set(algorithms.get("registered_plugins", []))
+    )
+
+
+def check_argv(
+    argv: list[str], contract: dict, *, allow_abbrev: bool | None = False
+) -> list[ArgvError]:
+    """Every reason the contract's runtime would refuse argv: the parser's error alone when it
+    refuses, otherwise each config-free launch rule broken (empty: accepted)."""
+    try:
+        namespace = parse_argv(argv, contract, allow_abbrev=allow_abbrev)
+    except ArgvError as error:
+        return [error]
+    return launch_rule_errors(
+        vars(namespace),
+        contract.get("launch_rules") or RELEASE_RULES,
+        label=contract_label(contract),
+        algorithms=_contract_algorithms(contract),
+    )
 
 
 def validate_argv(
@@ -391,16 +719,75 @@ def validate_argv(
     allow_abbrev: bool | None = False,
     launch_rules: bool = True,
 ) -> None:
-    """Raise ArgvError unless the pinned SGLang's parser accepts argv (the arguments after
+    """Raise ArgvError unless the contract's parser accepts argv (the arguments after
     `python -m sglang.launch_server`), naming the offending flag.
 
-    launch_rules=True also applies the config-free checks SGLang makes when it starts (known
-    speculative algorithm, DFlash block size and draft window); launch_rules=False checks
-    exactly what add_cli_args + from_cli_args check.
+    snapshot is a contract: a bare snapshot (load_snapshot) or one with an overlay
+    (load_contract). launch_rules=True also applies the config-free checks SGLang makes when
+    it starts (known speculative algorithm, DFlash block size and draft window, and the
+    overlay's rules); launch_rules=False checks exactly what add_cli_args + from_cli_args check.
     """
-    namespace = parse_argv(argv, snapshot, allow_abbrev=allow_abbrev)
-    if launch_rules:
-        _launch_rules(namespace, snapshot)
+    if not launch_rules:
+        parse_argv(argv, snapshot, allow_abbrev=allow_abbrev)
+        return
+    errors = check_argv(argv, snapshot, allow_abbrev=allow_abbrev)
+    if errors:
+        raise errors[0]
+
+
+_ENV_BOOLS = {"true": True, "1": True, "yes": True, "y": True}
+_ENV_BOOLS.update({"false": False, "0": False, "no": False, "n": False})
+
+
+def _env_value(kind: str, text: str):
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "bool":
+        if text.lower() not in _ENV_BOOLS:
+            raise ValueError(text)
+        return _ENV_BOOLS[text.lower()]
+    return text
+
+
+def check_environment(environment: dict, contract: dict) -> list[str]:
+    """Problems with the contract's environment knobs in environment.
+
+    The pull request's server reads a knob with a bad value as its default (with only a
+    warning in its log), so a study would silently run another setting; a name with the
+    knobs' prefix that is not one of them is most likely misspelt.
+    """
+    knobs = contract.get("environment") or {}
+    if not knobs:
+        return []
+    # The knobs' common prefix up to an underscore (SGLANG_DDTREE_): a name with it is meant
+    # to be one of them.
+    names = sorted(knobs)
+    common = names[0]
+    for name in names[1:]:
+        while not name.startswith(common):
+            common = common[:-1]
+    prefix = common[: common.rindex("_") + 1] if common.count("_") >= 2 else None
+    problems = []
+    for name, value in sorted((environment or {}).items()):
+        if name in knobs:
+            kind = knobs[name].get("type", "str")
+            try:
+                _env_value(kind, str(value))
+            except ValueError:
+                problems.append(
+                    f"{name}={value} is not a valid {kind}; {contract_label(contract)} would "
+                    f"ignore it and use its default {knobs[name].get('default')!r}"
+                )
+        elif prefix and name.startswith(prefix):
+            guess = difflib.get_close_matches(name, list(knobs), n=1, cutoff=0.6)
+            hint = f"; did you mean {guess[0]}?" if guess else ""
+            problems.append(
+                f"{name} is not an environment variable {contract_label(contract)} reads "
+                f"(its knobs: {', '.join(sorted(knobs))}){hint}"
+            )
+    return problems
 
 
 def deprecated_flags(argv: list[str], snapshot: dict) -> list[str]:

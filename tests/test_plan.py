@@ -64,7 +64,12 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         assert plan["download_bytes"] == 4002 + 2000 + 1000
         assert plan["repos"]["dflash"]["access"] == "ok"
         assert len(plan["repos"]["target"]["resolved_sha"]) == 40
-        assert set(plan["serving_configs"]) == {"ar", "eagle3", "dflash", "ddtree"}
+        # The chain control comes along with ddtree, on the same runtime and tree backend.
+        assert set(plan["serving_configs"]) == {
+            "ar", "eagle3", "dflash", "ddtree", "dflash-tree-backend"
+        }  # fmt: skip
+        assert plan["serving_configs"]["dflash-tree-backend"]["control_for"] == "ddtree"
+        assert plan["serving_configs"]["ddtree"]["control_for"] is None
         for config in plan["serving_configs"].values():
             assert config["capacity"]["fits"] is True
             assert config["capacity"]["weights_gib_per_gpu"] == pytest.approx(71.82, abs=0.01)
@@ -72,6 +77,11 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         markdown = (out / name / "plan.md").read_text()
         assert f"# Deploy plan for {name} ({profile})" in markdown
         assert "| ddtree | dflash |" in markdown
+        assert "| dflash-tree-backend | dflash |" in markdown
+        assert "dflash-tree-backend (git+" in markdown
+        assert markdown.count("Contract sglang-0.5.23: passed.") == 3
+        assert markdown.count("Contract sglang-0.5.23+pr29907: passed.") == 5
+        assert "FAILED" not in markdown and "Not checked" not in markdown
     # Plan files, and everything ansible-runner wrote (events, artifacts, stdout).
     for written in tmp_path.rglob("*"):
         if written.is_file() and written.name != "hf-token":
@@ -158,36 +168,115 @@ def test_multi_node_ranks_come_from_an_inventory_group(playbook, hub, tmp_path):
         ]  # fmt: skip
 
 
-SNAPSHOT = REPO / "tests" / "contract" / "sglang-0.5.23-args.json"
+CONTRACT = REPO / "tests" / "contract"
+SNAPSHOT = CONTRACT / "sglang-0.5.23-args.json"
+OVERLAY = CONTRACT / "sglang-pr29907-overlay.json"
+DDTREE_LAUNCHES = {"ddtree-b16", "ddtree-b32", "ddtree-b64", "ddtree-b128"}
 
 
 def check_launch_commands(plan: dict) -> None:
-    """The contract: every release-runtime argv the kit renders passes the pinned parser, and
-    the same argv with one flag misspelt does not."""
-    from ansible.module_utils.sglang_args import ArgvError, load_snapshot, validate_argv
+    """The contract: every argv the kit renders passes its runtime's contract (the release's
+    parser; for the git runtime, that plus the DDTree pull request's overlay), the plan records
+    so per launch, and the same argv with one flag misspelt does not pass."""
+    from ansible.module_utils.sglang_args import (
+        check_argv,
+        load_contract,
+        load_snapshot,
+        validate_argv,
+    )
 
-    snapshot = load_snapshot(SNAPSHOT)
+    release = load_snapshot(SNAPSHOT)
+    git = load_contract(SNAPSHOT, OVERLAY)
     launches = [
         launch for config in plan["serving_configs"].values() for launch in config["launch"]
     ]
     names = {launch["name"] for launch in launches}
-    assert names == {
-        "ar",
-        "eagle3",
-        "dflash",
-        "ddtree-b16",
-        "ddtree-b32",
-        "ddtree-b64",
-        "ddtree-b128",
-    }
+    assert names == {"ar", "eagle3", "dflash", "dflash-tree-backend", *DDTREE_LAUNCHES}
+    # In serving order: the chain control just before the DDTree budgets it is compared with.
+    assert plan["validation"] == {
+        "passed": [
+            "ar", "eagle3", "dflash", "dflash-tree-backend",
+            "ddtree-b16", "ddtree-b32", "ddtree-b64", "ddtree-b128",
+        ],
+        "failed": [],
+        "unchecked": [],
+    }  # fmt: skip
     for launch in launches:
         argv = launch["argv"]
         assert argv[1:3] == ["-m", "sglang.launch_server"]
         assert launch["environment"]["HF_HUB_OFFLINE"] == "1"
-        if launch["runtime"] != f"sglang=={snapshot['sglang_version']}":
-            assert launch["runtime"].startswith("git+")
-            continue
-        validate_argv(argv[3:], snapshot)
+        on_git = launch["runtime"].startswith("git+")
+        assert on_git == (launch["name"] in DDTREE_LAUNCHES | {"dflash-tree-backend"})
+        contract = git if on_git else release
+        assert launch["validation"] == {
+            "ok": True,
+            "errors": [],
+            "contract": "sglang-0.5.23+pr29907" if on_git else "sglang-0.5.23",
+        }
+        validate_argv(argv[3:], contract)
         misspelt = [a.replace("--mem-fraction-static", "--mem-fraction-statik") for a in argv[3:]]
-        with pytest.raises(ArgvError, match="mem-fraction-statik"):
-            validate_argv(misspelt, snapshot)
+        [error] = check_argv(misspelt, contract)
+        assert error.flag == "--mem-fraction-statik"
+        if launch["name"] in DDTREE_LAUNCHES:
+            # The release has no DDTree; a misspelt DDTree flag fails against the overlay.
+            assert check_argv(argv[3:], release)[0].flag == "--speculative-ddtree-budget"
+            typo = [
+                a.replace("--speculative-ddtree-budget", "--speculative-ddtree-budgt")
+                for a in argv[3:]
+            ]
+            [error] = check_argv(typo, git)
+            assert error.flag == "--speculative-ddtree-budgt"
+            assert "did you mean --speculative-ddtree-budget" in str(error)
+            budget = int(argv[argv.index("--speculative-ddtree-budget") + 1])
+            assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "8"
+            assert budget > 8 - 1  # every default budget is a full tree: triton, page size 1
+            assert argv[argv.index("--attention-backend") + 1] == "triton"
+            assert argv[argv.index("--page-size") + 1] == "1"
+            assert "--disable-overlap-schedule" in argv
+
+
+def test_plan_records_launch_commands_the_runtime_would_refuse(playbook, hub, tmp_path):
+    """A tree backend DDTree cannot use (FA3, as Hopper hosts had before the pull request's
+    rule was known): the DDTree launches fail in plan.json and plan.md, the rest pass."""
+    out = tmp_path / "plan"
+    out.mkdir()
+    run = playbook(
+        "plan.yml",
+        REPO / "inventory" / "h200",
+        extravars={"plan_output_dir": str(out), "kimi_tree_attention_backend": "fa3"},
+        envvars={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"},
+    )
+    assert run.rc == 0, run.stdout
+    host = next(p.name for p in out.iterdir())
+    plan = json.loads((out / host / "plan.json").read_text())
+    assert set(plan["validation"]["failed"]) == DDTREE_LAUNCHES
+    assert set(plan["validation"]["passed"]) == {"ar", "eagle3", "dflash", "dflash-tree-backend"}
+    [launch] = plan["serving_configs"]["ddtree"]["launch"][:1]
+    assert launch["validation"]["ok"] is False
+    assert launch["validation"]["contract"] == "sglang-0.5.23+pr29907"
+    [error] = launch["validation"]["errors"]
+    assert "supports only the triton attention backend" in error
+    markdown = (out / host / "plan.md").read_text()
+    assert "**Launch commands the runtime would refuse: ddtree-b16, ddtree-b32" in markdown
+    assert markdown.count("**FAILED** against sglang-0.5.23+pr29907:") == 4
+    assert "prefill attention is fa3: pass --attention-backend triton" in markdown
+
+
+def test_plan_says_when_no_contract_covers_the_git_ref(playbook, hub, tmp_path):
+    out = tmp_path / "plan"
+    out.mkdir()
+    git = {"url": "https://github.com/sgl-project/sglang.git", "ref": "main", "patches": []}
+    run = playbook(
+        "plan.yml",
+        REPO / "inventory" / "ct200",
+        extravars={"plan_output_dir": str(out), "kimi_sglang_git": git, "plan_check_hub": False},
+    )
+    assert run.rc == 0, run.stdout
+    plan = json.loads((out / "ct200-node-01" / "plan.json").read_text())
+    assert set(plan["validation"]["unchecked"]) == DDTREE_LAUNCHES | {"dflash-tree-backend"}
+    note = plan["serving_configs"]["ddtree"]["launch"][0]["validation"]["note"]
+    assert "made for refs/pull/29907/head, not main" in note
+    assert (
+        "Not checked against a contract: dflash-tree-backend"
+        in (out / "ct200-node-01" / "plan.md").read_text()
+    )

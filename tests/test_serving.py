@@ -143,3 +143,125 @@ def test_systemd_and_environment_file_quoting():
         filters.env_file_line("K", "a\nb")
     with pytest.raises(ValueError, match="not a valid environment variable name"):
         filters.env_file_line("1BAD", "x")
+
+
+def shipped_definitions() -> dict:
+    """group_vars/all/serving.yml's definitions, budgets resolved as kimi_ddtree_budgets."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    serving = yaml.safe_load((root / "group_vars" / "all" / "serving.yml").read_text())
+    model = yaml.safe_load((root / "group_vars" / "all" / "model.yml").read_text())
+    definitions = serving["kimi_serving_config_definitions"]
+    definitions["ddtree"]["budgets"] = model["kimi_ddtree_budgets"]
+    return definitions
+
+
+def test_chain_control_comes_with_ddtree_just_before_it():
+    from ansible.module_utils.serving import with_controls
+
+    definitions = shipped_definitions()
+    assert with_controls(definitions, ["ar", "dflash", "ddtree"]) == [
+        "ar", "dflash", "dflash-tree-backend", "ddtree"
+    ]  # fmt: skip
+    # A single budget named directly brings it too; named twice, it is served once.
+    assert with_controls(definitions, ["ddtree-b32", "ar"]) == [
+        "dflash-tree-backend", "ddtree-b32", "ar"
+    ]  # fmt: skip
+    assert with_controls(definitions, ["dflash-tree-backend", "ddtree"]) == [
+        "dflash-tree-backend", "ddtree"
+    ]  # fmt: skip
+    # Without DDTree there is nothing to control.
+    assert with_controls(definitions, ["ar", "dflash", "eagle3"]) == ["ar", "dflash", "eagle3"]
+
+
+def test_chain_control_runs_like_the_ddtree_servers_but_for_the_tree():
+    """Same runtime, attention backend, page size, scheduler and drafter flags: the argv of
+    dflash-tree-backend and of a DDTree budget differ only in the algorithm and the budget."""
+    from ansible.module_utils.serving import with_controls
+
+    definitions = shipped_definitions()
+    configs = {
+        c["name"]: c
+        for c in render_all(definitions, with_controls(definitions, ["ddtree"]), SETTINGS)
+    }
+    control, tree = configs["dflash-tree-backend"], configs["ddtree-b64"]
+    assert control["control_for"] == "ddtree" and tree["control_for"] is None
+    assert control["runtime"] == tree["runtime"] == "git+https://example.invalid/sglang.git@pr"
+    assert control["argv"][0] == tree["argv"][0] == "/g/bin/python"
+    for flag in ("--attention-backend", "--page-size", "--speculative-draft-attention-backend"):
+        assert (
+            control["argv"][control["argv"].index(flag) + 1]
+            == (tree["argv"][tree["argv"].index(flag) + 1])
+        )
+    assert control["argv"][control["argv"].index("--attention-backend") + 1] == "triton"
+    assert "--disable-overlap-schedule" in control["argv"]
+    differing = [(a, b) for a, b in zip(control["argv"], tree["argv"], strict=False) if a != b]
+    assert differing == [("DFLASH", "DDTREE")]
+    assert tree["argv"][len(control["argv"]) :] == ["--speculative-ddtree-budget", "64"]
+    assert control["environment"] == tree["environment"]
+
+
+def test_ddtree_draft_tokens_are_the_drafter_block_size_not_budget_plus_one():
+    """The pull request reads --speculative-num-draft-tokens as the DFlash block size (its
+    full-tree test is budget > block size - 1); budget + 1 there would turn every budget into
+    a chain of budget drafts from a drafter trained for 8."""
+    configs = render_all(shipped_definitions(), ["ddtree"], SETTINGS)
+    for config in configs:
+        argv = config["argv"]
+        block = int(argv[argv.index("--speculative-dflash-block-size") + 1])
+        assert int(argv[argv.index("--speculative-num-draft-tokens") + 1]) == block == 8
+        assert config["budget"] > block - 1
+
+
+def test_validation_records_the_contract_verdict_per_launch():
+    from pathlib import Path
+
+    from ansible.module_utils.serving import load_contracts, validation, with_controls
+
+    contract_dir = Path(__file__).resolve().parent / "contract"
+    spec = {
+        "release": {"snapshot": str(contract_dir / "sglang-0.5.23-args.json")},
+        "git": {
+            "snapshot": str(contract_dir / "sglang-0.5.23-args.json"),
+            "overlay": str(contract_dir / "sglang-pr29907-overlay.json"),
+        },
+    }
+    definitions = shipped_definitions()
+    settings = {
+        **SETTINGS,
+        "git": {"url": "https://example.invalid/s.git", "ref": "refs/pull/29907/head"},
+    }
+    contracts = load_contracts(spec, settings)
+    selected = with_controls(definitions, ["ar", "dflash", "ddtree"])
+    verdicts = {
+        c["name"]: validation(c, contracts) for c in render_all(definitions, selected, settings)
+    }
+    assert verdicts["ar"] == {"ok": True, "errors": [], "contract": "sglang-0.5.23"}
+    assert verdicts["ddtree-b16"] == {"ok": True, "errors": [], "contract": "sglang-0.5.23+pr29907"}
+    assert verdicts["dflash-tree-backend"]["ok"] is True
+
+    # A misspelt DDTree flag, and a knob with a value the pull request would ignore.
+    bad = dict(definitions)
+    bad["ddtree"] = {
+        **definitions["ddtree"],
+        "budget_flag": "--speculative-ddtree-budgett",
+        "budgets": [16],
+    }
+    [config] = render_all(
+        bad, ["ddtree"], {**settings, "environment": {"SGLANG_DDTREE_MAX_TOPK": "wide"}}
+    )
+    verdict = validation(config, contracts)
+    assert verdict["ok"] is False
+    assert "--speculative-ddtree-budgett" in verdict["errors"][0]
+    assert "did you mean --speculative-ddtree-budget" in verdict["errors"][0]
+    assert "SGLANG_DDTREE_MAX_TOPK=wide is not a valid int" in verdict["errors"][1]
+
+    # Another ref, or a pin without a snapshot: not checked, and the plan says why.
+    other = load_contracts(spec, {**settings, "release": "0.5.24", "git": {"ref": "main"}})
+    assert validation(config, other)["ok"] is None
+    assert "made for refs/pull/29907/head, not main" in validation(config, other)["note"]
+    [ar] = render_all(definitions, ["ar"], settings)
+    assert "the pin is 0.5.24" in validation(ar, other)["note"]

@@ -156,6 +156,11 @@ LAUNCH_REJECTED = {
         "--speculative-draft-model-path",
         "requires",
     ),
+    "dflash-pipeline-parallel": (
+        [*BASE, *DFLASH, "--pp-size", "2"],
+        "--pp-size",
+        "pp-size 1",
+    ),
     "window-not-positive": (
         [*BASE, *EAGLE3, "--speculative-draft-window-size", "0"],
         "--speculative-draft-window-size",
@@ -444,6 +449,7 @@ def test_cross_check_dflash_rules_with_the_real_handler(snapshot, real):
         LAUNCH_REJECTED["dflash-block-mismatch"][0],
         LAUNCH_REJECTED["dflash-window-below-block"][0],
         LAUNCH_REJECTED["dflash-without-drafter"][0],
+        LAUNCH_REJECTED["dflash-pipeline-parallel"][0],
     ]
     for argv in cases:
         # The handler checks the device before anything else; the rules are about GPUs.
