@@ -33,6 +33,7 @@ __all__ = [
     "RELEASE_RULES",
     "RULES",
     "ArgvError",
+    "add_arguments",
     "build_parser",
     "check_argv",
     "check_environment",
@@ -194,6 +195,13 @@ def build_parser(snapshot: dict, *, allow_abbrev: bool | None = None) -> argpars
         add_help=False,
         exit_on_error=False,
     )
+    add_arguments(parser, snapshot)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser, snapshot: dict) -> None:
+    """Add the contract's options to parser, as ServerArgs.add_cli_args adds the real ones
+    (the test runtimes' sglang.srt.server_args does exactly this)."""
     for option in snapshot["options"]:
         action = option.get("rebuild_as") or option["action"]
         if action in ("help", "version"):
@@ -229,7 +237,6 @@ def build_parser(snapshot: dict, *, allow_abbrev: bool | None = None) -> argpars
         if not strings:
             raise ValueError(f"snapshot option {option['dest']!r} has no option strings")
         parser.add_argument(*strings, **kwargs)
-    return parser
 
 
 def _known_flags(snapshot: dict) -> list[str]:

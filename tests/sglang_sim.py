@@ -7,9 +7,10 @@ the server role and the benchmark, and it is only as good as its likeness, so ev
 below follows SGLang 0.5.23's source (paths under python/sglang/):
 
 Arguments
-    Refuses any argv the pinned release's parser refuses (module_utils/sglang_args.py over the
-    committed parser snapshot); `--config FILE.yaml` is merged first, as
-    srt/server_args.py prepare_server_args does.
+    Refuses any argv its runtime's contract refuses (module_utils/sglang_args.py over the
+    committed parser snapshot: the pinned release's; as the fake DDTree pull-request runtime,
+    plus that pull request's overlay, tests/contract/sglang-pr29907-overlay.json); `--config
+    FILE.yaml` is merged first, as srt/server_args.py prepare_server_args does.
 
 Start-up (srt/entrypoints/http_server.py launch_server, _wait_and_warmup,
 _execute_server_warmup)
@@ -206,15 +207,18 @@ class Settings:
 
 
 SNAPSHOT = "sglang-0.5.23-args.json"
+OVERLAY = "sglang-pr29907-overlay.json"
 
 
-def validator_paths() -> tuple[Path, Path]:
-    """(folder of sglang_args.py, snapshot file) in the repo, or beside this file once it is
-    packaged as a stand-in sglang wheel (tests/fake_sglang.py)."""
+def validator_paths() -> tuple[Path, Path, Path | None]:
+    """(folder of sglang_args.py, snapshot file, overlay file or None): in the repo, the
+    release's; packaged as a stand-in sglang (tests/fake_sglang.py), whatever the package ships
+    (the fake pull-request ref adds DDTree's overlay)."""
     here = Path(__file__).resolve().parent
     if (here / "sglang_args.py").is_file():
-        return here, here / SNAPSHOT
-    return here.parent / "module_utils", here / "contract" / SNAPSHOT
+        overlay = here / OVERLAY
+        return here, here / SNAPSHOT, overlay if overlay.is_file() else None
+    return here.parent / "module_utils", here / "contract" / SNAPSHOT, None
 
 
 def merge_config_file(argv: list[str]) -> list[str]:
@@ -239,11 +243,11 @@ def merge_config_file(argv: list[str]) -> list[str]:
 
 def parse_args(argv: list[str]) -> dict:
     """Validate against the pinned parser's snapshot; return the resolved arguments."""
-    module_dir, snapshot_file = validator_paths()
+    module_dir, snapshot_file, overlay_file = validator_paths()
     sys.path.insert(0, str(module_dir))
-    from sglang_args import ArgvError, load_snapshot, parse_argv, validate_argv
+    from sglang_args import ArgvError, load_contract, parse_argv, resolve_forced, validate_argv
 
-    snapshot = load_snapshot(snapshot_file)
+    snapshot = load_contract(snapshot_file, overlay_file)
     try:
         argv = merge_config_file(argv)
     except (OSError, ValueError, IndexError) as error:
@@ -255,9 +259,10 @@ def parse_args(argv: list[str]) -> dict:
     except ArgvError as error:
         print(f"launch_server: error: {error}", file=sys.stderr)
         sys.exit(2)
+    # What the runtime sets itself whatever argv says (DDTree: no overlap, a default budget).
     resolved = {
         k: v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
-        for k, v in vars(namespace).items()
+        for k, v in resolve_forced(vars(namespace), snapshot).items()
     }
     # What srt/arg_groups/serving_hook.py fills in when the command line leaves it out.
     resolved["tokenizer_path"] = resolved.get("tokenizer_path") or resolved.get("model_path")

@@ -1,0 +1,146 @@
+#!/usr/bin/python
+"""Ansible module launch_check: would the installed SGLang accept this launch command?"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: launch_check
+short_description: Check a server launch command with the installed runtime's own parser
+description:
+  - Runs a probe in the runtime's Python (O(python)) that parses the launch arguments with that
+    sglang's own parser (sglang.srt.server_args: prepare_server_args where building the record
+    reads no model, as in 0.5.23; add_cli_args and its argparse parser otherwise, as on DDTree's
+    pull request). No model is loaded and no GPU is touched.
+  - Then applies the config-free launch rules the kit mirrors (module_utils/sglang_args.py) to
+    the values that parser produced, and asks the runtime whether it knows the speculative
+    algorithm (module_utils/launch_check.py says which checks need the model and are left to
+    the server).
+  - Fails naming the flag when the runtime would refuse the command, so that the server role
+    stops before it touches the running server.
+  - Read-only; supports check mode.
+version_added: "0.1.0"
+options:
+  python:
+    description: Python of the runtime the server runs on.
+    type: path
+    required: true
+  argv:
+    description: The launch command, C(python -m sglang.launch_server ...) or its arguments.
+    type: list
+    elements: str
+    required: true
+  secrets_file:
+    description: The kit's C(--config) file (API key only), left out of the check.
+    type: str
+    default: ""
+  name:
+    description: The serving config, for messages.
+    type: str
+    default: ""
+  timeout:
+    description: Seconds the probe may take (importing sglang pulls in torch).
+    type: int
+    default: 300
+author:
+  - kimi-deploy-kit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Check the launch with the runtime's own parser
+  launch_check:
+    python: /opt/kimi/venv/bin/python
+    argv: "{{ launch.argv }}"
+    secrets_file: /etc/kimi/sglang-secrets.yaml
+    name: dflash
+"""
+
+RETURN = r"""
+ok:
+  description: Whether the runtime would accept the command.
+  returned: always
+  type: bool
+mode:
+  description: How far the runtime's own code went (prepare_server_args or add_cli_args).
+  returned: when the runtime's parser ran
+  type: str
+version:
+  description: The runtime's sglang version.
+  returned: when the runtime's parser ran
+  type: str
+errors:
+  description: One line per reason, each naming its flag.
+  returned: always
+  type: list
+  elements: str
+flags:
+  description: The flags the errors are about.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.launch_check import (  # noqa: E402
+    PROBE,
+    errors_of,
+    parse_probe_output,
+    probe_argv,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "argv": {"type": "list", "elements": "str", "required": True},
+            "secrets_file": {"type": "str", "default": ""},
+            "name": {"type": "str", "default": ""},
+            "timeout": {"type": "int", "default": 300},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["timeout"] < 1:
+        module.fail_json(msg=f"timeout must be at least 1 s, got {p['timeout']}")
+    args = probe_argv(p["argv"], p["secrets_file"])
+    rc, out, err = module.run_command(
+        [p["python"], "-c", PROBE, str(p["timeout"])], data=json.dumps(args)
+    )
+    result = parse_probe_output(out)
+    if result is None:
+        module.fail_json(
+            msg=(
+                f"could not run the launch check in {p['python']} (exit {rc}): "
+                f"{(err or out).strip()[-1500:]}. Is the runtime installed? The runtime stage "
+                "creates it; rerun the deploy."
+            )
+        )
+    errors = errors_of(result, args)
+    facts = {
+        "ok": not errors,
+        "mode": result.get("mode"),
+        "version": result.get("version"),
+        "errors": [str(e) for e in errors],
+        "flags": [e.flag for e in errors if e.flag],
+    }
+    if errors:
+        config = f" of serving config {p['name']}" if p["name"] else ""
+        flags = ", ".join(facts["flags"]) or "(none named)"
+        module.fail_json(
+            msg=(
+                f"sglang {result.get('version')} at {p['python']} would refuse the launch"
+                f"{config} (flags: {flags}): " + "; ".join(facts["errors"]) + ". The running "
+                "server was left as it is. Fix: correct or remove the flag (in "
+                "kimi_server_settings.extra_args if you added it there, else in the serving "
+                "config's args)."
+            ),
+            **facts,
+        )
+    module.exit_json(changed=False, **facts)
+
+
+if __name__ == "__main__":
+    main()

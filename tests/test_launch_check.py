@@ -1,0 +1,317 @@
+"""The deploy-time launch check: argv parsed by the installed runtime's own parser.
+
+Unit tests run the probe (module_utils/launch_check.py) in this Python against the test
+runtimes' packages (tests/fake_sglang.py: the release flavour, and the fake DDTree pull-request
+flavour), and against the real sglang 0.5.23 where `make test-contract` built its venv. The
+integration test runs the server role over an SSH test host: a flag the user added in
+kimi_server_settings.extra_args that the runtime does not know fails the deploy naming it, and
+the running server is left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.launch_check import (
+    PROBE,
+    errors_of,
+    flag_in,
+    parse_probe_output,
+    probe_argv,
+)
+
+from tests.fake_sglang import build_git_source, write_package
+from tests.hostprep import put_file
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.runtime
+CONTRACT_PYTHON = REPO / "tests" / ".state" / "contract-venv" / "bin" / "python"
+
+BASE = [
+    "--model-path", "/w/t",
+    "--trust-remote-code",
+    "--tp-size", "8",
+    "--attention-backend", "triton",
+    "--host", "127.0.0.1",
+    "--port", "30000",
+    "--enable-metrics",
+]  # fmt: skip
+DDTREE = [
+    "--speculative-algorithm", "DDTREE",
+    "--speculative-draft-model-path", "/w/d",
+    "--speculative-num-draft-tokens", "8",
+    "--speculative-dflash-block-size", "8",
+    "--page-size", "1",
+    "--disable-overlap-schedule",
+    "--speculative-ddtree-budget", "16",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fake-sglang")
+    return {
+        "release": write_package(root / "release"),
+        "git": write_package(root / "git", version="0.5.23.dev1", ddtree=True),
+    }
+
+
+def probe(argv, pythonpath=None, python=sys.executable, deadline=60):
+    env = {"PATH": "/usr/bin:/bin"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    done = subprocess.run(
+        [str(python), "-c", PROBE, str(deadline)],
+        input=json.dumps(argv),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=deadline + 60,
+        check=False,
+    )
+    result = parse_probe_output(done.stdout)
+    assert result is not None, done.stderr[-2000:]
+    return result, errors_of(result, argv)
+
+
+def test_the_release_parser_builds_the_whole_record(packages):
+    result, errors = probe([*BASE, "--speculative-algorithm", "DFLASH"], packages["release"])
+    assert result["mode"] == "prepare_server_args"  # lazy record, as in 0.5.23
+    assert result["version"] == "0.5.23"
+    assert errors[0].flag == "--speculative-draft-model-path"
+    result, errors = probe(BASE, packages["release"])
+    assert result["ok"] and errors == []
+    assert result["values"]["tp_size"] == 8
+
+
+@pytest.mark.parametrize(
+    "extra, flag, text",
+    [
+        (["--not-a-flag", "1"], "--not-a-flag", "unrecognized arguments: --not-a-flag 1"),
+        (["--tp-size", "eight"], "--tp-size", "invalid int value: 'eight'"),
+        (["--attention-backend", "fa9"], "--attention-backend", "invalid choice: 'fa9'"),
+        (["--page-size"], "--page-size", "expected one argument"),
+    ],
+)
+def test_the_release_parser_names_the_flag_it_refuses(packages, extra, flag, text):
+    result, errors = probe([*BASE, *extra], packages["release"])
+    assert result["ok"] is False
+    [error] = errors
+    assert error.flag == flag
+    assert text in str(error)
+
+
+def test_the_release_refuses_ddtree_and_the_git_runtime_takes_it(packages):
+    _, errors = probe([*BASE, *DDTREE], packages["release"])
+    assert errors[0].flag == "--speculative-ddtree-budget"
+    _, errors = probe([*BASE, *DDTREE[:-2]], packages["release"])
+    assert errors[0].flag == "--speculative-algorithm"
+    assert "Unknown speculative algorithm name: DDTREE" in str(errors[0])
+    result, errors = probe([*BASE, *DDTREE], packages["git"])
+    # Building the pull request's record reads the model and the GPU: argparse only.
+    assert result["mode"] == "add_cli_args"
+    assert result["version"] == "0.5.23.dev1"
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    "extra, flag, text",
+    [
+        (["--speculative-ddtree-budgt", "16"], "--speculative-ddtree-budgt", "unrecognized"),
+        (["--page-size", "16"], "--page-size", "only --page-size 1"),
+        (["--attention-backend", "flashinfer"], "--attention-backend", "triton"),
+        (["--speculative-ddtree-budget", "0"], "--speculative-ddtree-budget", ">= 1"),
+        (
+            ["--speculative-use-rejection-sampling"],
+            "--speculative-use-rejection-sampling",
+            "does not support",
+        ),
+    ],
+)
+def test_the_git_runtime_applies_the_pull_requests_rules(packages, extra, flag, text):
+    """Later flags win in argparse, as on a real command line."""
+    _, errors = probe([*BASE, *DDTREE, *extra], packages["git"])
+    assert errors, extra
+    assert errors[0].flag == flag
+    assert text in str(errors[0])
+
+
+def test_the_kits_secrets_file_is_left_out_and_others_are_merged(packages, tmp_path):
+    argv = ["/v/bin/python", "-m", "sglang.launch_server", *BASE, "--config", "/etc/kimi/s.yaml"]
+    assert probe_argv(argv, "/etc/kimi/s.yaml") == BASE
+    assert probe_argv(argv, "/other.yaml") == [*BASE, "--config", "/etc/kimi/s.yaml"]
+    own = tmp_path / "own.yaml"
+    own.write_text("tp_size: four\n")
+    # A --config of the user's own goes through the runtime's own merger.
+    for flavour in ("release", "git"):
+        _, errors = probe([*BASE, "--config", str(own)], packages[flavour])
+        assert errors and errors[0].flag == "--tp-size", flavour
+
+
+def test_a_runtime_that_hangs_is_stopped_at_its_deadline(tmp_path):
+    package = write_package(tmp_path / "slow")
+    (package / "sglang" / "srt" / "server_args.py").write_text("import time\ntime.sleep(60)\n")
+    started = time.monotonic()
+    result, errors = probe(BASE, package, deadline=1)
+    assert time.monotonic() - started < 20
+    assert result["stage"] == "deadline"
+    assert "did not answer within 1 s" in str(errors[0])
+
+
+def test_flag_names_in_argparse_messages():
+    argv = ["--tensor-parallel-size", "x"]
+    message = "error: argument --tp-size/--tensor-parallel-size: invalid int value: 'x'"
+    assert flag_in(message, argv) == "--tensor-parallel-size"
+    assert flag_in("error: unrecognized arguments: --foo=3 --bar", []) == "--foo"
+    assert flag_in("error: the following arguments are required: --model-path", []) == (
+        "--model-path"
+    )
+
+
+@pytest.mark.skipif(
+    not CONTRACT_PYTHON.is_file() and os.environ.get("KIT_REQUIRE_REAL_SGLANG") != "1",
+    reason="the real sglang 0.5.23 venv is built by `make test-contract`",
+)
+def test_the_real_release_parser_is_model_free():
+    """sglang 0.5.23's prepare_server_args, whole, in its own venv (CPU only, no model)."""
+    result, errors = probe(BASE, python=CONTRACT_PYTHON, deadline=240)
+    assert (result["mode"], result["version"], errors) == ("prepare_server_args", "0.5.23", [])
+    _, errors = probe([*BASE, "--not-a-flag", "1"], python=CONTRACT_PYTHON, deadline=240)
+    assert errors[0].flag == "--not-a-flag"
+    _, errors = probe([*BASE, *DDTREE[:-2]], python=CONTRACT_PYTHON, deadline=240)
+    assert errors[0].flag == "--speculative-algorithm"
+    assert "Unknown speculative algorithm name: DDTREE" in str(errors[0])
+
+
+# --- over an SSH test host ---------------------------------------------------------------
+
+HOST = "lc"
+CHECK = "Check the launch with the runtime's own parser"
+START = "Start the server, restarting it only when its launch changed"
+SIM_ENV = {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_LOAD_SECONDS": "1", "SGLANG_SIM_STEP_MS": "5"}
+
+
+@pytest.fixture(scope="module")
+def host(runtime_wheelhouse, tmp_path_factory):
+    """One host with both runtimes: the release wheel, and the fake DDTree pull request from a
+    git repository on the host."""
+    from tests.ansible_run import run_playbook
+    from tests.testhosts import TestHostCluster
+
+    cluster = TestHostCluster.up(["ct200"], names=[HOST])
+    try:
+        src = tmp_path_factory.mktemp("git-src")
+        source = build_git_source(src)
+        archive = subprocess.run(
+            ["tar", "-C", str(src), "-czf", "-", "sglang.git"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        put_file(cluster, HOST, "/root/sglang-git.tgz", archive)
+        cluster.ssh(HOST, "mkdir -p /srv/git && tar -C /srv/git -xzf /root/sglang-git.tgz")
+        git = {"url": "file:///srv/git/sglang.git", "ref": source["ref"], "patches": []}
+        base = {"kimi_serving_configs": ["ar", "ddtree"], "kimi_sglang_git": git}
+        installed = run_playbook(
+            "playbooks/runtime.yml",
+            cluster.inventory,
+            tmp_path_factory.mktemp("runtime"),
+            extravars={**base, "runtime_wheelhouse": str(runtime_wheelhouse)},
+        )
+        assert installed.rc == 0, installed.stdout[-4000:]
+        yield cluster, base
+    finally:
+        cluster.down()
+
+
+def server_vars(base: dict, **extra) -> dict:
+    return {
+        **base,
+        "kimi_server_config": "ar",
+        "kimi_server_environment": SIM_ENV,
+        "server_health_poll_s": 1,
+        "server_restart_delay_s": 1,
+        **extra,
+    }
+
+
+def with_extra_args(*args: str) -> str:
+    """server_settings as the deploy computes it, with the user's extra flags."""
+    extra = json.dumps(list(args))
+    return "{{ kimi_server_settings | combine({'extra_args': " + extra + "}) }}"
+
+
+def server_pid(cluster) -> int:
+    state = cluster.ssh(HOST, "cat /var/lib/kimi/server/kimi-sglang.state.json").stdout
+    return int(json.loads(state).get("child_pid") or 0)
+
+
+@pytest.mark.integration
+def test_an_unknown_extra_flag_fails_the_deploy_before_the_server_is_touched(playbook, host):
+    cluster, base = host
+    first = playbook("playbooks/server.yml", cluster.inventory, extravars=server_vars(base))
+    assert first.rc == 0, first.stdout[-4000:]
+    assert first.results(CHECK)[HOST]["mode"] == "prepare_server_args"
+    pid = server_pid(cluster)
+    launch = cluster.ssh(HOST, "cat /var/lib/kimi/server/launch.json").stdout
+
+    refused = playbook(
+        "playbooks/server.yml",
+        cluster.inventory,
+        extravars=server_vars(base, server_settings=with_extra_args("--enable-metricz")),
+    )
+    assert refused.rc != 0
+    result = refused.results(CHECK)[HOST]
+    assert result["failed"] and result["flags"] == ["--enable-metricz"]
+    assert "unrecognized arguments: --enable-metricz" in result["msg"]
+    assert "kimi_server_settings.extra_args" in result["msg"]
+    assert "The running server was left as it is" in result["msg"]
+    assert START not in {e["event_data"].get("task") for e in refused.events}
+    # The same server process, launch record and answers as before.
+    assert server_pid(cluster) == pid
+    assert cluster.ssh(HOST, "cat /var/lib/kimi/server/launch.json").stdout == launch
+    code = cluster.ssh(
+        HOST,
+        "curl -s -o /dev/null -w '%{http_code}' -X POST -d "
+        '\'{"text": "hi", "sampling_params": {"max_new_tokens": 2}}\' '
+        "http://127.0.0.1:30000/generate",
+    ).stdout.strip()
+    assert code == "200"
+
+    # A flag the release knows passes, and a second run of the good launch changes nothing.
+    again = playbook("playbooks/server.yml", cluster.inventory, extravars=server_vars(base))
+    again.assert_unchanged()
+
+
+@pytest.mark.integration
+def test_the_git_runtime_checks_ddtree_with_its_own_parser(playbook, host):
+    cluster, base = host
+    ddtree = server_vars(base, kimi_server_config="ddtree-b16")
+    typo = playbook(
+        "playbooks/server.yml",
+        cluster.inventory,
+        extravars={**ddtree, "server_settings": with_extra_args("--speculative-ddtree-budgt", "8")},
+    )
+    assert typo.rc != 0
+    result = typo.results(CHECK)[HOST]
+    assert result["flags"] == ["--speculative-ddtree-budgt"]
+    assert result["mode"] == "add_cli_args" and result["version"] == "0.5.23.dev1"
+    paged = playbook(
+        "playbooks/server.yml",
+        cluster.inventory,
+        extravars={**ddtree, "server_settings": with_extra_args("--page-size", "64")},
+    )
+    assert paged.rc != 0
+    assert paged.results(CHECK)[HOST]["flags"] == ["--page-size"]
+    assert "DDTREE supports only --page-size 1, got 64" in paged.results(CHECK)[HOST]["msg"]
+    # The kit's own DDTree launch passes the check and starts.
+    started = playbook("playbooks/server.yml", cluster.inventory, extravars=ddtree)
+    assert started.rc == 0, started.stdout[-4000:]
+    assert started.results(CHECK)[HOST]["errors"] == []
+    assert started.results(START)[HOST]["changed"]
