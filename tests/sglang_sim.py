@@ -104,6 +104,17 @@ yields SGLANG_SIM_ACCEPT tokens under speculation, one token without. So with AC
 request of N tokens takes ceil((N - 1) / A) verify steps after its prefill token. Outputs are
 deterministic per prompt; token ids derive from the token text.
 
+DDTree (only as the fake DDTree pull-request runtime, whose contract has the algorithm; the
+release refuses it as 0.5.23 does): the running budget (--speculative-ddtree-budget, or block
+size - 1 as the pull request defaults it) picks step time and tokens per verify step from
+SGLANG_SIM_DDTREE_TABLE, so a test can play a whole budget sweep (tests/ddtree_tables.py). A
+budget the table lacks, or a row above the depth cap (min(budget, block size - 1) drafts plus
+the bonus token per step: the tree is drafted from block size - 1 positions), stops the server
+at start with the reason on stderr. The verifier sees budget + 1 tokens a step, so
+spec_num_proposed_drafts = spec_verify_ct x budget (tokenizer_manager's
+max_speculative_num_draft_tokens - 1), and the pull request's forced settings show in
+/server_info (disable_overlap_schedule true, the budget resolved).
+
 Environment (all optional):
     SGLANG_SIM_STEP_MS        decode step time, ms (default 20)
     SGLANG_SIM_ACCEPT         tokens per verify step under speculation, accepted drafts plus
@@ -129,6 +140,9 @@ Environment (all optional):
     SGLANG_SIM_TRUTH_DIR      also append each finished request's record to <dir>/<pid>.jsonl
     SGLANG_SIM_REUSE_PORT     "1": listen with SO_REUSEPORT, so several simulators share a port
                               (the kernel spreads connections; a client can outrun one process)
+    SGLANG_SIM_DDTREE_TABLE   DDTree behaviour per budget, JSON {"<budget>": {"step_ms": ..,
+                              "accept": ..}} (accept: tokens per verify step, bonus included);
+                              without it a DDTree server uses SGLANG_SIM_STEP_MS and _ACCEPT
 SGLang's own SGLANG_HEALTH_CHECK_TIMEOUT, SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION,
 SGLANG_WARMUP_TIMEOUT and SGLANG_TIMEOUT_KEEP_ALIVE are honoured as SGLang honours them.
 """
@@ -195,6 +209,7 @@ class Settings:
     truth: bool = field(default_factory=lambda: os.environ.get("SGLANG_SIM_TRUTH") == "1")
     truth_dir: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_TRUTH_DIR", ""))
     reuse_port: bool = field(default_factory=lambda: os.environ.get("SGLANG_SIM_REUSE_PORT") == "1")
+    ddtree_table: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_DDTREE_TABLE", ""))
     # SGLang's own environment variables, with its defaults (srt/environ.py, http_server.py).
     health_check_timeout: float = field(
         default_factory=lambda: int(env_float("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
@@ -264,6 +279,16 @@ def parse_args(argv: list[str]) -> dict:
         k: v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
         for k, v in resolve_forced(vars(namespace), snapshot).items()
     }
+    if is_ddtree(resolved):
+        # _handle_dflash, which DDTree runs first: the block size flag sets the draft token
+        # count; without either, SGLang falls back to 16 when the drafter's config says nothing
+        # (the simulator has no drafter to read). Then the pull request's default budget.
+        if resolved.get("speculative_num_draft_tokens") is None:
+            resolved["speculative_num_draft_tokens"] = int(
+                resolved.get("speculative_dflash_block_size") or 16
+            )
+        if resolved.get("speculative_ddtree_budget") is None:
+            resolved["speculative_ddtree_budget"] = resolved["speculative_num_draft_tokens"] - 1
     # What srt/arg_groups/serving_hook.py fills in when the command line leaves it out.
     resolved["tokenizer_path"] = resolved.get("tokenizer_path") or resolved.get("model_path")
     resolved["served_model_name"] = resolved.get("served_model_name") or resolved.get("model_path")
@@ -325,6 +350,9 @@ class Simulator:
         self.settings = settings
         self.speculative = self.resolved.get("speculative_algorithm") is not None
         self.draft_tokens = int(self.resolved.get("speculative_num_draft_tokens") or 4)
+        if is_ddtree(self.resolved):
+            # The verifier's tokens per step: the tree's nodes plus its root.
+            self.draft_tokens = int(self.resolved["speculative_ddtree_budget"]) + 1
         self.model_name = self.resolved.get("served_model_name") or ""
         self.status = "Starting"
         self.running: list[Request] = []
@@ -1006,13 +1034,69 @@ async def serve(args: dict, settings: Settings) -> None:
         warmup.cancel()
 
 
+def is_ddtree(resolved: dict) -> bool:
+    return str(resolved.get("speculative_algorithm") or "").upper() == "DDTREE"
+
+
+def ddtree_row(resolved: dict, table_text: str) -> tuple[float, float]:
+    """(step ms, tokens per verify step) of the running budget from SGLANG_SIM_DDTREE_TABLE;
+    ValueError says what is wrong with the table for this server."""
+    budget = int(resolved["speculative_ddtree_budget"])
+    try:
+        table = json.loads(table_text)
+    except ValueError as error:
+        raise ValueError(f"SGLANG_SIM_DDTREE_TABLE is not JSON: {error}") from None
+    if not isinstance(table, dict) or not table:
+        raise ValueError("SGLANG_SIM_DDTREE_TABLE must be an object of budget -> row")
+    row = table.get(str(budget))
+    if row is None:
+        have = ", ".join(sorted(table, key=lambda k: (len(k), k)))
+        raise ValueError(
+            f"SGLANG_SIM_DDTREE_TABLE has no row for budget {budget} (it has {have}); add "
+            "one, or run a budget it has"
+        )
+    try:
+        step_ms, accept = float(row["step_ms"]), float(row["accept"])
+    except (TypeError, KeyError, ValueError):
+        raise ValueError(
+            f"SGLANG_SIM_DDTREE_TABLE row for budget {budget} needs numbers step_ms and "
+            f"accept, got {row!r}"
+        ) from None
+    block = int(resolved.get("speculative_num_draft_tokens") or 0) or int(
+        resolved.get("speculative_dflash_block_size") or 0
+    )
+    cap = min(budget, block - 1) + 1 if block else budget + 1
+    if not (step_ms > 0 and 1 <= accept <= cap):
+        raise ValueError(
+            f"SGLANG_SIM_DDTREE_TABLE row for budget {budget} ({step_ms:g} ms, {accept:g} "
+            f"tokens a step) is impossible: step time must be positive and tokens a step "
+            f"between 1 and {cap} (at most min(budget, block size - 1) drafts, plus the bonus "
+            "token)"
+        )
+    return step_ms, accept
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     if os.environ.get("SGLANG_SIM_CRASH_ON_START") == "1":
         print("simulated crash on start", file=sys.stderr)
         return 1
+    settings = Settings()
+    resolved = args["resolved"]
+    if is_ddtree(resolved) and settings.ddtree_table:
+        try:
+            settings.step_ms, settings.accept = ddtree_row(resolved, settings.ddtree_table)
+        except ValueError as error:
+            print(f"launch_server: error: {error}", file=sys.stderr, flush=True)
+            return 1
+        print(
+            f"DDTree budget {resolved['speculative_ddtree_budget']}: "
+            f"{settings.step_ms:g} ms and {settings.accept:g} tokens per verify step "
+            f"(SGLANG_SIM_DDTREE_TABLE)",
+            flush=True,
+        )
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args, Settings()))
+        asyncio.run(serve(args, settings))
     return 0
 
 

@@ -1,6 +1,8 @@
 """The SGLang simulator behaves as SGLang 0.5.23 does where the kit depends on it: pinned-parser
 argv only, the stream's shape and meta_info, start-up and health, /server_info, /flush_cache,
-/metrics, uvicorn's HTTP framing, and outputs that drift or break under speculation."""
+/metrics, uvicorn's HTTP framing, and outputs that drift or break under speculation. As the fake
+DDTree pull-request runtime it serves DDTree, each budget as a table row says
+(tests/ddtree_tables.py), within the pull request's rules and depth cap."""
 
 from __future__ import annotations
 
@@ -79,13 +81,20 @@ def port_open(port: int) -> bool:
         return False
 
 
-def start(argv: list[str], wait: str = "healthy", **env) -> tuple[subprocess.Popen, str]:
+def start(
+    argv: list[str], wait: str = "healthy", runtime: Path | None = None, **env
+) -> tuple[subprocess.Popen, str]:
     """Start the simulator; return once it is healthy (/health_generate answered 200, as a
     deploy waits), with wait="port" once its port accepts connections, with wait="none" at
-    once; earlier when it exits."""
+    once; earlier when it exits. runtime: a test runtime's package folder (write_package), run
+    as `python -m sglang.launch_server` is; by default the release simulator from the repo."""
     port = free_port()
+    command = [sys.executable, str(REPO / "tests" / "sglang_sim.py")]
+    if runtime is not None:
+        command = [sys.executable, "-m", "sglang.launch_server"]
+        env = {**env, "PYTHONPATH": str(runtime)}
     process = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "sglang_sim.py"), *argv, "--port", str(port)],
+        [*command, *argv, "--port", str(port)],
         env={"PATH": "/usr/bin:/bin", **{k: str(v) for k, v in env.items()}},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -541,3 +550,135 @@ def test_the_deploys_health_wait_fails_a_server_that_loads_but_cannot_generate(t
         assert state == "healthy"
     finally:
         stop(broken, working, loading)
+
+
+# --- DDTree, as the fake DDTree pull-request runtime ---------------------------------------
+
+DDTREE = [
+    "--speculative-algorithm", "DDTREE",
+    "--speculative-draft-model-path", "/w/d",
+    "--speculative-num-draft-tokens", "8",
+    "--speculative-dflash-block-size", "8",
+    "--page-size", "1",
+    "--disable-overlap-schedule",
+]  # fmt: skip
+TREE_BASE = [a if a != "flashinfer" else "triton" for a in BASE]
+
+
+@pytest.fixture(scope="module")
+def git_runtime(tmp_path_factory):
+    from tests.fake_sglang import write_package
+
+    return write_package(tmp_path_factory.mktemp("ddtree-runtime"), "0.5.23.dev1", ddtree=True)
+
+
+def test_the_release_refuses_ddtree():
+    process, _url = start([*TREE_BASE, *DDTREE, "--speculative-ddtree-budget", "16"])
+    assert process.wait(timeout=20) == 2
+    assert "sglang 0.5.23 has no --speculative-ddtree-budget" in process.stderr.read()
+    process, _url = start([*TREE_BASE, *DDTREE])
+    assert process.wait(timeout=20) == 2
+    assert "does not know --speculative-algorithm DDTREE" in process.stderr.read()
+
+
+def test_ddtree_runs_each_budget_as_its_table_row_says(git_runtime):
+    """Budget 32 of the healthy sweep: 33 ms and 6.4 tokens a verify step; the verifier sees
+    33 tokens a step, so 32 drafts are proposed per step."""
+    from tests.ddtree_tables import HEALTHY, table_env
+
+    table = table_env(HEALTHY)
+    process, url = start(
+        [*TREE_BASE, *DDTREE, "--speculative-ddtree-budget", "32"],
+        runtime=git_runtime,
+        SGLANG_SIM_DDTREE_TABLE=table,
+        SGLANG_SIM_STEP_MS=5,
+        SGLANG_SIM_ACCEPT=2,
+    )
+    try:
+        assert process.poll() is None, process.stderr.read()
+        info = requests.get(f"{url}/server_info", timeout=10).json()
+        assert info["speculative_algorithm"] == "DDTREE"
+        assert info["speculative_ddtree_budget"] == 32
+        assert info["disable_overlap_schedule"] is True
+        events = stream(url, "a prompt for the tree", 321)
+        meta = events[-2]["meta_info"]
+        verify = meta["spec_verify_ct"]
+        assert verify == math.ceil(320 / 6.4) == 50
+        assert meta["spec_num_proposed_drafts"] == verify * 32
+        assert meta["spec_num_correct_drafts"] == 320 - verify
+        assert max(len(meta["spec_correct_drafts_histogram"]) - 1, 0) <= 7  # the depth cap
+    finally:
+        stop(process)
+    # One step of the row's 33 ms (not SGLANG_SIM_STEP_MS's 5) per verify step at least.
+    assert meta["e2e_latency"] >= verify * 0.033
+
+
+def test_ddtree_budget_default_and_the_overlap_it_forces(git_runtime):
+    """No budget: block size - 1 (a chain), and overlap off though argv left it on."""
+    argv = [a for a in [*TREE_BASE, *DDTREE] if a != "--disable-overlap-schedule"]
+    process, url = start(argv, runtime=git_runtime, SGLANG_SIM_STEP_MS=5)
+    try:
+        info = requests.get(f"{url}/server_info", timeout=10).json()
+        assert info["speculative_ddtree_budget"] == 7
+        assert info["disable_overlap_schedule"] is True
+        assert "--disable-overlap-schedule" not in info["launch_command"]
+    finally:
+        stop(process)
+
+
+@pytest.mark.parametrize(
+    "budget, table, message",
+    [
+        (
+            "48",
+            None,
+            "SGLANG_SIM_DDTREE_TABLE has no row for budget 48 (it has 8, 16, 32, 64, 128)",
+        ),
+        ("16", {"16": {"step_ms": 30, "accept": 9.0}}, "between 1 and 8"),
+        ("4", {"4": {"step_ms": 30, "accept": 5.5}}, "between 1 and 5"),
+        ("16", {"16": {"step_ms": 0, "accept": 3}}, "step time must be positive"),
+        ("16", {"16": {"accept": 3}}, "needs numbers step_ms and accept"),
+    ],
+)
+def test_a_table_that_cannot_serve_the_budget_stops_the_server(git_runtime, budget, table, message):
+    from tests.ddtree_tables import HEALTHY, table_env
+
+    text = table_env(HEALTHY) if table is None else json.dumps(table)
+    process, _url = start(
+        [*TREE_BASE, *DDTREE, "--speculative-ddtree-budget", budget],
+        wait="none",
+        runtime=git_runtime,
+        SGLANG_SIM_DDTREE_TABLE=text,
+    )
+    assert process.wait(timeout=20) == 1
+    assert message in process.stderr.read()
+
+
+def test_ddtree_keeps_the_pull_requests_launch_rules(git_runtime):
+    process, _url = start(
+        [*TREE_BASE, *DDTREE, "--page-size", "16", "--speculative-ddtree-budget", "16"],
+        wait="none",
+        runtime=git_runtime,
+    )
+    assert process.wait(timeout=20) == 2
+    assert "DDTREE supports only --page-size 1, got 16" in process.stderr.read()
+
+
+def test_the_named_sweeps_have_the_shapes_their_names_claim():
+    """The tests that play these sweeps rely on their shape; a row edited later must not
+    silently turn a collapse into noise or a healthy sweep into a collapse."""
+    from tests.ddtree_tables import HEALTHY, HYBRID_COLLAPSE, pairs, tokens_per_s
+
+    assert [kind for _, _, kind in pairs(HEALTHY)] == ["ok", "ok", "ok", "saturation"]
+    assert [kind for _, _, kind in pairs(HYBRID_COLLAPSE)] == [
+        "ok", "collapse", "collapse", "ok"
+    ]  # fmt: skip
+    for table in (HEALTHY, HYBRID_COLLAPSE):
+        assert all(1 <= accept <= 8 for _, accept in table.values())  # K2.6's depth cap
+    healthy = tokens_per_s(HEALTHY)
+    best = max(healthy, key=healthy.get)
+    assert best == 64 and healthy[32] >= 0.97 * healthy[64] > healthy[16]
+    # The collapse: throughput falls with the budget once past 16, though steps get faster.
+    collapse = tokens_per_s(HYBRID_COLLAPSE)
+    assert collapse[16] > collapse[32] > collapse[64] > collapse[128]
+    assert HYBRID_COLLAPSE[64][0] < HYBRID_COLLAPSE[16][0]
