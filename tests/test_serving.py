@@ -265,3 +265,54 @@ def test_validation_records_the_contract_verdict_per_launch():
     assert "made for refs/pull/29907/head, not main" in validation(config, other)["note"]
     [ar] = render_all(definitions, ["ar"], settings)
     assert "the pin is 0.5.24" in validation(ar, other)["note"]
+
+
+def test_benchmark_runs_the_chain_control_whenever_ddtree_runs(playbook, tmp_path):
+    """roles/benchmark/vars/main.yml as the role evaluates it, for several selections."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    cases = [
+        ["ar", "dflash", "ddtree"],
+        ["ddtree-b32", "ar"],
+        ["ar", "dflash-tree-backend", "ddtree"],
+        ["ar", "eagle3", "dflash"],
+        ["dflash", "ar"],
+    ]
+    play = [
+        {
+            "name": "Evaluate the benchmark role's config list",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars_files": [
+                str(root / "group_vars/all/model.yml"),
+                str(root / "group_vars/all/serving.yml"),
+                str(root / "roles/benchmark/defaults/main.yml"),
+                str(root / "roles/benchmark/vars/main.yml"),
+            ],
+            "tasks": [
+                {
+                    "name": "Show the configs",
+                    "ansible.builtin.debug": {"msg": "{{ __benchmark_configs }}"},
+                    "vars": {"benchmark_serving_configs": "{{ item }}"},
+                    "loop": cases,
+                }
+            ],
+        }
+    ]
+    path = tmp_path / "configs.yml"
+    path.write_text(yaml.safe_dump(play))
+    inventory = tmp_path / "hosts"
+    inventory.write_text("localhost ansible_connection=local\n")
+    run = playbook(path, inventory, extravars={"kimi_ddtree_budgets": [8, 16]})
+    assert run.rc == 0, run.stdout
+    shown = [r["msg"] for r in run.results("Show the configs")["localhost"]["results"]]
+    assert shown == [
+        ["ar", "dflash", "dflash-tree-backend", "ddtree-b8", "ddtree-b16"],
+        ["ar", "dflash-tree-backend", "ddtree-b32"],
+        ["ar", "dflash-tree-backend", "ddtree-b8", "ddtree-b16"],
+        ["ar", "eagle3", "dflash"],
+        ["ar", "dflash"],
+    ]
