@@ -113,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  recommended on {host} by concurrency - {', '.join(picks)}")
     if len(hosts) > MAX_HOST_LINES:
         print(f"  ... and {len(hosts) - MAX_HOST_LINES} more hosts: see the report")
+    collapses = [w for w in outcome.warnings if w["kind"] == "ddtree_budget_collapse"]
+    if collapses:
+        print(
+            f"  DDTree accepted tokens per step collapse at {len(collapses)} host / prompt set / "
+            "level(s): see the ddtree_budget_collapse warnings and the decomposition plot"
+        )
     counts = {s: sum(w["severity"] == s for w in outcome.warnings) for s in ("error", "warning")}
     if counts["error"] or counts["warning"]:
         print(f"  {counts['error']} errors and {counts['warning']} warnings: see the report")

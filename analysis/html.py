@@ -24,11 +24,23 @@ tr.flagged td { background: #fde8e8; } tr.warn td { background: #fff6df; }
 figure { margin: 0; max-width: 100%; } figure img { max-width: 100%; border: 1px solid #eee; }
 figure h3 { font-size: 1em; margin: 0.6em 0 0.3em; }
 figcaption { font-size: 13px; color: #555; max-width: 48em; }
+.kind { font: 11px monospace; border: 1px solid #ccc; border-radius: 3px; padding: 0 3px; }
 .error { color: #a40000; } .warning { color: #8a5a00; } .info { color: #555; }
 code, pre { font-size: 12px; background: #f6f6f6; } pre { padding: 0.5em; white-space: pre-wrap; }
 .meta { color: #555; font-size: 13px; }
 """
-TEXT_COLUMNS = {"host", "profile", "prompt_set", "config", "lossless", "note", "band", "levels"}
+TEXT_COLUMNS = {
+    "host",
+    "profile",
+    "prompt_set",
+    "config",
+    "lossless",
+    "note",
+    "band",
+    "levels",
+    "chain_control",
+    "budget_diagnosis",
+}
 
 
 def esc(value) -> str:
@@ -68,6 +80,7 @@ def warnings_html(warnings: list[dict]) -> str:
         return "<p>None: every level ran cleanly, no client saturated, no config flagged.</p>"
     items = "".join(
         f'<li class="{esc(w["severity"])}"><b>{esc(w["severity"])}</b> '
+        f'<span class="kind">{esc(w.get("kind", ""))}</span> '
         f"<code>{esc(w['where'])}</code>: {esc(w['message'])}</li>"
         for w in warnings[:500]
     )

@@ -11,21 +11,56 @@ import io
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis import references
-from analysis.results import Results, config_order
+from analysis import references, sweep
+from analysis.results import CHAIN_CONTROL, Results, config_order
 
 DPI = 96
 MAX_PANELS = 10
 MAX_HOST_PANELS = 4
 PARALLEL_ROWS = 200
-FIXED_COLORS = {"ar": "#222222", "eagle3": "#e377c2", "dflash": "#1f77b4"}
+FIXED_COLORS = {
+    "ar": "#222222",
+    "eagle3": "#e377c2",
+    "dflash": "#1f77b4",
+    CHAIN_CONTROL: "#6baed6",
+}
 OTHER_COLORS = ("#ff7f0e", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f", "#d62728")
 REFERENCE_STYLE = {"color": "#888888", "marker": "x", "linestyle": ":", "markersize": 7}
+# Decomposition rows (host x concurrency level) drawn at most; each costs three panels.
+MAX_DECOMPOSITION_ROWS = 16
+MARKS = {
+    sweep.COLLAPSED: {
+        "marker": "o",
+        "markersize": 15,
+        "markerfacecolor": "none",
+        "markeredgecolor": "#d62728",
+        "markeredgewidth": 2.2,
+        "linestyle": "none",
+        "label": "collapsed budget",
+    },
+    sweep.SATURATED: {
+        "marker": "s",
+        "markersize": 13,
+        "markerfacecolor": "none",
+        "markeredgecolor": "#ff7f0e",
+        "markeredgewidth": 2.0,
+        "linestyle": "none",
+        "label": "saturated budget",
+    },
+    "flagged": {
+        "marker": "x",
+        "markersize": 10,
+        "color": "#000000",
+        "markeredgewidth": 2.0,
+        "linestyle": "none",
+        "label": "failed losslessness",
+    },
+}
 
 
 @dataclass
@@ -34,6 +69,8 @@ class Plot:
     title: str
     caption: str
     png: bytes
+    # What was drawn, for tests and report.json readers: panel titles, marks.
+    details: dict = field(default_factory=dict)
 
 
 def colors(configs: list[str]) -> dict[str, str]:
@@ -57,12 +94,18 @@ def colors(configs: list[str]) -> dict[str, str]:
     return out
 
 
-def _figure(panels: int, width: float = 5.0, height: float = 3.6, columns: int | None = None):
+def _figure(
+    panels: int,
+    width: float = 5.0,
+    height: float = 3.6,
+    columns: int | None = None,
+    top: float = 0.9,
+):
     """A grid of panels with fixed margins in inches: no tight bounding box, which would
-    draw every figure twice."""
+    draw every figure twice. `top` holds the shared legend."""
     columns = columns or (2 if panels == 4 else min(panels, 3))
     rows = math.ceil(panels / columns)
-    top, bottom, left, right = 0.9, 0.75, 0.85, 0.25  # top holds the shared legend
+    bottom, left, right = 0.75, 0.85, 0.25
     total_w, total_h = width * columns, height * rows + top
     figure = Figure(figsize=(total_w, total_h), dpi=DPI)
     FigureCanvasAgg(figure)
@@ -75,29 +118,51 @@ def _figure(panels: int, width: float = 5.0, height: float = 3.6, columns: int |
         hspace=1.0 / (height - 1.0),
     )
     axes = [figure.add_subplot(rows, columns, i + 1) for i in range(panels)]
+    figure.kit_margins = (top, bottom)  # inches, for _legend to grow the top
     return figure, axes
 
 
-def _legend(figure, axes, columns: int = 6) -> None:
-    """One legend for the figure, above the panels: every label once."""
+# Legend text at fontsize 8: about this many inches a character, plus the handle and gaps.
+LEGEND_CHAR_IN = 0.062
+LEGEND_HANDLE_IN = 0.55
+LEGEND_ROW_IN = 0.2
+
+
+def _legend(figure, axes, columns: int = 6, order=None) -> None:
+    """One legend for the figure, above the panels: every label once, in the order `order`
+    (a label's sort key) gives, else as first drawn."""
     seen: dict[str, object] = {}
     for axis in axes:
         for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
             if label and not label.startswith("_") and label not in seen:
                 seen[label] = handle
-    if seen:
-        figure.legend(
-            list(seen.values()),
-            list(seen),
-            loc="upper center",
-            ncol=min(columns, len(seen)),
-            fontsize=8,
-            frameon=False,
-        )
+    if order is not None:
+        seen = dict(sorted(seen.items(), key=lambda item: order(item[0])))
+    if not seen:
+        return
+    # As many columns as fit the figure's width; the top grows to hold the rows they make.
+    width, height = figure.get_size_inches()
+    entry = LEGEND_HANDLE_IN + LEGEND_CHAR_IN * max(map(len, seen))
+    columns = max(1, min(columns, len(seen), int((width - 0.2) // entry)))
+    rows = math.ceil(len(seen) / columns)
+    top, bottom = getattr(figure, "kit_margins", (0.9, 0.75))
+    needed = 0.35 + LEGEND_ROW_IN * rows
+    if needed > top:
+        height += needed - top
+        figure.set_size_inches(width, height)
+        figure.subplots_adjust(top=1 - needed / height, bottom=bottom / height)
+    figure.legend(
+        list(seen.values()),
+        list(seen),
+        loc="upper center",
+        ncol=columns,
+        fontsize=8,
+        frameon=False,
+    )
 
 
-def _png(figure) -> bytes:
-    _legend(figure, figure.axes)
+def _png(figure, legend_columns: int = 6, order=None) -> bytes:
+    _legend(figure, figure.axes, legend_columns, order)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
@@ -168,9 +233,19 @@ def throughput(table: list[dict], palette: dict) -> Plot | None:
     keys, averaged = _panels(table)
     figure, axes = _figure(len(keys))
     flagged = _flagged(table)
+    card = references.DFLASH_K26_CARD["throughput"]
+    levels = [r["concurrency"] for r in table]
     for axis, key in zip(axes, keys, strict=True):
         _config_lines(axis, table, key, "output_tokens_per_s", palette, flagged)
-        _log2_axis(axis, [r["concurrency"] for r in table])
+        # The drafter card's point, where this panel is its prompt set and spans its level.
+        if key[1] == card["prompt_set"] and min(levels) <= card["concurrency"] <= max(levels):
+            axis.plot(
+                [card["concurrency"]],
+                [card["output_tokens_per_s"]],
+                label="DFlash on Kimi K2.6, drafter card: GSM8K c32 (its own hardware)",
+                **{**REFERENCE_STYLE, "markersize": 9},
+            )
+        _log2_axis(axis, levels)
         axis.set_title(_title(key, averaged), fontsize=10)
         axis.set_xlabel("concurrency (requests in flight)")
         axis.set_ylabel("output tokens/s")
@@ -179,7 +254,9 @@ def throughput(table: list[dict], palette: dict) -> Plot | None:
         "throughput",
         "Throughput against concurrency",
         "Output tokens/s of the whole server at each concurrency level, one line per serving "
-        "config. Dashed: flagged by the losslessness check.",
+        "config. Dashed: flagged by the losslessness check. Grey cross (GSM8K panels): DFlash "
+        f"on Kimi K2.6 as its drafter's card gives it, {card['output_tokens_per_s']:g} tok/s at "
+        f"concurrency {card['concurrency']}, on hardware and settings of its own.",
         _png(figure),
     )
 
@@ -213,16 +290,6 @@ def _tree_rows(table: list[dict]) -> list[dict]:
     return [r for r in table if r["ddtree_budget"] is not None]
 
 
-def _lowest_level(rows: list[dict]) -> dict[tuple, int]:
-    """The lowest concurrency measured per (host, prompt set): where per-step figures are
-    least disturbed by batching."""
-    low: dict[tuple, int] = {}
-    for row in rows:
-        key = (row["host"], row["prompt_set"])
-        low[key] = min(low.get(key, row["concurrency"]), row["concurrency"])
-    return low
-
-
 def accept_vs_budget(table: list[dict]) -> Plot | None:
     trees = _tree_rows(table)
     if not trees:
@@ -232,6 +299,8 @@ def accept_vs_budget(table: list[dict]) -> Plot | None:
     prompt_sets = sorted({r["prompt_set"] for r in trees})
     shade = {p: f"C{i % 10}" for i, p in enumerate(prompt_sets)}
     published = references.DFLASH_K25_ACCEPT
+    card = references.DFLASH_K26_CARD
+    low, high = card["accept_length_range"]
     for axis, host in zip(axes, hosts, strict=True):
         drawn_reference = False
         for prompt_set in prompt_sets:
@@ -243,19 +312,21 @@ def accept_vs_budget(table: list[dict]) -> Plot | None:
             if points:
                 x, y = zip(*points, strict=True)
                 axis.plot(x, y, marker="o", color=shade[prompt_set], label=f"DDTree, {prompt_set}")
-            chain = _mean(
-                r["accept_length_mean"]
-                for r in table
-                if r["host"] == host and r["prompt_set"] == prompt_set and r["config"] == "dflash"
-            )
-            if chain is not None:
-                axis.axhline(
-                    chain,
-                    color=shade[prompt_set],
-                    linestyle="--",
-                    linewidth=1,
-                    label=f"DFlash chain, {prompt_set}",
+            for name in (CHAIN_CONTROL, "dflash"):
+                chain = _mean(
+                    r["accept_length_mean"]
+                    for r in table
+                    if r["host"] == host and r["prompt_set"] == prompt_set and r["config"] == name
                 )
+                if chain is not None:
+                    axis.axhline(
+                        chain,
+                        color=shade[prompt_set],
+                        linestyle="--",
+                        linewidth=1,
+                        label=f"{name} (chain), {prompt_set}",
+                    )
+                    break
             value = published["accept_length"].get(prompt_set)
             if value is not None:
                 axis.axhline(
@@ -266,6 +337,14 @@ def accept_vs_budget(table: list[dict]) -> Plot | None:
                     label=published["source"] if not drawn_reference else None,
                 )
                 drawn_reference = True
+        axis.axhspan(
+            low,
+            high,
+            color="#bbbbbb",
+            alpha=0.25,
+            linewidth=0,
+            label=f"{card['source']}: {low:g}-{high:g} by dataset",
+        )
         _log2_axis(axis, [r["ddtree_budget"] for r in trees])
         axis.set_title(host, fontsize=10)
         axis.set_xlabel("DDTree node budget")
@@ -276,69 +355,241 @@ def accept_vs_budget(table: list[dict]) -> Plot | None:
         "Accept length against DDTree budget",
         "Token-weighted mean accept length (tokens each verify step added; the first token, "
         "from prefill, is no verify step's) per prompt set, averaged over concurrency levels. "
-        "Dashed: DFlash's single chain on the same prompts; dotted: published DFlash figures "
-        "on Kimi K2.5 (another model, for scale).",
+        f"Dashed: DFlash's single chain on the same prompts ({CHAIN_CONTROL}, the chain on the "
+        "DDTree servers' backend, where it ran, else dflash). Grey band: the K2.6 drafter's "
+        f"card, acceptance {low:g} to {high:g} depending on the dataset (no per-dataset values "
+        "are drawn: none can be cited); dotted: published DFlash figures on Kimi K2.5, another "
+        "model, per prompt set.",
         _png(figure),
     )
+
+
+def _cell_means(rows: list[dict], columns: tuple[str, ...]) -> dict[str, float | None]:
+    return {c: _mean(r[c] for r in rows) for c in columns}
+
+
+def _decomposition_cells(table: list[dict]) -> dict[tuple, dict[str, dict[int, dict]]]:
+    """{(host, level): {prompt set: {budget: drawn values and marks}}}, hosts of one panel
+    group averaged. A budget is marked where any of its rows is."""
+    cells: dict[tuple, dict[str, dict[int, list]]] = {}
+    for row in _tree_rows(table):
+        key = (row["host"], row["concurrency"])
+        group = cells.setdefault(key, {}).setdefault(row["prompt_set"], {})
+        group.setdefault(row["ddtree_budget"], []).append(row)
+    out: dict[tuple, dict[str, dict[int, dict]]] = {}
+    for key, by_set in cells.items():
+        for prompt_set, by_budget in by_set.items():
+            for budget, rows in by_budget.items():
+                values = _cell_means(rows, ("step_ms", "accepted_tokens_per_step"))
+                step, tokens = values["step_ms"], values["accepted_tokens_per_step"]
+                marks = {r["budget_diagnosis"] for r in rows}
+                out.setdefault(key, {}).setdefault(prompt_set, {})[budget] = {
+                    "step_ms": step,
+                    "accepted_tokens_per_step": tokens,
+                    # The identity the figure is about, on the values drawn.
+                    "per_request": 1000.0 * tokens / step if step and tokens else None,
+                    "mark": sweep.COLLAPSED
+                    if sweep.COLLAPSED in marks
+                    else sweep.SATURATED
+                    if sweep.SATURATED in marks
+                    else None,
+                    "flagged": any(r["lossless"] == "flagged" for r in rows),
+                }
+    return out
+
+
+def _chain_levels(table: list[dict]) -> dict[tuple, dict]:
+    """{(host, level, prompt set): the chain control's drawn values}, and its draft tokens
+    (the drafter's block size: the most one step can accept) under (host, level, None)."""
+    groups: dict[tuple, list] = {}
+    for row in table:
+        if row["config"] == CHAIN_CONTROL:
+            groups.setdefault((row["host"], row["concurrency"], row["prompt_set"]), []).append(row)
+            groups.setdefault((row["host"], row["concurrency"], None), []).append(row)
+    out = {}
+    for key, rows in groups.items():
+        values = _cell_means(
+            rows, ("step_ms", "accepted_tokens_per_step", "verify_tokens_per_step")
+        )
+        step, tokens = values["step_ms"], values["accepted_tokens_per_step"]
+        values["per_request"] = 1000.0 * tokens / step if step and tokens else None
+        out[key] = values
+    return out
+
+
+DECOMPOSITION_PANELS = (
+    ("step_ms", "step time (ms per verify step)", "step time"),
+    ("accepted_tokens_per_step", "accepted tokens per step", "accepted tokens per step"),
+    ("per_request", "decode tokens/s per request", "tokens/s"),
+)
+
+
+def _reference_row(axes) -> list[str]:
+    """The published hybrid study, as published, in a row of its own."""
+    source = references.DDTREE_HYBRID
+    points = source["points"]
+    budgets = [p["budget"] for p in points]
+    title = f"published: {source['model']}\n{source['hardware']}\n"
+    drawn = []
+    for axis, (name, label, short) in zip(axes, DECOMPOSITION_PANELS, strict=True):
+        if name == "per_request":
+            measured = [p["tokens_per_s"] for p in points]
+            axis.plot(
+                budgets,
+                measured,
+                label="published study: tok/s measured",
+                **{**REFERENCE_STYLE, "linestyle": "-"},
+            )
+            implied = [references.estimated_tokens_per_s(p) for p in points]
+            axis.plot(
+                budgets,
+                implied,
+                color="#888888",
+                marker="o",
+                markerfacecolor="none",
+                linestyle=":",
+                label="published study: ~tokens per step / ~step time (does not match)",
+            )
+            for x, y in zip(budgets, measured, strict=True):
+                axis.annotate(
+                    f"{y:g}", (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points"
+                )
+            for x, y in zip(budgets, implied, strict=True):
+                axis.annotate(
+                    f"{y:.1f}", (x, y), fontsize=7, xytext=(4, -9), textcoords="offset points"
+                )
+        else:
+            values = [p[name] for p in points]
+            axis.plot(budgets, values, label="published study: ~estimated", **REFERENCE_STYLE)
+            for x, y in zip(budgets, values, strict=True):
+                axis.annotate(
+                    f"~{y:g}", (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points"
+                )
+        _log2_axis(axis, budgets)
+        axis.margins(x=0.12)
+        axis.set_xlabel("DDTree node budget")
+        axis.set_ylabel(label, fontsize=8)
+        kind = "~estimated"
+        if name == "per_request":
+            kind = "measured; hollow: ~estimates multiplied"
+        axis.set_ylim(0, 1.25 * max(p.get(name, p["tokens_per_s"]) for p in points))
+        axis.set_title(f"{title}{short} ({kind})", fontsize=8)
+        axis.grid(alpha=0.3)
+        drawn.append(f"{title.strip().replace(chr(10), ', ')}: {short}")
+    return drawn
+
+
+def _decomposition_order(prompt_sets: list[str]):
+    """Legend order: prompt sets, the chain, the cap, the marks, the published study."""
+    marks = [m["label"] for m in MARKS.values()]
+
+    def key(label: str) -> tuple:
+        if label in prompt_sets:
+            return (0, prompt_sets.index(label))
+        if label.startswith(CHAIN_CONTROL):
+            return (1, 0)
+        if label in marks:
+            return (3, marks.index(label))
+        if label.startswith("published"):
+            return (4, 0)
+        return (2, 0)
+
+    return key
 
 
 def decomposition(table: list[dict]) -> Plot | None:
-    """Step time, accepted tokens per step and their quotient against the budget: the
-    decomposition that explains a throughput collapse."""
-    trees = _tree_rows(table)
-    if not trees:
+    """Step time, accepted tokens per step and their quotient against the budget, one row per
+    host and concurrency level: the decomposition that explains a throughput collapse."""
+    cells = _decomposition_cells(table)
+    if not cells:
         return None
-    low = _lowest_level(trees)
-    trees = [r for r in trees if r["concurrency"] == low[(r["host"], r["prompt_set"])]]
-    hosts = sorted({r["host"] for r in trees})[:6]
-    figure, grid = _figure(3 * len(hosts), width=4.6, columns=3)
-    prompt_sets = sorted({r["prompt_set"] for r in trees})
+    keys = sorted(cells)[:MAX_DECOMPOSITION_ROWS]
+    chain = _chain_levels(table)
+    prompt_sets = sorted({p for key in keys for p in cells[key]})
     shade = {p: f"C{i % 10}" for i, p in enumerate(prompt_sets)}
-    panels = (
-        ("step_ms", "step time (ms per verify step)"),
-        ("accepted_tokens_per_step", "accepted tokens per step"),
-        ("per_request", "tokens/s per request (= tokens per step / step time)"),
-    )
-    source = references.DDTREE_HYBRID
-    budgets = [r["ddtree_budget"] for r in trees]  # ticks where we measured
-    for row_index, host in enumerate(hosts):
-        for column, (name, label) in enumerate(panels):
-            axis = grid[row_index * 3 + column]
+    budgets = sorted({b for key in keys for by in cells[key].values() for b in by})
+    figure, grid = _figure(3 * (len(keys) + 1), width=4.6, height=3.2, columns=3, top=1.3)
+    panels, marked, flagged = [], {}, set()
+    for index, (host, level) in enumerate(keys):
+        for column, (name, label, short) in enumerate(DECOMPOSITION_PANELS):
+            axis = grid[index * 3 + column]
             for prompt_set in prompt_sets:
-                mine = sorted(
-                    (r for r in trees if r["host"] == host and r["prompt_set"] == prompt_set),
-                    key=lambda r: r["ddtree_budget"],
+                by_budget = cells[(host, level)].get(prompt_set, {})
+                points = [(b, v[name], v) for b, v in sorted(by_budget.items()) if v[name]]
+                if not points:
+                    continue
+                axis.plot(
+                    [b for b, _, _ in points],
+                    [y for _, y, _ in points],
+                    marker="o",
+                    color=shade[prompt_set],
+                    label=prompt_set,
                 )
-                points = []
-                for row in mine:
-                    if name == "per_request":
-                        step, tokens = row["step_ms"], row["accepted_tokens_per_step"]
-                        value = 1000.0 * tokens / step if step and tokens else None
-                    else:
-                        value = row[name]
-                    if value is not None:
-                        points.append((row["ddtree_budget"], value))
-                if points:
-                    x, y = zip(*points, strict=True)
-                    axis.plot(x, y, marker="o", color=shade[prompt_set], label=prompt_set)
-            key = {"per_request": "tokens_per_s"}.get(name, name)
-            published = [(p["budget"], p[key]) for p in source["points"] if p[key] is not None]
-            if published:
-                x, y = zip(*published, strict=True)
-                axis.plot(x, y, label=source["source"], **REFERENCE_STYLE)
+                for budget, y, values in points:
+                    if values["mark"]:
+                        axis.plot([budget], [y], **MARKS[values["mark"]])
+                        marked[(host, prompt_set, level, budget)] = values["mark"]
+                    if values["flagged"]:
+                        axis.plot([budget], [y], **MARKS["flagged"])
+                        flagged.add((host, prompt_set, level, budget))
+                control = chain.get((host, level, prompt_set))
+                if control and control[name]:
+                    axis.axhline(
+                        control[name], color=shade[prompt_set], linestyle="--", linewidth=1
+                    )
+            cap = (chain.get((host, level, None)) or {}).get("verify_tokens_per_step")
+            if name == "accepted_tokens_per_step" and cap:
+                axis.axhline(
+                    cap,
+                    color="#555555",
+                    linestyle=":",
+                    linewidth=1,
+                    label="most one step accepts (the drafter's block size)",
+                )
             _log2_axis(axis, budgets)
             axis.set_xlabel("DDTree node budget")
             axis.set_ylabel(label, fontsize=8)
-            axis.set_title(f"{host} (concurrency {min(low.values())})", fontsize=9)
+            axis.set_title(f"{host}, concurrency {level}: {short}", fontsize=9)
             axis.grid(alpha=0.3)
+            panels.append(f"{host} c{level}: {short}")
+    if any((host, level, None) in chain for host, level in keys):
+        grid[0].plot(
+            [],
+            [],
+            color="#555555",
+            linestyle="--",
+            label=f"{CHAIN_CONTROL}: the chain at the same level (dashed, the prompt set's colour)",
+        )
+    panels += _reference_row(grid[len(keys) * 3 : len(keys) * 3 + 3])
+    source = references.DDTREE_HYBRID
+    points = source["points"]
+    measured = ", ".join(f"{p['tokens_per_s']:g}" for p in points)
+    steps = ", ".join(f"~{p['step_ms']:g}" for p in points)
+    tokens = ", ".join(f"~{p['accepted_tokens_per_step']:g}" for p in points)
+    implied = ", ".join(f"{references.estimated_tokens_per_s(p):.1f}" for p in points)
+    left_out = len(cells) - len(keys)
     return Plot(
         "decomposition",
-        "Step time and accepted tokens per step against budget",
-        "tokens/s = accepted tokens per step / step time. A wider tree costs step time; it pays "
-        "only while accepted tokens per step grow faster. Grey crosses: a published study on a "
-        "hybrid-attention model, where tokens per step collapsed at large budgets although step "
-        "time fell (Kimi K2.6 is pure attention, where wide trees should verify exactly).",
-        _png(figure),
+        "Step time and accepted tokens per step against budget, per concurrency level",
+        "tokens/s per request = accepted tokens per step / step time. One row per host and "
+        "concurrency level, one line per prompt set: a wider tree costs step time and pays only "
+        "while accepted tokens per step grow faster. Dashed: "
+        f"{CHAIN_CONTROL}, DFlash's chain on the DDTree servers' backend, page size and "
+        "scheduler, at the same level; dotted: the most one step can accept (the drafter's "
+        "block size). Red ring: a collapsed budget (accepted tokens per step more than "
+        f"{sweep.COLLAPSE_DROP:.0%} below a smaller budget's for less than "
+        f"{sweep.STEP_RISE:.0%} more step time; see the ddtree_budget_collapse warnings); "
+        f"orange square: saturated (under {sweep.SATURATION_GAIN:.0%} more tokens per step for "
+        f"over {sweep.STEP_RISE:.0%} more step time); black cross: failed the losslessness "
+        f"check. Bottom row, grey: a published study on another model and hardware, "
+        f"{source['model']} on {source['hardware']}, budgets "
+        f"{', '.join(str(p['budget']) for p in points)}: throughput measured ({measured} tok/s), "
+        f"step time ({steps} ms) and accepted tokens per step ({tokens}) estimated. The "
+        f"estimates do not multiply out to the measured throughput ({implied} tok/s, hollow "
+        "circles); both are drawn as published."
+        + (f" {left_out} more host and level rows are in summary.csv." if left_out else ""),
+        _png(figure, legend_columns=3, order=_decomposition_order(prompt_sets)),
+        details={"panels": panels, "marks": marked, "flagged": sorted(flagged)},
     )
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis import html, plots, tables
+from analysis import html, plots, sweep, tables
 from analysis.results import SUPPORTED_SCHEMAS, Results, config_order, load
 
 MAX_NUMBERED = 1000
@@ -214,7 +214,12 @@ HTML_COLUMNS = (
 def _row_class(row: dict) -> str:
     if row.get("lossless") == "flagged":
         return "flagged"
-    if row.get("client_saturated") or row.get("server_crashed") or row.get("requests_failed"):
+    if (
+        row.get("client_saturated")
+        or row.get("server_crashed")
+        or row.get("requests_failed")
+        or row.get("budget_diagnosis") == "collapsed"
+    ):
         return "warn"
     return ""
 
@@ -236,8 +241,9 @@ def report(
     seconds = {"read": time.perf_counter() - clock}
     reference = reference or str(results.run.get("reference_config") or "ar")
     table = tables.rows(results, reference)
-    picks = tables.recommend(table, band_edges)
-    warnings = tables.warnings(results, table, reference)
+    diagnosis = sweep.diagnose(table)
+    picks = tables.recommend(table, band_edges, diagnosis)
+    warnings = tables.warnings(results, table, reference, diagnosis)
     seconds["tables"] = time.perf_counter() - clock - seconds["read"]
     figures = plots.all_plots(results, table, reference, workers)
     seconds["plots"] = time.perf_counter() - clock - seconds["read"] - seconds["tables"]
@@ -264,8 +270,12 @@ def report(
             "Recommendation",
             "<p>Per host and concurrency band: the config (and DDTree budget) with the highest "
             "mean output tokens/s over the band's levels and prompt sets, among configs whose "
-            "losslessness check passed and whose levels all ran cleanly.</p>"
-            + html.table_html(pick_rows, tables.PICK_COLUMNS),
+            "losslessness check passed and whose levels all ran cleanly. A DDTree budget whose "
+            "accepted tokens per step collapsed at any level of the host is never picked; when "
+            "the budget sweep saturates in the band (accepted tokens per step grow less than "
+            f"{sweep.SATURATION_GAIN:.0%} for over {sweep.STEP_RISE:.0%} more step time), the "
+            f"smallest budget within {sweep.NEAR_BEST:.0%} of the best throughput is "
+            "preferred.</p>" + html.table_html(pick_rows, tables.PICK_COLUMNS),
         ),
         (
             "plots",
@@ -277,7 +287,8 @@ def report(
             "Summary",
             "<p>One row per host, prompt set, config and concurrency; every column is in "
             "summary.csv. Red: flagged by the losslessness check; yellow: a saturated client, "
-            "a crash or failed requests.</p>" + html.table_html(table, HTML_COLUMNS, _row_class),
+            "a crash, failed requests or a collapsed DDTree budget.</p>"
+            + html.table_html(table, HTML_COLUMNS, _row_class),
         ),
         (
             "lossless",
@@ -317,6 +328,16 @@ def report(
         "rows": table,
         "recommendation": pick_rows,
         "warnings": warnings,
+        "ddtree_sweep": [
+            {
+                "host": p.host,
+                "prompt_set": p.prompt_set,
+                "concurrency": p.concurrency,
+                "kind": p.kind,
+                **p.figures(),
+            }
+            for p in diagnosis.pairs
+        ],
         "lossless": losslessness,
         "provenance": origin,
         "plots": [f"plots/{p.name}.png" for p in figures],
@@ -328,7 +349,10 @@ def report(
         + tables.to_markdown(table)
         + (
             "\n## Warnings\n\n"
-            + "".join(f"- **{w['severity']}** `{w['where']}`: {w['message']}\n" for w in warnings)
+            + "".join(
+                f"- **{w['severity']}** `{w['kind']}` `{w['where']}`: {w['message']}\n"
+                for w in warnings
+            )
             if warnings
             else ""
         )

@@ -724,22 +724,83 @@ def _size(path: str) -> int:
 # -- names -----------------------------------------------------------------------------
 
 _DDTREE = re.compile(r"^ddtree-b(\d+)$")
-_ORDER = {"ar": 0, "eagle3": 1, "dflash": 2}
+# The DFlash chain served with the DDTree servers' attention backend, page size 1 and overlap
+# scheduling off: DDTree's control on equal terms (group_vars/all/serving.yml).
+CHAIN_CONTROL = "dflash-tree-backend"
+_ORDER = {"ar": (0, 0), "eagle3": (1, 0), "dflash": (2, 0), CHAIN_CONTROL: (2, 1)}
+# Flag values read from a launch argv are counts of tokens: anything past this is not one.
+MAX_COUNT = 1_000_000
+
+
+def launch_flag(argv, flag: str) -> str | None:
+    """The value argparse would give `flag` in argv (`--flag value` or `--flag=value`, the
+    last one winning), or None when it is absent or argv is not a list."""
+    if not isinstance(argv, list):
+        return None
+    found = None
+    for index, item in enumerate(argv):
+        if not isinstance(item, str):
+            continue
+        if item == flag and index + 1 < len(argv):
+            found = str(argv[index + 1])
+        elif item.startswith(flag + "="):
+            found = item[len(flag) + 1 :]
+    return found
+
+
+def _count(text: str | None) -> int | None:
+    if text is None or not text.isdigit():
+        return None
+    value = int(text)
+    return value if 0 < value <= MAX_COUNT else None
+
+
+def _argv(provenance: dict | None):
+    launch = (provenance or {}).get("launch") or {}
+    return launch.get("argv") if isinstance(launch, dict) else None
 
 
 def ddtree_budget(config: str, provenance: dict | None = None) -> int | None:
+    """The DDTree node budget: the launch record's, else the argv's
+    --speculative-ddtree-budget under --speculative-algorithm DDTREE, else ddtree-b<N>."""
     launch = (provenance or {}).get("launch") or {}
     if isinstance(launch.get("budget"), int) and not isinstance(launch.get("budget"), bool):
         return launch["budget"]
+    argv = _argv(provenance)
+    if (launch_flag(argv, "--speculative-algorithm") or "").upper() == "DDTREE":
+        budget = _count(launch_flag(argv, "--speculative-ddtree-budget"))
+        if budget is not None:
+            return budget
     match = _DDTREE.match(config)
     return int(match.group(1)) if match else None
 
 
+def verify_tokens_per_step(config: str, provenance: dict | None = None) -> int | None:
+    """Tokens the target verifies per step: budget + 1 for DDTree (the pull request sizes its
+    verify CUDA graphs so), the draft token count for a chain (--speculative-num-draft-tokens,
+    else the DFlash block size), 1 without speculation; None when the launch argv does not
+    say."""
+    budget = ddtree_budget(config, provenance)
+    if budget is not None:
+        return budget + 1
+    argv = _argv(provenance)
+    if not isinstance(argv, list) or not argv:
+        return None
+    algorithm = launch_flag(argv, "--speculative-algorithm")
+    if algorithm is None or algorithm.upper() == "NONE":
+        return 1
+    # A DDTREE launch without a budget defaults to draft tokens - 1 nodes: draft tokens verified.
+    return _count(launch_flag(argv, "--speculative-num-draft-tokens")) or _count(
+        launch_flag(argv, "--speculative-dflash-block-size")
+    )
+
+
 def config_order(config: str) -> tuple:
-    """ar, eagle3, dflash, then DDTree by budget, then anything else by name."""
-    budget = ddtree_budget(config)
+    """ar, eagle3, dflash, the chain control, then DDTree by budget, then anything else by
+    name."""
     if config in _ORDER:
-        return (_ORDER[config], 0, config)
+        return (*_ORDER[config], config)
+    budget = ddtree_budget(config)
     if budget is not None:
         return (3, budget, config)
     return (4, 0, config)

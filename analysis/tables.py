@@ -10,7 +10,14 @@ import math
 import re
 from dataclasses import dataclass
 
-from analysis.results import Results, config_order, ddtree_budget
+from analysis import sweep
+from analysis.results import (
+    CHAIN_CONTROL,
+    Results,
+    config_order,
+    ddtree_budget,
+    verify_tokens_per_step,
+)
 
 COLUMNS = (
     "host",
@@ -18,9 +25,12 @@ COLUMNS = (
     "prompt_set",
     "config",
     "ddtree_budget",
+    "verify_tokens_per_step",
     "concurrency",
     "output_tokens_per_s",
     "speedup_vs_ar",
+    "chain_control",
+    "speedup_vs_chain",
     "ttft_ms_p50",
     "ttft_ms_p99",
     "tpot_ms_p50",
@@ -28,6 +38,7 @@ COLUMNS = (
     "accept_length_mean",
     "step_ms",
     "accepted_tokens_per_step",
+    "budget_diagnosis",
     "tokens_per_s_per_user",
     "tokens_per_s_per_gpu",
     "gpus",
@@ -46,6 +57,7 @@ MARKDOWN_COLUMNS = (
     "concurrency",
     "output_tokens_per_s",
     "speedup_vs_ar",
+    "speedup_vs_chain",
     "ttft_ms_p50",
     "ttft_ms_p99",
     "tpot_ms_p50",
@@ -53,6 +65,7 @@ MARKDOWN_COLUMNS = (
     "accept_length_mean",
     "step_ms",
     "accepted_tokens_per_step",
+    "budget_diagnosis",
     "lossless",
 )
 DEFAULT_BAND_EDGES = (1, 8, 32, 128)
@@ -116,13 +129,17 @@ def _stat(summary: dict, name: str, stat: str):
 
 def rows(results: Results, reference: str = "ar") -> list[dict]:
     """One row per level, in the table's order, with speedups against the reference config on
-    the same host, prompt set and concurrency."""
+    the same host, prompt set and concurrency; DDTree rows also against the chain control
+    (CHAIN_CONTROL) there, and each budget's mark from the sweep's diagnosis."""
     base: dict[tuple, float] = {}
+    chain: dict[tuple, float | None] = {}
     for level in results.levels:
-        if level.config == reference:
-            value = level.summary.get("output_tokens_per_s")
-            if value:
-                base[(level.host, level.prompt_set, level.concurrency)] = value
+        key = (level.host, level.prompt_set, level.concurrency)
+        value = level.summary.get("output_tokens_per_s")
+        if level.config == reference and value:
+            base[key] = value
+        if level.config == CHAIN_CONTROL:
+            chain[key] = value
     out = []
     for level in results.levels:
         summary = level.summary
@@ -131,16 +148,27 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
         tpot = _stat(summary, "tpot_ms", "mean")
         gpus = gpus_of(level.provenance)
         state, rate = lossless_state(results, level.host, level.config, reference)
+        budget = ddtree_budget(level.config, level.provenance)
+        key = (level.host, level.prompt_set, level.concurrency)
+        # Only DDTree rows have a chain to be compared with; the control must have run at the
+        # same host, prompt set and level.
+        control = CHAIN_CONTROL if budget is not None and key in chain else None
+        chain_value = chain.get(key) if control else None
         out.append(
             {
                 "host": level.host,
                 "profile": profile_of(level.provenance),
                 "prompt_set": level.prompt_set,
                 "config": level.config,
-                "ddtree_budget": ddtree_budget(level.config, level.provenance),
+                "ddtree_budget": budget,
+                "verify_tokens_per_step": verify_tokens_per_step(level.config, level.provenance),
                 "concurrency": level.concurrency,
                 "output_tokens_per_s": throughput,
                 "speedup_vs_ar": throughput / ar if throughput is not None and ar else None,
+                "chain_control": control,
+                "speedup_vs_chain": throughput / chain_value
+                if throughput is not None and chain_value
+                else None,
                 "ttft_ms_p50": _stat(summary, "ttft_ms", "p50"),
                 "ttft_ms_p99": _stat(summary, "ttft_ms", "p99"),
                 "tpot_ms_p50": _stat(summary, "tpot_ms", "p50"),
@@ -148,6 +176,7 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
                 "accept_length_mean": summary.get("accept_length_mean"),
                 "step_ms": summary.get("step_ms"),
                 "accepted_tokens_per_step": summary.get("accepted_tokens_per_step"),
+                "budget_diagnosis": None,
                 # What one user sees while decoding (1000 / mean TPOT), against what each
                 # GPU delivers: the two axes of the throughput-interactivity trade.
                 "tokens_per_s_per_user": 1000.0 / tpot if tpot else None,
@@ -164,6 +193,10 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
                 "file": level.path,
             }
         )
+    diagnosis = sweep.diagnose(out)
+    for row in out:
+        if row["ddtree_budget"] is not None:
+            row["budget_diagnosis"] = diagnosis.mark(row)
     return out
 
 
@@ -192,14 +225,60 @@ class Pick:
     note: str
 
 
-def recommend(table: list[dict], edges: tuple[int, ...] = DEFAULT_BAND_EDGES) -> list[Pick]:
+def _where_list(places: list[tuple[str, int]], limit: int = 4) -> str:
+    shown = ", ".join(f"{prompt_set} c{concurrency}" for prompt_set, concurrency in places[:limit])
+    return shown + (f" and {len(places) - limit} more" if len(places) > limit else "")
+
+
+def _prefer_smaller_budget(best: dict, eligible: list[dict], saturated: list) -> tuple:
+    """(the pick, a note) under saturation: the smallest eligible DDTree budget within
+    NEAR_BEST of the best mean throughput."""
+    near = [
+        s
+        for s in eligible
+        if s["budget"] is not None and s["mean"] >= (1 - sweep.NEAR_BEST) * best["mean"]
+    ]
+    smallest = min(near, key=lambda s: s["budget"], default=best)
+    if smallest["budget"] >= best["budget"]:
+        return best, None
+    steps: dict[tuple, list] = {}
+    for pair in saturated:
+        steps.setdefault((pair.low, pair.high), []).append(pair)
+    described = []
+    for (low, high), pairs in sorted(steps.items()):
+        worst = max(pairs, key=lambda p: p.step_change - p.accept_change)
+        places = _where_list(sorted((p.prompt_set, p.concurrency) for p in pairs))
+        described.append(
+            f"b{low} -> b{high} at {places}: accepted tokens per step "
+            f"{worst.accept_change:+.1%} for {worst.step_change:+.1%} step time at "
+            f"{worst.prompt_set} c{worst.concurrency}"
+        )
+    gain = best["mean"] / smallest["mean"] - 1
+    note = (
+        f"{smallest['config']} rather than {best['config']} ({best['mean']:.1f} tok/s, only "
+        f"{gain:.1%} faster): the budget sweep saturates ({'; '.join(described)}), so the "
+        f"smallest budget within {sweep.NEAR_BEST:.0%} of the best throughput is preferred: "
+        "as fast, for less verify work per step"
+    )
+    return smallest, note
+
+
+def recommend(
+    table: list[dict],
+    edges: tuple[int, ...] = DEFAULT_BAND_EDGES,
+    diagnosis: sweep.Diagnosis | None = None,
+) -> list[Pick]:
     """Per host and concurrency band: the config with the highest mean output tokens/s over the
     band's levels and prompt sets, among those whose losslessness check passed (and the
     reference). A config is a candidate only with every level of the band measured cleanly
-    (no crash, no failed request)."""
+    (no crash, no failed request), and a DDTree budget only if it collapsed at no level of
+    the host (analysis.sweep). When the host's sweep saturates within the band and the best
+    is a DDTree budget, the smallest budget within NEAR_BEST of the best is taken instead."""
+    diagnosis = diagnosis if diagnosis is not None else sweep.diagnose(table)
     picks = []
     for host in sorted({r["host"] for r in table}):
         mine = [r for r in table if r["host"] == host]
+        collapsed = diagnosis.collapsed_budgets(host)
         for label, low, high in bands(edges):
             inside = [r for r in mine if low <= r["concurrency"] <= high]
             if not inside:
@@ -217,14 +296,16 @@ def recommend(table: list[dict], edges: tuple[int, ...] = DEFAULT_BAND_EDGES) ->
                 ]
                 mean = sum(r["output_tokens_per_s"] for r in clean) / len(clean) if clean else None
                 speedups = [r["speedup_vs_ar"] for r in clean if r["speedup_vs_ar"] is not None]
+                budget = own[0]["ddtree_budget"]
                 scored.append(
                     {
                         "config": config,
                         "state": own[0]["lossless"],
                         "complete": len(clean) == len(cells),
+                        "collapsed": collapsed.get(budget) if budget is not None else None,
                         "mean": mean,
                         "speedup": sum(speedups) / len(speedups) if speedups else None,
-                        "budget": own[0]["ddtree_budget"],
+                        "budget": budget,
                         "saturated": sorted(
                             {r["concurrency"] for r in own if r["client_saturated"]}
                         ),
@@ -233,7 +314,10 @@ def recommend(table: list[dict], edges: tuple[int, ...] = DEFAULT_BAND_EDGES) ->
             eligible = [
                 s
                 for s in scored
-                if s["complete"] and s["state"] in ("passed", "reference") and s["mean"]
+                if s["complete"]
+                and s["state"] in ("passed", "reference")
+                and s["mean"]
+                and not s["collapsed"]
             ]
             best = max(eligible, key=lambda s: s["mean"], default=None)
             faster = [
@@ -243,12 +327,21 @@ def recommend(table: list[dict], edges: tuple[int, ...] = DEFAULT_BAND_EDGES) ->
             ]
             notes = []
             for s in sorted(faster, key=lambda s: -s["mean"])[:3]:
-                why = (
-                    "missing or failed levels in this band"
-                    if not s["complete"]
-                    else f"losslessness {s['state']}"
-                )
+                if not s["complete"]:
+                    why = "missing or failed levels in this band"
+                elif s["state"] not in ("passed", "reference"):
+                    why = f"losslessness {s['state']}"
+                else:
+                    why = (
+                        "its accepted tokens per step collapsed against a smaller budget at "
+                        f"{_where_list(s['collapsed'])} (see the ddtree_budget_collapse warnings)"
+                    )
                 notes.append(f"{s['config']} was faster ({s['mean']:.1f} tok/s) but {why}")
+            saturation = diagnosis.saturations(host, low, high)
+            if best is not None and best["budget"] is not None and saturation:
+                best, why = _prefer_smaller_budget(best, eligible, saturation)
+                if why:
+                    notes.insert(0, why)
             if best is None:
                 notes.insert(0, "no config passed the losslessness check with every level clean")
             elif best["saturated"]:
@@ -275,17 +368,85 @@ def recommend(table: list[dict], edges: tuple[int, ...] = DEFAULT_BAND_EDGES) ->
 # -- warnings --------------------------------------------------------------------------
 
 
-def warnings(results: Results, table: list[dict], reference: str = "ar") -> list[dict]:
-    """What the reader must know before trusting a number: {severity, where, message}."""
+# Every warning's kind, a stable name to filter on (report.json warnings[].kind).
+WARNING_KINDS = (
+    "config_failed",
+    "broken_verification",
+    "server_crashed",
+    "ddtree_budget_collapse",
+    "lossless_not_checked",
+    "client_saturated",
+    "requests_failed",
+    "reference_missing",
+    "mixed_kit_versions",
+    "chain_control_missing",
+    "low_effective_concurrency",
+)
+COLLAPSE_MEANING = (
+    "A wider tree should never accept fewer tokens per step. This usually means state shared "
+    "between sibling branches of the tree (recurrent or hybrid layers, such as Mamba or GDN, "
+    "whose state one branch's tokens overwrite for its siblings: the published Qwen3.6-27B "
+    "study fell from about 15 to 4 tokens per step between budgets 15 and 64) or a broken tree "
+    "attention mask. Check: losslessness against AR (lossless.json and the Losslessness "
+    "section; a broken mask usually shows as mismatches), the model's layer types (Kimi K2.6 is "
+    "pure attention, MLA, and should not collapse), the tree attention backend (a full tree "
+    "verifies only on triton) and the page size (1), in the launch under Provenance."
+)
+
+
+def collapse_warnings(table: list[dict], diagnosis: sweep.Diagnosis) -> list[dict]:
+    """One warning per host, prompt set and concurrency level where the sweep collapses,
+    listing every collapsing pair of that level."""
+    state = {(r["host"], r["ddtree_budget"]): r["lossless"] for r in table}
+    found = []
+    for (host, prompt_set, concurrency), pairs in sorted(diagnosis.collapses().items()):
+        marked = sorted(
+            budget
+            for (h, p, c, budget), mark in diagnosis.marks.items()
+            if (h, p, c) == (host, prompt_set, concurrency) and mark == sweep.COLLAPSED
+        )
+        checks = ", ".join(f"b{b} {state.get((host, b), 'not checked')}" for b in marked)
+        found.append(
+            {
+                "kind": "ddtree_budget_collapse",
+                "severity": "warning",
+                "where": f"{host} / {prompt_set} / c{concurrency}",
+                "message": (
+                    f"DDTree's accepted tokens per step collapse as the budget grows on {host}, "
+                    f"prompt set {prompt_set}, concurrency {concurrency}: "
+                    + "; ".join(p.describe() for p in pairs)
+                    + f" (a fall of more than {sweep.COLLAPSE_DROP:.0%} while step time rises "
+                    f"less than {sweep.STEP_RISE:.0%}). Budgets marked collapsed, never "
+                    f"recommended: {', '.join(f'b{b}' for b in marked)} (losslessness: "
+                    f"{checks}). {COLLAPSE_MEANING}"
+                ),
+                "host": host,
+                "prompt_set": prompt_set,
+                "concurrency": concurrency,
+                "pairs": [p.figures() for p in pairs],
+                "collapsed_budgets": marked,
+            }
+        )
+    return found
+
+
+def warnings(
+    results: Results,
+    table: list[dict],
+    reference: str = "ar",
+    diagnosis: sweep.Diagnosis | None = None,
+) -> list[dict]:
+    """What the reader must know before trusting a number: {kind, severity, where, message},
+    kind one of WARNING_KINDS."""
     found: list[dict] = []
 
-    def add(severity: str, where: str, message: str) -> None:
-        found.append({"severity": severity, "where": where, "message": message})
+    def add(kind: str, severity: str, where: str, message: str) -> None:
+        found.append({"kind": kind, "severity": severity, "where": where, "message": message})
 
     for (host, config), status in sorted(results.status.items()):
         if status.get("status") == "failed":
             error = str(status.get("error") or "no error recorded").strip()
-            add("error", f"{host} / {config}", f"the config failed: {error[:400]}")
+            add("config_failed", "error", f"{host} / {config}", f"the config failed: {error[:400]}")
     flagged = {}
     for host, report in sorted(results.lossless.items()):
         for config, entry in sorted(report.get("configs", {}).items()):
@@ -293,6 +454,7 @@ def warnings(results: Results, table: list[dict], reference: str = "ar") -> list
                 rate = entry.get("mismatch_rate") or 0.0
                 flagged[(host, config)] = rate
                 add(
+                    "broken_verification",
                     "error",
                     f"{host} / {config}",
                     f"broken verification: {rate:.1%} of greedy output tokens differ from "
@@ -307,12 +469,18 @@ def warnings(results: Results, table: list[dict], reference: str = "ar") -> list
             if host not in results.lossless
             else "no level compared (temperature above 0, or no reference level)"
         )
-        add("warning", f"{host} / {config}", f"losslessness not checked ({why})")
+        add(
+            "lossless_not_checked",
+            "warning",
+            f"{host} / {config}",
+            f"losslessness not checked ({why})",
+        )
     for level, row in zip(results.levels, table, strict=True):
         where = f"{level.host} / {level.config} / {level.prompt_set} / c{level.concurrency}"
         if level.client.get("saturated"):
             reasons = "; ".join(map(str, level.client.get("saturated_reasons") or []))
             add(
+                "client_saturated",
                 "warning",
                 where,
                 "client saturated: the benchmark client, not the server, may have been the "
@@ -320,10 +488,16 @@ def warnings(results: Results, table: list[dict], reference: str = "ar") -> list
                 "the server",
             )
         if level.crashed:
-            add("error", where, "the server crashed or restarted during this level")
+            add(
+                "server_crashed",
+                "error",
+                where,
+                "the server crashed or restarted during this level",
+            )
         failed = row["requests_failed"] or 0
         if failed:
             add(
+                "requests_failed",
                 "warning",
                 where,
                 f"{failed} of {failed + (row['requests_ok'] or 0)} requests failed",
@@ -332,20 +506,38 @@ def warnings(results: Results, table: list[dict], reference: str = "ar") -> list
         expected = min(level.concurrency, level.settings.get("num_prompts") or level.concurrency)
         if isinstance(effective, (int, float)) and expected > 1 and effective < 0.75 * expected:
             add(
+                "low_effective_concurrency",
                 "info",
                 where,
                 f"only {effective:.1f} requests in flight on average (level {level.concurrency}):"
                 " too few prompts per level to keep it busy, or a ramp dominated the run",
             )
+    found += collapse_warnings(table, diagnosis if diagnosis is not None else sweep.diagnose(table))
     missing_ref = sorted(
         {(r["host"], r["prompt_set"]) for r in table if r["speedup_vs_ar"] is None}
         - {(r["host"], r["prompt_set"]) for r in table if r["config"] == reference}
     )
     for host, prompt_set in missing_ref:
         add(
+            "reference_missing",
             "warning",
             f"{host} / {prompt_set}",
             f"no {reference} results: speedups cannot be computed",
+        )
+    no_chain: dict[str, list[tuple[str, int]]] = {}
+    for row in table:
+        if row["ddtree_budget"] is not None and row["chain_control"] is None:
+            place = (row["prompt_set"], row["concurrency"])
+            if place not in no_chain.setdefault(row["host"], []):
+                no_chain[row["host"]].append(place)
+    for host, places in sorted(no_chain.items()):
+        add(
+            "chain_control_missing",
+            "info",
+            host,
+            f"no {CHAIN_CONTROL} level beside DDTree's at {_where_list(sorted(places))}: "
+            "speedup_vs_chain is empty there, and DDTree against dflash there mixes the tree "
+            "with the attention backend, page size and scheduler",
         )
     versions = {
         (lv.provenance.get("kit_version"), lv.provenance.get("sglang_version"))
@@ -353,7 +545,7 @@ def warnings(results: Results, table: list[dict], reference: str = "ar") -> list
     }
     if len({v[0] for v in versions}) > 1:
         kits = ", ".join(sorted(str(v[0]) for v in versions))
-        add("warning", "run", f"results from several kit versions: {kits}")
+        add("mixed_kit_versions", "warning", "run", f"results from several kit versions: {kits}")
     order = {"error": 0, "warning": 1, "info": 2}
     found.sort(key=lambda w: order[w["severity"]])
     return found
@@ -368,7 +560,7 @@ def fmt(value, column: str = "") -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if column == "speedup_vs_ar":
+        if column in ("speedup_vs_ar", "speedup_vs_chain"):
             return f"{value:.3f}"
         if column == "mismatch_rate":
             return f"{value:.4f}"

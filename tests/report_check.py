@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.tables import COLUMNS
+from analysis.tables import COLUMNS, WARNING_KINDS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Marks each image's load state on <body> once the page has loaded; --dump-dom prints it.
@@ -48,6 +48,18 @@ def check_report(out: Path) -> dict:
         rows = list(csv.DictReader(handle))
     assert rows and set(COLUMNS) <= set(rows[0]), rows[:1]
     assert len(rows) == len(document["rows"])
+    for row in document["rows"]:
+        budget = row["ddtree_budget"]
+        if budget is None:
+            # Only DDTree rows are compared with the chain control, or marked by the sweep.
+            assert row["chain_control"] is None and row["speedup_vs_chain"] is None, row
+            assert row["budget_diagnosis"] is None, row
+        else:
+            assert row["verify_tokens_per_step"] == budget + 1, row
+            assert row["budget_diagnosis"] in (None, "collapsed", "saturated"), row
+            if row["chain_control"] is None:
+                assert row["speedup_vs_chain"] is None, row
+    assert all(w["kind"] in WARNING_KINDS for w in document["warnings"]), document["warnings"]
     assert (out / "summary.md").read_text().count("\n|") >= len(rows)
     assert (out / "recommendation.csv").is_file()
     page = (out / "report.html").read_text()

@@ -16,6 +16,12 @@ with the last event only; a closed loop keeps `concurrency` requests in flight. 
 per-request timings and the level summary come from the module's own functions
 (module_utils/benchmark.py), so the files follow the contract by construction, and
 expected_output_tokens_per_s() gives the throughput those settings imply.
+
+DDTree sweeps: ddtree_sweep({budget: (step_ms, accept)}) gives one config per budget, and a
+Sim's `at` overrides step time and acceptance at given concurrency levels, so a test can lay
+out a sweep that collapses at some levels only. Launch argv follow the kit's serving configs:
+the algorithm, --speculative-num-draft-tokens (and the DFlash block size), the DDTree budget,
+and page size 1, overlap off and triton for DDTree and its chain control.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,6 +84,13 @@ class Sim:
     # Prompts accept differently: request i's accept is accept x (1 + spread x u_i), u_i in
     # [-1, 1] fixed per prompt.
     spread: float = 0.0
+    # ((concurrency, step_ms, accept), ...): that level's step time (batch cost not applied)
+    # and acceptance instead.
+    at: tuple[tuple[int, float, float], ...] = ()
+    # --speculative-algorithm and --speculative-num-draft-tokens of the launch; None: from the
+    # config's name and the kit's defaults (EAGLE3 4, DFLASH and DDTREE 8, the block size).
+    algorithm: str | None = None
+    draft_tokens: int | None = None
 
     @property
     def speculative(self) -> bool:
@@ -86,11 +99,30 @@ class Sim:
     def step_at(self, concurrency: int) -> float:
         return self.step_ms * (1 + self.batch_cost * (concurrency - 1))
 
+    def at_level(self, concurrency: int) -> Sim:
+        """This config as it runs at one concurrency level (its `at` override, if any)."""
+        for level, step_ms, accept in self.at:
+            if level == concurrency:
+                return replace(self, step_ms=step_ms, accept=accept, batch_cost=0.0, at=())
+        return self
+
     def accept_of(self, prompt: int) -> float:
         if not self.spread or not self.speculative:
             return self.accept
         u = ((prompt * 2654435761) % 1000) / 499.5 - 1.0
         return max(1.0, self.accept * (1 + self.spread * u))
+
+
+CHAIN_CONTROL = "dflash-tree-backend"
+DRAFT_TOKENS = {"EAGLE3": 4, "DFLASH": 8, "DDTREE": 8}
+
+
+def ddtree_sweep(table: dict[int, tuple[float, float]], **common) -> dict[str, Sim]:
+    """ddtree-b<N> configs from {budget: (step_ms, accept)} (tests/ddtree_tables.py's shape)."""
+    return {
+        f"ddtree-b{budget}": Sim(step_ms=step, accept=accept, budget=budget, **common)
+        for budget, (step, accept) in sorted(table.items())
+    }
 
 
 DEFAULT_CONFIGS = {
@@ -146,6 +178,7 @@ def expected_output_tokens_per_s(
     its end. A wave's requests arrive a little apart: when a step boundary falls between them,
     all but the first join one step late and the wave ends a step later (late_join; by default
     assumed whenever several run together). The files write_run() lays out have no such steps."""
+    sim = sim.at_level(concurrency)
     steps = len(token_steps(sim.accept if sim.speculative else 1.0, tokens - 1))
     step = sim.step_at(concurrency)
     prefill = sim.prefill_ms
@@ -204,7 +237,7 @@ def outputs(prompt: int, tokens: int, lossy: float) -> tuple[str, list[int]]:
 
 
 def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurrency: int) -> dict:
-    sim = plan.sims(host)[config]
+    sim = plan.sims(host)[config].at_level(concurrency)
     seed = f"{plan.seed}/{host}/{config}/{prompt_set}/{concurrency}"
     rng = random.Random(hashlib.sha256(seed.encode()).digest())
     step_s = sim.step_at(concurrency) / 1000.0
@@ -328,16 +361,17 @@ def record_of(plan, sim, index, prompt_set, connected, sent, events, done, faile
 def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim) -> dict:
     profile = PROFILES[plan.hosts[host]]
     argv = ["python", "-m", "sglang.launch_server", "--model-path", "/w/t", "--tp-size", "8"]
+    algorithm = algorithm_of(config, sim)
+    if algorithm is not None:
+        tokens = str(sim.draft_tokens or DRAFT_TOKENS.get(algorithm, 4))
+        argv += ["--speculative-algorithm", algorithm, "--speculative-num-draft-tokens", tokens]
+        if algorithm in ("DFLASH", "DDTREE"):
+            argv += ["--speculative-dflash-block-size", tokens]
     if sim.budget is not None:
-        argv += [
-            "--speculative-algorithm",
-            "DDTREE",
-            "--speculative-ddtree-budget",
-            str(sim.budget),
-        ]
-    elif sim.speculative:
-        argv += ["--speculative-algorithm", config.upper()]
-    git = sim.budget is not None
+        argv += ["--speculative-ddtree-budget", str(sim.budget)]
+    git = sim.budget is not None or config == CHAIN_CONTROL
+    if git:
+        argv += ["--page-size", "1", "--disable-overlap-schedule", "--attention-backend", "triton"]
     return {
         "kit_version": "0.1.0",
         "run_id": plan.run_id,
@@ -354,7 +388,7 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
         "runtime": {"release": {"version": "0.5.23"}, "git": {"commit": "c" * 40} if git else None},
         "launch": {
             "config": config,
-            "base": config.split("-b")[0],
+            "base": "ddtree" if sim.budget is not None else config,
             "budget": sim.budget,
             "runtime": "git" if git else "release",
             "argv": argv,
@@ -371,6 +405,19 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
             "distinct_prompts": plan.num_prompts,
         },
     }
+
+
+def algorithm_of(config: str, sim: Sim) -> str | None:
+    if sim.algorithm is not None:
+        return sim.algorithm
+    if sim.budget is not None:
+        return "DDTREE"
+    if not sim.speculative:
+        return None
+    for prefix, name in (("dflash", "DFLASH"), ("eagle", "EAGLE3")):
+        if config.startswith(prefix):
+            return name
+    return config.upper()
 
 
 def write_json(path: Path, data: dict) -> None:

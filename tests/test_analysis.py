@@ -13,12 +13,18 @@ from pathlib import Path
 import pytest
 
 import analysis
+from analysis import plots, sweep
 from analysis import results as results_module
+from analysis.results import verify_tokens_per_step
+from analysis.tables import WARNING_KINDS
+from tests import ddtree_tables
 from tests.report_check import check_report, open_in_chromium, png_size
 from tests.results_tree import (
+    CHAIN_CONTROL,
     DEFAULT_CONFIGS,
     Plan,
     Sim,
+    ddtree_sweep,
     expected_output_tokens_per_s,
     implied_speedup_range,
     token_steps,
@@ -229,6 +235,426 @@ def test_warnings_name_the_saturated_client_the_crash_and_the_flagged_config(stu
     assert outcome.warnings[0]["severity"] == "error"
     page = (outcome.out / "report.html").read_text()
     assert "client saturated" in page and "broken verification" in page
+
+
+# -- the DDTree budget sweep --------------------------------------------------------------
+
+# {budget: (step ms, accepted tokens per verify step)}. K2.6's DFlash block is 8: a step
+# accepts at most 8 tokens (7 drafted positions and the bonus token).
+# Pure attention: tokens per step rise and level off near the cap; step time rises slowly.
+# Budget to next: +22% tokens for +3.3% step, +16% for +4.8%, +11% for +6.2%, then 64 -> 128
+# +2.8% tokens for +10% step time: saturated.
+HEALTHY_SWEEP = {
+    8: (30.0, 4.6),
+    16: (31.0, 5.6),
+    32: (32.5, 6.5),
+    64: (34.5, 7.2),
+    128: (38.0, 7.4),
+}
+# The hybrid's shape (Qwen3.6-27B: about 15, 5, 4 tokens per step at budgets 15, 32, 64 while
+# step time fell from 87 to 77 ms): 16 -> 32 (-57% tokens, -7.4% step) and 32 -> 64 (-20%,
+# -3.2%) collapse, 64 -> 128 falls only 4%; 32, 64 and 128 all accept far fewer tokens than 16
+# for less step time, so all three are marked collapsed.
+COLLAPSE_SWEEP = {
+    8: (33.0, 6.0),
+    16: (34.0, 7.0),
+    32: (31.5, 3.0),
+    64: (30.5, 2.4),
+    128: (30.0, 2.3),
+}
+SWEEP_LEVELS = (1, 4, 16)
+SWEEP_SETS = ("gsm8k", "mt-bench")
+
+
+def sweep_plan(**changes) -> Plan:
+    """ar, eagle3 (6 draft tokens), the chain control, and DDTree at five budgets: healthy on
+    host pure; on host hybrid collapsing at concurrency 1 and 4 but healthy at 16; its b64 is
+    lossy."""
+    healthy = ddtree_sweep(HEALTHY_SWEEP)
+    collapse = {
+        name: replace(
+            sim,
+            at=((16, *HEALTHY_SWEEP[sim.budget]),),
+            lossy=0.4 if sim.budget == 64 else 0.0,
+        )
+        for name, sim in ddtree_sweep(COLLAPSE_SWEEP).items()
+    }
+    settings = {
+        "hosts": {"pure": "ct200", "hybrid": "ct200"},
+        "configs": {
+            "ar": Sim(step_ms=20.0),
+            "eagle3": Sim(step_ms=24.0, accept=3.0, draft_tokens=6),
+            CHAIN_CONTROL: Sim(step_ms=29.0, accept=4.4),
+            **healthy,
+        },
+        "host_configs": {"hybrid": collapse},
+        "concurrency": SWEEP_LEVELS,
+        "prompt_sets": SWEEP_SETS,
+        "num_prompts": 4,
+        "max_new_tokens": 257,
+    }
+    return Plan(**{**settings, **changes})
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    root = write_run(tmp_path_factory.mktemp("sweeps") / "run", sweep_plan())
+    outcome = analysis.report(root)
+    return root, outcome, json.loads((outcome.out / "report.json").read_text())
+
+
+def collapse_warnings(warnings: list[dict]) -> list[dict]:
+    return [w for w in warnings if w["kind"] == "ddtree_budget_collapse"]
+
+
+def test_a_collapse_warns_once_per_host_prompt_set_and_level(sweeps):
+    _root, outcome, document = sweeps
+    found = collapse_warnings(document["warnings"])
+    places = [(w["host"], w["prompt_set"], w["concurrency"]) for w in found]
+    # Exactly the affected levels, each once: two collapsing pairs at a level are one warning.
+    assert sorted(places) == [("hybrid", s, c) for s in SWEEP_SETS for c in (1, 4)]
+    rows = {
+        (r["host"], r["prompt_set"], r["concurrency"], r["ddtree_budget"]): r
+        for r in document["rows"]
+    }
+    for warning in found:
+        assert warning["severity"] == "warning"
+        assert warning["where"] == f"hybrid / {warning['prompt_set']} / c{warning['concurrency']}"
+        assert [p["budgets"] for p in warning["pairs"]] == [[16, 32], [32, 64]]
+        assert warning["collapsed_budgets"] == [32, 64, 128]
+        for pair in warning["pairs"]:
+            low, high = (
+                rows[("hybrid", warning["prompt_set"], warning["concurrency"], b)]
+                for b in pair["budgets"]
+            )
+            # The figures are the rows' own.
+            assert pair["accepted_tokens_per_step"] == [
+                low["accepted_tokens_per_step"],
+                high["accepted_tokens_per_step"],
+            ]
+            assert pair["step_ms"] == [low["step_ms"], high["step_ms"]]
+            assert pair["output_tokens_per_s"] == [
+                low["output_tokens_per_s"],
+                high["output_tokens_per_s"],
+            ]
+            assert pair["accepted_tokens_per_step_change"] < -0.10
+            assert pair["step_ms_change"] < 0.05
+        message = warning["message"]
+        for text in (
+            f"concurrency {warning['concurrency']}",
+            "b16 -> b32: accepted tokens per step",
+            "b32 -> b64",
+            "sibling branches",
+            "recurrent or hybrid layers",
+            "tree attention mask",
+            "losslessness against AR",
+            "layer types",
+            "attention backend",
+            "page size",
+            "b64 flagged",
+        ):
+            assert text in message, text
+    summary = (outcome.out / "summary.md").read_text()
+    assert summary.count("`ddtree_budget_collapse` `hybrid / ") == 4
+    page = (outcome.out / "report.html").read_text()
+    assert page.count('<span class="kind">ddtree_budget_collapse</span>') == 4
+    check_report(outcome.out)
+
+
+def test_the_command_line_mentions_a_collapse(sweeps, tmp_path):
+    root, _outcome, _document = sweeps
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(root), "--out", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        "DDTree accepted tokens per step collapse at 4 host / prompt set / level(s)" in done.stdout
+    )
+
+
+def test_a_healthy_sweep_does_not_warn(sweeps):
+    _root, _outcome, document = sweeps
+    assert not [w for w in collapse_warnings(document["warnings"]) if w["host"] == "pure"]
+    # Not for want of measurements: tokens per step rise and level off under the cap of 8.
+    for prompt_set in SWEEP_SETS:
+        for level in SWEEP_LEVELS:
+            tokens = [
+                r["accepted_tokens_per_step"]
+                for r in sorted(document["rows"], key=lambda r: r["ddtree_budget"] or 0)
+                if (r["host"], r["prompt_set"], r["concurrency"]) == ("pure", prompt_set, level)
+                and r["ddtree_budget"] is not None
+            ]
+            assert len(tokens) == 5 and tokens == sorted(tokens) and 7 < tokens[-1] <= 8
+    # The hybrid's healthy level neither.
+    assert not [w for w in collapse_warnings(document["warnings"]) if w["concurrency"] == 16]
+
+
+def test_every_warning_has_a_kind(sweeps, study):
+    _root, _outcome, document = sweeps
+    warnings = document["warnings"] + study[2].warnings
+    assert warnings and all(w["kind"] in WARNING_KINDS for w in warnings)
+    kinds = {w["kind"] for w in warnings}
+    assert {
+        "config_failed",
+        "broken_verification",
+        "server_crashed",
+        "client_saturated",
+        "ddtree_budget_collapse",
+        "chain_control_missing",
+    } <= kinds
+    summary = (study[2].out / "summary.md").read_text()
+    assert "- **error** `broken_verification` `node-a / ddtree-b64`: broken verification" in summary
+
+
+def test_collapsed_and_saturated_budgets_are_marked_in_rows_and_plot(sweeps):
+    _root, outcome, document = sweeps
+    marks = {
+        (r["host"], r["prompt_set"], r["concurrency"], r["ddtree_budget"]): r["budget_diagnosis"]
+        for r in document["rows"]
+        if r["budget_diagnosis"]
+    }
+    expected = {
+        ("hybrid", s, c, b): "collapsed" for s in SWEEP_SETS for c in (1, 4) for b in (32, 64, 128)
+    }
+    # 64 -> 128 saturates on pure everywhere, and on hybrid's healthy level.
+    expected |= {
+        (h, s, c, 128): "saturated" for h in ("pure",) for s in SWEEP_SETS for c in SWEEP_LEVELS
+    }
+    expected |= {("hybrid", s, 16, 128): "saturated" for s in SWEEP_SETS}
+    assert marks == expected
+    with open(outcome.out / "summary.csv", newline="", encoding="utf-8") as handle:
+        csv_rows = list(csv.DictReader(handle))
+    assert {r["budget_diagnosis"] for r in csv_rows if r["ddtree_budget"] == ""} == {""}
+    figure = plots.decomposition(outcome.table)
+    assert figure.details["marks"] == expected
+    # The lossy b64 on hybrid failed the losslessness check: crossed wherever it is drawn.
+    assert set(figure.details["flagged"]) == {
+        ("hybrid", s, c, 64) for s in SWEEP_SETS for c in SWEEP_LEVELS
+    }
+
+
+def test_the_decomposition_has_a_row_of_panels_per_level(sweeps):
+    _root, outcome, document = sweeps
+    assert "plots/decomposition.png" in document["plots"]
+    figure = plots.decomposition(outcome.table)
+    panels = figure.details["panels"]
+    measured = [
+        f"{host} c{level}: {name}"
+        for host in ("hybrid", "pure")
+        for level in SWEEP_LEVELS
+        for name in ("step time", "accepted tokens per step", "tokens/s")
+    ]
+    assert panels[: len(measured)] == measured
+    # And the published study in a row of its own, labelled as another model and hardware.
+    reference = panels[len(measured) :]
+    assert len(reference) == 3
+    assert all("Qwen3.6-27B (hybrid attention + GDN), 8x RTX PRO 6000" in p for p in reference)
+    width, height = png_size((outcome.out / "plots" / "decomposition.png").read_bytes())
+    assert height > 7 * 300 and width < 1400  # seven rows of three panels, 3.2 in each
+    for text in ("173.4, 92, 64.3 tok/s", "~87, ~80, ~77 ms", "~15, ~5, ~4", "do not multiply out"):
+        assert text in figure.caption, text
+
+
+def test_published_references_are_kept_as_published():
+    from analysis import references
+
+    hybrid = references.DDTREE_HYBRID
+    assert [
+        (p["budget"], p["tokens_per_s"], p["step_ms"], p["accepted_tokens_per_step"])
+        for p in hybrid["points"]
+    ] == [
+        (15, 173.4, 87.0, 15.0),
+        (32, 92.0, 80.0, 5.0),
+        (64, 64.3, 77.0, 4.0),
+    ]
+    # The estimates do not give the measured throughput at 32 and 64; nothing was adjusted.
+    implied = [references.estimated_tokens_per_s(p) for p in hybrid["points"]]
+    assert implied[1] == pytest.approx(62.5) and implied[2] == pytest.approx(51.95, abs=0.01)
+    card = references.DFLASH_K26_CARD
+    assert card["accept_length_range"] == (3.6, 4.9) and card["accept_length"] == {}
+    assert card["throughput"] == {
+        "prompt_set": "gsm8k",
+        "concurrency": 32,
+        "output_tokens_per_s": 2577.0,
+    }
+    assert "K2.5" in references.DFLASH_K25_ACCEPT["source"]
+
+
+def test_chain_control_and_speedup_vs_chain(sweeps):
+    _root, outcome, document = sweeps
+    plan = sweep_plan()
+    rows = summary_rows(outcome.out)
+    assert len(rows) == len(document["rows"]) == 2 * 2 * 3 * 8
+    for row in rows:
+        if row["ddtree_budget"] == "":
+            assert (row["chain_control"], row["speedup_vs_chain"]) == ("", ""), row
+            continue
+        assert row["chain_control"] == CHAIN_CONTROL
+        chain = find(
+            rows,
+            host=row["host"],
+            prompt_set=row["prompt_set"],
+            config=CHAIN_CONTROL,
+            concurrency=row["concurrency"],
+        )
+        ratio = float(row["output_tokens_per_s"]) / float(chain["output_tokens_per_s"])
+        assert float(row["speedup_vs_chain"]) == pytest.approx(ratio, rel=1e-5)
+        sims = plan.sims(row["host"])
+        implied = expected_output_tokens_per_s(
+            sims[row["config"]], int(row["concurrency"]), 4, 257
+        ) / expected_output_tokens_per_s(sims[CHAIN_CONTROL], int(row["concurrency"]), 4, 257)
+        assert float(row["speedup_vs_chain"]) == pytest.approx(implied, rel=0.03)
+    assert not [w for w in document["warnings"] if w["kind"] == "chain_control_missing"]
+
+
+def test_without_the_chain_control_at_a_level_its_rows_say_so(tmp_path):
+    plan = sweep_plan(hosts={"pure": "ct200"}, prompt_sets=("gsm8k",), concurrency=(1, 4))
+    root = write_run(tmp_path / "run", plan)
+    (root / "pure" / CHAIN_CONTROL / "gsm8k" / "c4.json").unlink()
+    outcome = analysis.report(root)
+    rows = summary_rows(outcome.out)
+    trees = [r for r in rows if r["ddtree_budget"]]
+    assert {(r["concurrency"], r["chain_control"]) for r in trees} == {
+        ("1", CHAIN_CONTROL),
+        ("4", ""),
+    }
+    assert all(r["speedup_vs_chain"] == "" for r in trees if r["concurrency"] == "4")
+    (missing,) = [w for w in outcome.warnings if w["kind"] == "chain_control_missing"]
+    assert missing["where"] == "pure" and "gsm8k c4" in missing["message"]
+
+
+def test_verify_tokens_per_step(sweeps):
+    _root, outcome, _document = sweeps
+    rows = summary_rows(outcome.out)
+    verify = {r["config"]: r["verify_tokens_per_step"] for r in rows if r["host"] == "pure"}
+    # eagle3 launched with 6 draft tokens, the chain with DFlash's block of 8, DDTree budget + 1.
+    assert verify == {
+        "ar": "1",
+        "eagle3": "6",
+        CHAIN_CONTROL: "8",
+        **{f"ddtree-b{b}": str(b + 1) for b in HEALTHY_SWEEP},
+    }
+
+
+@pytest.mark.parametrize(
+    ("config", "argv", "expected"),
+    [
+        ("ar", ["python", "-m", "sglang.launch_server", "--tp-size", "8"], 1),
+        ("x", ["--speculative-algorithm", "NONE"], 1),
+        ("eagle3", ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens=5"], 5),
+        (
+            "dflash",
+            ["--speculative-algorithm", "dflash", "--speculative-dflash-block-size", "16"],
+            16,
+        ),
+        (
+            "tree",
+            [
+                "--speculative-algorithm",
+                "DDTREE",
+                "--speculative-ddtree-budget",
+                "40",
+                "--speculative-num-draft-tokens",
+                "8",
+            ],
+            41,
+        ),
+        # No budget: the pull request's default, draft tokens - 1 nodes, so 8 verified.
+        ("tree", ["--speculative-algorithm", "DDTREE", "--speculative-num-draft-tokens", "8"], 8),
+        ("ddtree-b32", [], 33),
+        ("dflash", [], None),
+        ("dflash", ["--speculative-algorithm", "DFLASH"], None),
+        (
+            "dflash",
+            ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "-3"],
+            None,
+        ),
+    ],
+)
+def test_verify_tokens_per_step_from_the_launch(config, argv, expected):
+    assert verify_tokens_per_step(config, {"launch": {"argv": argv}}) == expected
+
+
+def sweep_pick(tmp_path, table: dict, name: str):
+    """The band-1 pick on one host whose DDTree sweep is `table`, and the report's rows."""
+    configs = {"ar": Sim(step_ms=20.0), CHAIN_CONTROL: Sim(step_ms=29.0, accept=4.4)}
+    plan = Plan(
+        configs={**configs, **ddtree_sweep(table)},
+        concurrency=(1,),
+        num_prompts=4,
+        max_new_tokens=257,
+    )
+    outcome = analysis.report(write_run(tmp_path / name, plan))
+    (pick,) = outcome.picks
+    tree = {r["ddtree_budget"]: r for r in outcome.table if r["ddtree_budget"] is not None}
+    return pick, tree
+
+
+# 32 -> 64: +6% tokens for +3% step time (still pays, a little); 64 -> 128: +3% tokens for
+# +12% step time: saturated. Measured (256 tokens a request after the prefill one, prefill
+# included in tok/s), b32 runs within 2% of b64, the fastest.
+SATURATING_SWEEP = {16: (31.0, 5.6), 32: (32.0, 6.4), 64: (33.0, 6.8), 128: (37.0, 7.0)}
+
+
+def test_a_saturated_sweep_recommends_the_smaller_budget_and_says_why(tmp_path):
+    pick, tree = sweep_pick(tmp_path, SATURATING_SWEEP, "saturated")
+    speed = {b: r["output_tokens_per_s"] for b, r in tree.items()}
+    # The premise, from the report's own rows: b64 is the fastest, b32 within 3% of it, and
+    # 64 -> 128 saturates.
+    assert max(speed, key=speed.get) == 64
+    assert 0.97 * speed[64] <= speed[32] < speed[64] and speed[16] < 0.97 * speed[64]
+    t64, t128 = tree[64]["accepted_tokens_per_step"], tree[128]["accepted_tokens_per_step"]
+    assert t128 / t64 - 1 < 0.05 and tree[128]["step_ms"] / tree[64]["step_ms"] - 1 > 0.05
+    assert (pick.config, pick.ddtree_budget) == ("ddtree-b32", 32)
+    assert pick.output_tokens_per_s == pytest.approx(speed[32])
+    assert pick.note.startswith("ddtree-b32 rather than ddtree-b64 (")
+    for text in (
+        "the budget sweep saturates (b64 -> b128 at gsm8k c1: accepted tokens per step +",
+        "smallest budget within 3% of the best throughput",
+    ):
+        assert text in pick.note, text
+
+
+def test_without_saturation_the_fastest_budget_stays(tmp_path):
+    table = {b: v for b, v in SATURATING_SWEEP.items() if b != 128}
+    pick, tree = sweep_pick(tmp_path, table, "unsaturated")
+    assert max(tree, key=lambda b: tree[b]["output_tokens_per_s"]) == 64
+    assert (pick.config, pick.note) == ("ddtree-b64", "")
+
+
+def test_the_recommendation_never_picks_a_collapsed_budget(tmp_path):
+    # b32 accepts 17% fewer tokens per step than b16 but steps 40% faster: the fastest config,
+    # and collapsed.
+    pick, tree = sweep_pick(tmp_path, {16: (30.0, 6.0), 32: (18.0, 5.0)}, "collapsed")
+    assert tree[32]["budget_diagnosis"] == "collapsed"
+    assert tree[32]["output_tokens_per_s"] > tree[16]["output_tokens_per_s"]
+    assert (pick.config, pick.ddtree_budget) == ("ddtree-b16", 16)
+    assert "ddtree-b32 was faster" in pick.note
+    assert "collapsed against a smaller budget at gsm8k c1" in pick.note
+
+
+@pytest.mark.parametrize("name", sorted(ddtree_tables.TABLES))
+def test_the_simulators_named_sweeps_read_as_they_are_named(tmp_path, name):
+    """tests/ddtree_tables.py's sweeps, which the simulator serves: the analysis finds the
+    collapsing and saturated budget steps that its pairs() names."""
+    table = ddtree_tables.TABLES[name]
+    plan = Plan(
+        configs={"ar": Sim(), **ddtree_sweep(table)},
+        concurrency=(1,),
+        num_prompts=2,
+        max_new_tokens=513,
+    )
+    outcome = analysis.report(write_run(tmp_path / name, plan))
+    diagnosis = sweep.diagnose(outcome.table)
+    found = [(p.low, p.high, p.kind) for p in diagnosis.pairs]
+    assert found == ddtree_tables.pairs(table)
+    collapses = collapse_warnings(outcome.warnings)
+    assert len(collapses) == (1 if any(k == "collapse" for *_, k in found) else 0)
 
 
 # -- outputs -------------------------------------------------------------------------------
