@@ -1,8 +1,9 @@
 """Benchmark: `python -m analysis report` over a results tree of 100,000+ request records.
 
 Builds a run the size of a large study at the kit's defaults - 12 hosts (ct200, h200 and
-b200 profiles), 7 serving configs (ar, eagle3, dflash, DDTree at budgets 8 to 64), 5 prompt
-sets, concurrency 1, 4, 16 and 64, 64 requests per level of 512 new tokens, every record with
+b200 profiles), 8 serving configs (ar, eagle3, dflash, DDTree at budgets 8 to 64 and its chain
+control dflash-tree-backend), 5 prompt sets, concurrency 1, 4, 16 and 64, 64 requests per level
+of 512 new tokens, every record with
 its events, text and token ids as the benchmark module writes them (indent 1) - then times the
 report end to end in a fresh interpreter (start-up, reading, tables, plots, HTML), as a user
 runs it.
@@ -11,7 +12,7 @@ runs it.
 
 Level files of one host per profile come from tests/results_tree.py (the module's own
 summary functions); the other hosts and prompt sets are byte copies with their names changed,
-which costs the reader exactly what distinct files would. The tree is about 1.8 GB and is
+which costs the reader exactly what distinct files would. The tree is about 2.1 GB and is
 read warm from the page cache (just written). Exits non-zero when the report takes 10 s or
 more; report the figure with the machine's core count.
 """
@@ -27,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.results_tree import DEFAULT_CONFIGS, Plan, Sim, write_run
+from tests.results_tree import CHAIN_CONTROL, DEFAULT_CONFIGS, Plan, Sim, write_run
 
 REPO = Path(__file__).resolve().parent.parent.parent
 PROFILES = ("ct200", "h200", "b200")
@@ -50,6 +51,7 @@ def configs_for(profile: int) -> dict[str, Sim]:
         for name, sim in DEFAULT_CONFIGS.items()
     }
     out["ddtree-b8"] = Sim(step_ms=27 * scale, accept=5.4, budget=8, batch_cost=0.01, spread=0.25)
+    out[CHAIN_CONTROL] = Sim(step_ms=27 * scale, accept=5.0, batch_cost=0.01, spread=0.25)
     return out
 
 
