@@ -41,6 +41,12 @@ def parser() -> argparse.ArgumentParser:
         help="parse every byte of every level file (slower; the default checks the fields used)",
     )
     common.add_argument("--workers", type=int, help="processes reading files (default: CPUs)")
+    common.add_argument(
+        "--label",
+        default="",
+        help="a word that leads the title and goes into every plot's image, title and caption, "
+        "e.g. SIMULATED for results from the simulator",
+    )
     one = commands.add_parser(
         "report",
         parents=[common],
@@ -89,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 band_edges=args.bands,
                 strict=args.strict,
                 workers=args.workers,
+                label=args.label,
             )
         else:
             outcome = compare(
@@ -98,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 reference=args.reference,
                 strict=args.strict,
                 workers=args.workers,
+                label=args.label,
             )
     except (ResultsError, OutputError) as error:
         print(f"analysis {args.command}: {error}", file=sys.stderr)

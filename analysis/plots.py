@@ -161,8 +161,17 @@ def _legend(figure, axes, columns: int = 6, order=None) -> None:
     )
 
 
+# A label every figure carries inside its image (e.g. "SIMULATED"), so a plot copied out of
+# the report still says what it shows; set per figure job (worker processes included).
+_STAMP = ""
+
+
 def _png(figure, legend_columns: int = 6, order=None) -> bytes:
     _legend(figure, figure.axes, legend_columns, order)
+    if _STAMP:
+        figure.text(
+            0.005, 0.005, _STAMP, fontsize=11, fontweight="bold", color="#b00020", va="bottom"
+        )
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
@@ -770,27 +779,54 @@ def _samples(results: Results, groups: dict[str, str]) -> dict[str, dict[str, li
     return out
 
 
+def draw(function, args: tuple, label: str = "") -> Plot | None:
+    """One figure, with the label (if any) in its image, title and caption."""
+    global _STAMP  # per process: set while one figure is drawn
+    _STAMP = label
+    try:
+        plot = function(*args)
+    finally:
+        _STAMP = ""
+    return labelled(plot, label) if plot is not None else None
+
+
 def _job(job: tuple) -> Plot | None:
-    function, args = job
-    return function(*args)
+    return draw(*job)
+
+
+def labelled(plot: Plot, label: str) -> Plot:
+    """The plot's title and caption led by the label (its image carries it already)."""
+    if not label:
+        return plot
+    plot.title = f"{label}: {plot.title}"
+    plot.caption = f"{label}. {plot.caption}"
+    return plot
 
 
 def all_plots(
-    results: Results, table: list[dict], reference: str, workers: int | None = None
+    results: Results,
+    table: list[dict],
+    reference: str,
+    workers: int | None = None,
+    label: str = "",
 ) -> list[Plot]:
     """Every figure; drawn in worker processes when there is enough to draw (matplotlib
-    spends ~0.1 s on each panel, and figures do not depend on each other)."""
+    spends ~0.1 s on each panel, and figures do not depend on each other). A label (e.g.
+    "SIMULATED") goes into every image, title and caption."""
     palette = colors([r["config"] for r in table])
     groups = panel_groups(table)
     grouped = _grouped(table, groups)
     jobs = [
-        (throughput, (grouped, palette)),
-        (speedup, (grouped, palette, reference)),
-        (accept_vs_budget, (grouped,)),
-        (decomposition, (grouped,)),
-        (pareto, (grouped, palette)),
-        (accept_distribution, (_samples(results, groups), palette)),
-        (across_hosts, (table,)),
+        (function, args, label)
+        for function, args in (
+            (throughput, (grouped, palette)),
+            (speedup, (grouped, palette, reference)),
+            (accept_vs_budget, (grouped,)),
+            (decomposition, (grouped,)),
+            (pareto, (grouped, palette)),
+            (accept_distribution, (_samples(results, groups), palette)),
+            (across_hosts, (table,)),
+        )
     ]
     workers = workers if workers is not None else (os.cpu_count() or 1)
     if workers > 1 and len(table) >= PARALLEL_ROWS:

@@ -231,9 +231,11 @@ def report(
     band_edges: tuple[int, ...] = tables.DEFAULT_BAND_EDGES,
     strict: bool = False,
     workers: int | None = None,
+    label: str = "",
 ) -> Outcome:
     """Tables, plots and report.html for one results tree; ResultsError or OutputError when
-    it cannot (nothing is written then)."""
+    it cannot (nothing is written then). A label (e.g. "SIMULATED") leads the title and every
+    plot's image, title and caption."""
     clock = time.perf_counter()
     results_dir = Path(results_dir)
     target = choose_out(results_dir, out, "report")
@@ -245,13 +247,14 @@ def report(
     picks = tables.recommend(table, band_edges, diagnosis)
     warnings = tables.warnings(results, table, reference, diagnosis)
     seconds["tables"] = time.perf_counter() - clock - seconds["read"]
-    figures = plots.all_plots(results, table, reference, workers)
+    figures = plots.all_plots(results, table, reference, workers, label)
     seconds["plots"] = time.perf_counter() - clock - seconds["read"] - seconds["tables"]
     origin = provenance(results)
     losslessness = lossless_rows(results, reference)
     pick_rows = tables.picks_table(picks)
     run = results.run
     title = f"Speculative decoding benchmark - {run.get('run_id') or results_dir.resolve().name}"
+    title = f"{label}: {title}" if label else title
     counts = {s: sum(w["severity"] == s for w in warnings) for s in ("error", "warning", "info")}
     meta = (
         f"{len(results.levels)} levels, {results.records} request records from "
@@ -415,8 +418,10 @@ def compare(
     reference: str | None = None,
     strict: bool = False,
     workers: int | None = None,
+    label: str = "",
 ) -> Outcome:
-    """Run B against run A: the same configs, prompt sets and concurrency levels side by side."""
+    """Run B against run A: the same configs, prompt sets and concurrency levels side by side.
+    A label leads the title and the plot's image, title and caption, as in report()."""
     clock = time.perf_counter()
     run_a, run_b = Path(run_a), Path(run_b)
     target = choose_out(run_b, out, f"compare-{run_a.resolve().name}")
@@ -468,9 +473,10 @@ def compare(
         {**w, "where": f"A: {w['where']}"} for w in tables.warnings(results_a, table_a, reference)
     ] + [{**w, "where": f"B: {w['where']}"} for w in tables.warnings(results_b, table_b, reference)]
     warnings = [w for w in warnings if w["severity"] != "info"]
-    figure = plots.compare_plot(pairs)
+    figure = plots.draw(plots.compare_plot, (pairs,), label)
     name_a, name_b = run_a.resolve().name, run_b.resolve().name
     title = f"Benchmark comparison - B: {name_b} against A: {name_a}"
+    title = f"{label}: {title}" if label else title
     short = (
         "host_a",
         "host_b",

@@ -929,6 +929,30 @@ def test_compare_two_runs_on_other_hardware(tmp_path):
     assert analysis.report(new).levels == 6
 
 
+def test_a_label_leads_the_title_and_every_plots_image_title_and_caption(tmp_path):
+    """Results from the simulator are marked as such wherever a plot may end up."""
+    import re
+
+    configs = {n: DEFAULT_CONFIGS[n] for n in ("ar", "dflash", "ddtree-b16", "ddtree-b32")}
+    run = write_run(tmp_path / "run", Plan(configs=configs, concurrency=(1, 4), num_prompts=4))
+    plain = analysis.report(run, out=tmp_path / "plain")
+    marked = analysis.report(run, out=tmp_path / "marked", label="SIMULATED")
+    page = (marked.out / "report.html").read_text()
+    assert "<title>SIMULATED: Speculative decoding benchmark" in page
+    titles = re.findall(r"<figure id=\"plot-[^\"]*\"><h3>(.*?)</h3>", page)
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", page, re.S)
+    assert titles and len(captions) == len(titles)
+    assert all(t.startswith("SIMULATED: ") for t in titles), titles
+    assert all(c.startswith("SIMULATED. ") for c in captions)
+    assert (marked.out / "summary.md").read_text().startswith("# SIMULATED: ")
+    # The word is drawn into each image too: every PNG differs from the unlabelled one.
+    for png in sorted((plain.out / "plots").glob("*.png")):
+        assert png.read_bytes() != (marked.out / "plots" / png.name).read_bytes(), png.name
+    assert "SIMULATED" not in (plain.out / "report.html").read_text()
+    compared = analysis.compare(run, run, out=tmp_path / "compare", label="SIMULATED")
+    assert "<title>SIMULATED: Benchmark comparison" in (compared.out / "compare.html").read_text()
+
+
 # -- in a browser ------------------------------------------------------------------------
 
 
