@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
 from pathlib import Path
 
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -90,3 +91,17 @@ def install_fabricmanager(cluster, name: str) -> None:
         unit = "/usr/local/lib/systemd/system/nvidia-fabricmanager.service"
         put_file(cluster, name, unit, FM_UNIT.encode())
         cluster.ssh(name, "systemctl daemon-reload")
+
+
+def install_git_source(cluster, name: str, folder: Path) -> str:
+    """Copies the bare repository tests/fake_sglang.build_git_source() made under folder onto a
+    host (its /tmp is not the controller's) and returns the URL the git runtime clones from."""
+    archive = subprocess.run(
+        ["tar", "-C", str(folder), "-czf", "-", "sglang.git"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    put_file(cluster, name, "/root/sglang-git.tgz", archive)
+    cluster.ssh(name, "mkdir -p /srv/git && tar -C /srv/git -xzf /root/sglang-git.tgz")
+    return "file:///srv/git/sglang.git"

@@ -1,15 +1,18 @@
 """The whole study end to end over SSH test hosts, a PCIe ct200 host and an NVSwitch b200 host
-at once: deploy_kimi.yml (preflight, weights from a local hub, the runtime with the simulator
-packaged as sglang 0.5.23, tuning with kernel values under a private tree, the server), then
-benchmark_kimi.yml (ar and dflash at two levels), then `python -m analysis report`; a second
-deploy changes nothing and does not restart the servers; plan.yml lists what deploy ran.
+at once: deploy_kimi.yml (preflight, weights from a local hub, the release runtime with the
+simulator packaged as sglang 0.5.23 and the git runtime built from a local copy of the DDTree
+pull request's ref, tuning with kernel values under a private tree, the server), then
+benchmark_kimi.yml (ar, dflash, the chain control dflash-tree-backend and DDTree at the default
+budgets 16, 32, 64 and 128, at two levels), then `python -m analysis report`; a second deploy
+changes nothing and does not restart the servers; plan.yml lists what deploy ran.
+
+The simulator plays a DDTree budget sweep per host from tests/ddtree_tables.py: the ct200 host
+a healthy pure-attention one (accepted tokens per step rising, then saturating), the b200 host
+one shaped like the hybrid model's collapse, so the report must warn about the second only.
 
 The b200 host boots systemd as PID 1, as real GPU hosts do: its fabric manager and its server
 are systemd units. The ct200 host runs sshd as PID 1 (a container): the kit's supervisor runs
-its server.
-
-The NVLink host is a b200: the only 8-GPU NVSwitch capture there is (an 8x H200 capture is
-issue 9's, from a real machine)."""
+its server."""
 
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ddtree_tables import HEALTHY, HYBRID_COLLAPSE, pairs, table_env
+from tests.fake_sglang import build_git_source
 from tests.hostprep import EXTRAVARS as TUNING_VARS
-from tests.hostprep import install_fabricmanager, prepare_host
+from tests.hostprep import install_fabricmanager, install_git_source, prepare_host
 from tests.hub_server import LocalHub, token_env
 from tests.results_tree import Sim, implied_speedup_range
 from tests.test_benchmark_units import TEMPLATE
@@ -46,6 +51,23 @@ SIM_ENV = {
     "SGLANG_SIM_ACCEPT": str(ACCEPT),
     "SGLANG_SIM_PREFILL_MS": str(PREFILL_MS),
 }
+# DDTree per budget: a healthy sweep on one host, the hybrid-shaped collapse on the other. Step
+# times shrink to a fifth (about 6 ms a step) so the sweep runs quickly; the diagnosis reads
+# ratios between budgets, which the scale keeps.
+SWEEPS = {"ct200-a": HEALTHY, SYSTEMD_HOST: HYBRID_COLLAPSE}
+STEP_SCALE = 0.2
+BUDGETS = [16, 32, 64, 128]  # kimi_ddtree_budgets' defaults
+DDTREE_CONFIGS = [f"ddtree-b{budget}" for budget in BUDGETS]
+CHAIN = "dflash-tree-backend"
+# The chain control: DFlash's chain on the tree backend, a little faster a step than the
+# smallest tree and accepting fewer tokens.
+CHAIN_ENV = {"SGLANG_SIM_STEP_MS": "5.8", "SGLANG_SIM_ACCEPT": "4.4"}
+CONFIGS = ["ar", "dflash", CHAIN, *DDTREE_CONFIGS]
+LEVELS = (1, 4)
+
+
+def host_environment(host: str) -> dict:
+    return {**SIM_ENV, "SGLANG_SIM_DDTREE_TABLE": table_env(SWEEPS[host], STEP_SCALE)}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +79,10 @@ def cluster():
         for name in HOSTS:
             prepare_host(hosts, name, cpufreq=False)
         install_fabricmanager(hosts, "b200-a")
+        # Host variables, so each host's simulator plays its own sweep (extra vars would win).
+        hosts.write_inventory(
+            host_vars={name: {"kimi_server_environment": host_environment(name)} for name in HOSTS}
+        )
         yield hosts
     finally:
         hosts.down()
@@ -90,12 +116,16 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
     from tests.ansible_run import run_playbook
 
     secrets = tmp_path_factory.mktemp("secrets")
+    source = tmp_path_factory.mktemp("sglang-source")
+    git = build_git_source(source)
+    for name in HOSTS:
+        git["url"] = install_git_source(cluster, name, source)
     extravars = {
         **TUNING_VARS,
-        "kimi_serving_configs": ["ar", "dflash"],
+        "kimi_serving_configs": ["ar", "dflash", "ddtree"],
         "kimi_server_config": "dflash",
         "kimi_hf_endpoint": hub.url,
-        "kimi_server_environment": SIM_ENV,
+        "kimi_sglang_git": {"url": git["url"], "ref": git["ref"], "patches": []},
         "weights_controller_state_dir": str(Path(cluster.state_dir) / "controller-state"),
         "weights_wheelhouse": str(wheelhouse),
         "weights_poll_interval": 1,
@@ -129,7 +159,8 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
     bench = run(
         "benchmark",
         "benchmark_kimi.yml",
-        benchmark_concurrency=[1, 4],
+        benchmark_concurrency=list(LEVELS),
+        benchmark_server_environment={CHAIN: CHAIN_ENV},
         benchmark_num_prompts=PROMPTS,
         benchmark_max_new_tokens=MAX_NEW_TOKENS,
         benchmark_warmup_requests=1,
@@ -195,13 +226,14 @@ def test_benchmark_lands_results_for_every_host_config_and_level(deploy):
     bench, results = deploy["bench"], deploy["results"]
     assert bench.rc == 0, bench.stdout
     for host in HOSTS:
-        for config in ("ar", "dflash"):
-            for concurrency in (1, 4):
+        for config in CONFIGS:
+            for concurrency in LEVELS:
                 level = json.loads(
                     (results / host / config / "questions" / f"c{concurrency}.json").read_text()
                 )
                 assert level["summary"]["requests_ok"] == PROMPTS, (host, config, concurrency)
-                assert level["provenance"]["launch"]["argv"][0] == "/opt/kimi/venv/bin/python"
+                python = "venv-git" if config in (CHAIN, *DDTREE_CONFIGS) else "venv"
+                assert level["provenance"]["launch"]["argv"][0] == f"/opt/kimi/{python}/bin/python"
 
 
 def test_analysis_report_shows_the_speedup_the_simulator_implies(deploy, tmp_path):
@@ -226,6 +258,83 @@ def test_analysis_report_shows_the_speedup_the_simulator_implies(deploy, tmp_pat
         assert low * 0.95 <= float(row["speedup_vs_ar"]) <= high * 1.05, (low, high, row)
     shown = open_in_chromium(report / "report.html", tmp_path)
     assert shown["images"] and all(complete for complete, *_ in shown["images"])
+
+
+def test_ddtree_sweep_runs_with_its_flags_and_is_diagnosed_per_host(deploy):
+    """Every budget ran on the git runtime with the flags DDTree needs; the report shows every
+    budget beside its chain control, warns about the collapse-shaped sweep only, and never
+    recommends a collapsed budget."""
+    results, report = deploy["results"], deploy["report"]
+    assert deploy["analysis"].returncode == 0, deploy["analysis"].stderr
+    for host in HOSTS:
+        scaled = {b: (step * STEP_SCALE, accept) for b, (step, accept) in SWEEPS[host].items()}
+        for budget in BUDGETS:
+            for concurrency in LEVELS:
+                level = json.loads(
+                    (
+                        results / host / f"ddtree-b{budget}" / "questions" / f"c{concurrency}.json"
+                    ).read_text()
+                )
+                argv = " ".join(level["provenance"]["launch"]["argv"])
+                for flags in (
+                    "--speculative-algorithm DDTREE",
+                    f"--speculative-ddtree-budget {budget}",
+                    "--page-size 1",
+                    "--disable-overlap-schedule",
+                    "--attention-backend triton",
+                ):
+                    assert flags in argv, (host, budget, flags, argv)
+                # The simulator's table, read back through the client: tokens a verify step.
+                measured = level["summary"]["accepted_tokens_per_step"]
+                assert measured == pytest.approx(scaled[budget][1], rel=0.05), (host, budget)
+
+    document = json.loads((report / "report.json").read_text())
+    rows = [r for r in document["rows"] if r["prompt_set"] == "questions"]
+    for row in rows:
+        budget = row["ddtree_budget"]
+        expected = {"ar": 1, "dflash": 8, CHAIN: 8}.get(row["config"], (budget or 0) + 1)
+        assert int(row["verify_tokens_per_step"]) == expected, row
+        if row["config"].startswith("ddtree-"):
+            assert row["chain_control"] == CHAIN, row
+            chain = next(
+                r
+                for r in rows
+                if (r["host"], r["config"], r["concurrency"])
+                == (row["host"], CHAIN, row["concurrency"])
+            )
+            ratio = row["output_tokens_per_s"] / chain["output_tokens_per_s"]
+            assert row["speedup_vs_chain"] == pytest.approx(ratio, rel=1e-3), row
+    shown = {(r["host"], r["config"], int(r["concurrency"])) for r in rows}
+    assert shown >= {(h, c, n) for h in HOSTS for c in CONFIGS for n in LEVELS}
+
+    collapses = [w for w in document["warnings"] if w["kind"] == "ddtree_budget_collapse"]
+    assert sorted((w["host"], w["prompt_set"], int(w["concurrency"])) for w in collapses) == [
+        (SYSTEMD_HOST, "questions", level) for level in LEVELS
+    ]
+    # The simulator's collapse pairs, found again from what the client measured.
+    expected_pairs = [(a, b) for a, b, kind in pairs(HYBRID_COLLAPSE) if kind == "collapse"]
+    for warning in collapses:
+        found = [(p["budgets"][0], p["budgets"][1]) for p in warning["pairs"]]
+        assert [pair for pair in found if pair[1] in BUDGETS] == [
+            pair for pair in expected_pairs if pair[1] in BUDGETS
+        ], warning
+    # 32 and 64 fell from the budget below; 128 stays far below 16 for no more step time.
+    collapsed = {
+        (r["host"], r["ddtree_budget"]) for r in rows if r["budget_diagnosis"] == "collapsed"
+    }
+    assert collapsed == {(SYSTEMD_HOST, budget) for budget in (32, 64, 128)}
+    saturated = {
+        (r["host"], r["ddtree_budget"]) for r in rows if r["budget_diagnosis"] == "saturated"
+    }
+    # The healthy sweep gains under 5% tokens a step from 64 to 128 for 11% more step time.
+    assert saturated == {("ct200-a", 128)}
+    picks: dict[str, set] = {}
+    for pick in document["recommendation"]:
+        picks.setdefault(pick["host"], set()).add(pick["config"])
+    # The collapse host: only budget 16 stayed healthy, and it is the fastest config there.
+    # The healthy host: 32 and 64 run within 1% of each other, and 32 is the smaller (the
+    # saturation rule takes it even when 64 measures a hair faster).
+    assert picks == {SYSTEMD_HOST: {"ddtree-b16"}, "ct200-a": {"ddtree-b32"}}
 
 
 def test_second_deploy_changes_nothing_and_keeps_the_servers(cluster, deploy):

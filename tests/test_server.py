@@ -10,14 +10,13 @@ by systemd as a real GPU host is (the role installs and runs a systemd unit).
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fake_sglang import PATCH, build_git_source
-from tests.hostprep import put_file
+from tests.hostprep import install_git_source, put_file
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
@@ -193,15 +192,7 @@ def test_git_runtime_checks_out_the_ref_applies_patches_and_records_the_commit(
     playbook, cluster, runtime_wheelhouse, tmp_path
 ):
     source = build_git_source(tmp_path / "src")
-    # The repository goes to the host (its /tmp is not the controller's): a local git server.
-    archive = subprocess.run(
-        ["tar", "-C", str(tmp_path / "src"), "-czf", "-", "sglang.git"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    put_file(cluster, "gitnode", "/root/sglang-git.tgz", archive)
-    cluster.ssh("gitnode", "mkdir -p /srv/git && tar -C /srv/git -xzf /root/sglang-git.tgz")
-    source["url"] = "file:///srv/git/sglang.git"
+    source["url"] = install_git_source(cluster, "gitnode", tmp_path / "src")
     patch = tmp_path / "ddtree.patch"
     patch.write_text(PATCH)
     extravars = {
