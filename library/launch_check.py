@@ -9,7 +9,7 @@ module: launch_check
 short_description: Check a server launch command with the installed runtime's own parser
 description:
   - Runs a probe in the runtime's Python (O(python)) that parses the launch arguments with that
-    sglang's own parser (sglang.srt.server_args: prepare_server_args where building the record
+    sglang's own parser (in sglang.srt.server_args, prepare_server_args where building the record
     reads no model, as in 0.5.23; add_cli_args and its argparse parser otherwise, as on DDTree's
     pull request). No model is loaded and no GPU is touched.
   - Then applies the config-free launch rules the kit mirrors (module_utils/sglang_args.py) to

@@ -17,7 +17,7 @@ description:
     key, a git runtime without url and ref, or multi-node settings without dist_init_addr.
   - With C(add_controls), configs marked C(control_for) a selected base come along
     (C(dflash-tree-backend) whenever C(ddtree) is selected).
-  - With C(contracts), each config carries C(validation) (C(ok), C(errors), C(contract)): its
+  - With C(contracts), each config carries C(validation) (C(ok), C(errors), C(contract)), its
     argv checked against its runtime's contract (the pinned release's parser snapshot; for the
     git runtime the snapshot plus the pull request's overlay, when made for the configured
     ref). C(ok) is null when no contract applies (C(note) says why). It never fails on them.
