@@ -965,3 +965,29 @@ def test_the_report_renders_in_chromium_with_every_plot(study, tmp_path):
         assert complete and (width, height) == png_size((outcome.out / name).read_bytes()), name
     # Tables, text and coloured plots on the first screen, not a blank or an error page.
     assert shown["ink"] > 0.03 and shown["colors"] > 40, shown
+
+
+def test_the_simulated_ddtree_study_runs_end_to_end(tmp_path):
+    """tests/ddtree_study.py, which makes docs/studies/ddtree-budget, still runs (quickly):
+    the kit's launches served by the simulator, benchmarked, analysed and labelled."""
+    from tests.ddtree_study import LABEL, run_study
+
+    out = run_study(tmp_path / "study", quick=True)
+    document = json.loads((out / "report.json").read_text())
+    collapses = [w for w in document["warnings"] if w["kind"] == "ddtree_budget_collapse"]
+    assert {(w["host"], w["concurrency"]) for w in collapses} == {
+        ("sim-hybrid-collapse", 1),
+        ("sim-hybrid-collapse", 4),
+    }
+    configs = {(r["host"], r["config"]) for r in document["rows"]}
+    for host in ("sim-healthy", "sim-hybrid-collapse"):
+        for config in ("ar", "dflash", "dflash-tree-backend", "ddtree-b16", "ddtree-b128"):
+            assert (host, config) in configs
+    assert (out / "summary.md").read_text().startswith(f"# {LABEL}: ")
+    # Run again, it replaces its own earlier output, and nothing else.
+    foreign = tmp_path / "results"
+    foreign.mkdir()
+    (foreign / "c1.json").write_text("{}")
+    with pytest.raises(SystemExit, match="other than an earlier simulated study"):
+        run_study(foreign, quick=True)
+    assert (foreign / "c1.json").read_text() == "{}"
