@@ -258,9 +258,16 @@ def run_study(out: Path, quick: bool = False) -> Path:
         import analysis
 
         outcome = analysis.report(root, out=work / "report", label=LABEL)
+        # Each sweep's decomposition alone too, for a page that shows one of them.
+        alone = {
+            host: analysis.report(root / host, out=work / f"report-{host}", label=LABEL).out
+            for host in HOSTS
+        }
         if out.exists():
             shutil.rmtree(out)
         shutil.copytree(outcome.out, out)
+        for host, folder in alone.items():
+            shutil.copy(folder / "plots" / "decomposition.png", out / f"decomposition-{host}.png")
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -984,6 +984,8 @@ def test_the_simulated_ddtree_study_runs_end_to_end(tmp_path):
         for config in ("ar", "dflash", "dflash-tree-backend", "ddtree-b16", "ddtree-b128"):
             assert (host, config) in configs
     assert (out / "summary.md").read_text().startswith(f"# {LABEL}: ")
+    for host in ("sim-healthy", "sim-hybrid-collapse"):
+        assert (out / f"decomposition-{host}.png").read_bytes().startswith(b"\x89PNG")
     # Run again, it replaces its own earlier output, and nothing else.
     foreign = tmp_path / "results"
     foreign.mkdir()
