@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from ansible.module_utils import benchmark_client, benchmark_level
 from ansible.module_utils.benchmark import (
     ResponseParser,
     StreamError,
@@ -31,7 +32,7 @@ from ansible.module_utils.benchmark import (
 )
 
 from tests.hub_server import LocalHub
-from tests.modules import assert_unchanged, load_module, run_module
+from tests.modules import assert_unchanged, run_module
 from tests.test_sglang_sim import BASE, DFLASH, start
 
 pytestmark = pytest.mark.benchmark
@@ -498,7 +499,7 @@ def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompt
 def test_the_client_waits_for_an_idle_server_to_flush_and_says_when_it_was_not():
     import threading
 
-    module = load_module("sglang_benchmark")
+    module = benchmark_client
     process, url = start(BASE, SGLANG_SIM_STEP_MS=20)
     target = module.Target(url, "")
     busy = {"text": "long", "sampling_params": {"max_new_tokens": 40}}
@@ -591,7 +592,7 @@ def test_the_api_key_in_server_info_stays_out_of_the_level_file(tmp_path, prompt
 
 
 def test_secrets_are_masked_in_provenance():
-    module = load_module("sglang_benchmark")
+    module = benchmark_level
     masked = module.mask(
         {"api_key": "sk-1", "hf_token": None, "launch_command": "x --api-key sk-1", "n": [1]},
         ["sk-1"],
@@ -774,7 +775,7 @@ def test_role_defaults_pin_every_hub_prompt_set_but_mt_bench():
 
 
 def test_the_client_says_when_it_was_the_limit():
-    module = load_module("sglang_benchmark")
+    module = benchmark_client
 
     def level(cpu_s: float, lag_ms: float, step_s: float = 0.02) -> dict:
         tracker = module.Tracker(0, 100)

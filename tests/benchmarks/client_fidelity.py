@@ -34,7 +34,7 @@ calculate_metrics; python/sglang/bench_serving.py is its deprecated alias), run 
 divides by output tokens - 1, which is right only because the first event carries exactly
 one token (prefill); it counts the time from the last token to the end of the stream.
 
-1. The kit's client - library/sglang_benchmark.py's own measuring functions, without
+1. The kit's client - module_utils/benchmark_client.py's own measuring functions, without
    Ansible - at each level of --levels. Its TTFT difference is split, on the clock all
    processes share, into the time before the server read the request (send) and after it
    wrote the first event (receive: the client's reading and stamping).
@@ -86,10 +86,11 @@ json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
 
 
 def load_client():
-    """library/sglang_benchmark.py with the repo's module_utils, as Ansible ships them to a
-    host. The client needs only the standard library; where Ansible is not installed (a
-    bare GPU machine), a stand-in ansible.module_utils carries just what it imports."""
-    import importlib.util
+    """The kit's client (module_utils/benchmark_client.py and the level summary of
+    module_utils/benchmark.py), imported as Ansible ships them to a host. The client needs only
+    the standard library; where Ansible is not installed (a bare GPU machine), a stand-in
+    ansible.module_utils package points at the repo's module_utils."""
+    import importlib
     import types
 
     try:
@@ -100,21 +101,18 @@ def load_client():
     except ImportError:
         package = types.ModuleType("ansible.module_utils")
         package.__path__ = [str(REPO / "module_utils")]
-        basic = types.ModuleType("ansible.module_utils.basic")
-        basic.AnsibleModule = None
         sys.modules.update(
-            {
-                "ansible": types.ModuleType("ansible"),
-                "ansible.module_utils": package,
-                "ansible.module_utils.basic": basic,
-            }
+            {"ansible": types.ModuleType("ansible"), "ansible.module_utils": package}
         )
-    spec = importlib.util.spec_from_file_location(
-        "sglang_benchmark", REPO / "library" / "sglang_benchmark.py"
+    client = importlib.import_module("ansible.module_utils.benchmark_client")
+    level = importlib.import_module("ansible.module_utils.benchmark")
+    return types.SimpleNamespace(
+        Target=client.Target,
+        run_level=client.run_level,
+        record_of=client.record_of,
+        client_report=client.client_report,
+        summarize_level=level.summarize_level,
     )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def free_port() -> int:

@@ -1,0 +1,321 @@
+"""The level file c<N>.json: a benchmark run of one config and prompt set, level by level.
+
+run_benchmark() sends the prompts through the client (benchmark_client.py) at each
+concurrency level and writes one level file per level, with the summary, the server's counters
+before and after, the client's own load and the provenance the runtime and server stages left
+on the host. README "Benchmark" describes the file's fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import gc
+import hashlib
+import itertools
+import json
+import os
+import re
+
+from ansible.module_utils.benchmark import (
+    SCHEMA_VERSION,
+    chat_template_of,
+    render_chat,
+    server_delta,
+    special_tokens,
+    summarize_level,
+)
+from ansible.module_utils.benchmark_client import (
+    Target,
+    client_report,
+    flush_cache,
+    record_of,
+    run_level,
+    server_state,
+)
+
+DEFAULT_RECORDS = {
+    "runtime": "/opt/kimi/runtime/runtime.json",
+    "launch": "/var/lib/kimi/server/launch.json",
+}
+SECRET_NAME = re.compile(r"key|token|secret|password", re.IGNORECASE)
+
+
+def mask(value, secrets: list[str]):
+    """A copy with secret-looking fields and the given secret values masked."""
+    if isinstance(value, dict):
+        return {
+            k: (
+                "***"
+                if SECRET_NAME.search(str(k)) and v not in (None, "", False)
+                else mask(v, secrets)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [mask(v, secrets) for v in value]
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret:
+                value = value.replace(secret, "***")
+    return value
+
+
+def read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_prompts(path: str, count: int) -> list[dict]:
+    """The first `count` rows (cycled), each {"prompt": str} or {"messages": [...]}."""
+    rows: list[dict] = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if len(rows) >= count:
+                break
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as error:
+                raise ValueError(f"{path} line {number}: not JSON ({error})") from None
+            ok_prompt = isinstance(row, dict) and isinstance(row.get("prompt"), str)
+            ok_chat = isinstance(row, dict) and isinstance(row.get("messages"), list)
+            if not (ok_prompt or ok_chat):
+                raise ValueError(
+                    f'{path} line {number}: needs "prompt" (a string) or "messages" (a list)'
+                )
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} holds no prompts")
+    return [rows[i % len(rows)] for i in range(count)]
+
+
+def render_rows(rows: list[dict], server_info: dict) -> list[str]:
+    """Prompt text per row; chat rows through the chat template of the server's model."""
+    if all("prompt" in row for row in rows):
+        return [row["prompt"] for row in rows]
+    folder = server_info.get("tokenizer_path") or server_info.get("model_path") or ""
+    files = {}
+    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                files[name] = handle.read()
+        except OSError:
+            pass
+    template, _source = chat_template_of(files)
+    if template is None:
+        raise ValueError(
+            f"the prompts hold chat messages, but no chat template was found in {folder!r} "
+            "(the model folder /server_info names); render them first (the benchmark role does)"
+        )
+    tokens = special_tokens(json.loads(files.get("tokenizer_config.json") or "{}"))
+    try:
+        return [
+            row["prompt"] if "prompt" in row else render_chat(template, row["messages"], tokens, {})
+            for row in rows
+        ]
+    except ImportError:
+        raise ValueError(
+            "the prompts hold chat messages and rendering them needs jinja2, which this "
+            "host's Python lacks; render them first (the benchmark role does)"
+        ) from None
+
+
+def now_iso() -> str:
+    # timezone.utc, not datetime.UTC: hosts may run Python 3.10.
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(  # noqa: UP017
+        timespec="milliseconds"
+    )
+
+
+def write_json(path: str, data: dict) -> None:
+    temporary = f"{path}.tmp{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1, sort_keys=False)
+        handle.write("\n")
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
+
+
+def weights_provenance(launch: dict | None) -> list[dict]:
+    """The weights manifest (kimi-manifest.json) of the model and drafter the server runs."""
+    argv = (launch or {}).get("argv") or []
+    found = []
+    for flag, value in itertools.pairwise(argv):
+        if flag not in ("--model-path", "--speculative-draft-model-path"):
+            continue
+        path = os.path.join(value, "kimi-manifest.json")
+        manifest = read_json(path)
+        entry = {"role": "target" if flag == "--model-path" else "drafter", "path": value}
+        if isinstance(manifest, dict):
+            entry.update(
+                manifest=path,
+                manifest_sha256=file_sha256(path),
+                repo_id=manifest.get("repo_id"),
+                revision=manifest.get("revision"),
+                verify_mode=manifest.get("verify_mode"),
+                verified_at=manifest.get("verified_at"),
+                files=len(manifest.get("files") or {}),
+            )
+        else:
+            entry["manifest"] = None
+        found.append(entry)
+    return found
+
+
+def host_provenance(output_dir: str) -> dict:
+    """What the caller recorded (provenance.json beside the results) and the records the
+    runtime and server stages left on the host, read now: the launch is the running one."""
+    given = read_json(os.path.join(output_dir, "provenance.json"))
+    if given is None:  # one file for the prompt sets of a config, in the folder above theirs
+        given = read_json(os.path.join(os.path.dirname(output_dir.rstrip("/")), "provenance.json"))
+    given = given if isinstance(given, dict) else {}
+    paths = {**DEFAULT_RECORDS, **(given.pop("records", None) or {})}
+    found = dict(given)
+    for name, path in paths.items():
+        found[name] = read_json(path)
+    found["weights"] = weights_provenance(found.get("launch"))
+    return found
+
+
+def run_benchmark(params: dict, fail) -> dict:
+    """Every level of `params` (the module's arguments); `fail(msg, **extra)` does not return."""
+    target = Target(params["base_url"], params["api_key"])
+    try:
+        status, body = target.get("/server_info")
+        if status != 200:
+            raise OSError(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+        server_info = json.loads(body)
+    except (OSError, ValueError) as error:
+        fail(
+            f"The SGLang server at {target.shown_url} does not answer /server_info: {error}. "
+            "Start it (the server stage) and check base_url."
+        )
+    rows = load_prompts(params["prompts"], params["num_prompts"])
+    texts = render_rows(rows, server_info)
+    sampling = {"max_new_tokens": params["max_new_tokens"], "temperature": params["temperature"]}
+    payloads = [
+        target.request({"text": text, "sampling_params": sampling, "stream": True})
+        for text in texts
+    ]
+    shas = [hashlib.sha256(text.encode()).hexdigest() for text in texts]
+    max_events = params["max_new_tokens"] + 16
+    prompts_info = {
+        "path": params["prompts"],
+        "name": os.path.splitext(os.path.basename(params["prompts"]))[0],
+        "sha256": file_sha256(params["prompts"]),
+        "requests_per_level": len(texts),
+        "distinct_prompts": len(set(shas)),
+    }
+    provenance = {
+        **host_provenance(params["output_dir"]),
+        "server_info": mask(server_info, [params["api_key"]]),
+        "sglang_version": server_info.get("version"),
+        "prompts": prompts_info,
+    }
+    settings = {
+        k: params[k] for k in ("num_prompts", "max_new_tokens", "temperature", "warmup_requests")
+    }
+    settings.update(request_timeout_s=params["request_timeout"], base_url=target.shown_url)
+    os.makedirs(params["output_dir"], mode=0o755, exist_ok=True)
+
+    loop = asyncio.new_event_loop()
+    files, summaries, saturated = [], {}, []
+    try:
+        if params["warmup_requests"]:
+            count = params["warmup_requests"]
+            warm = loop.run_until_complete(
+                run_level(
+                    target,
+                    [payloads[i % len(payloads)] for i in range(count)],
+                    count,
+                    params["request_timeout"],
+                    max_events,
+                )
+            )
+            errors = [t.error for t in warm["trackers"] if t.error]
+            if len(errors) == count:
+                fail(f"Every warmup request to {target.shown_url} failed: {errors[0]}")
+        for concurrency in params["concurrency"]:
+            flushed = flush_cache(target)
+            before = server_state(target)
+            started_at = now_iso()
+            gc.collect()
+            gc.disable()  # a collection mid-level would show up as client latency
+            try:
+                level = loop.run_until_complete(
+                    run_level(target, payloads, concurrency, params["request_timeout"], max_events)
+                )
+            finally:
+                gc.enable()
+            ended_at = now_iso()
+            after = server_state(target)
+            records, itl = [], []
+            for tracker in level["trackers"]:
+                record, gaps = record_of(tracker, rows[tracker.index], shas[tracker.index])
+                records.append(record)
+                itl.extend(gaps)
+            duration = level["ended"] - level["started"]
+            summary = summarize_level(records, duration, itl)
+            delta = server_delta(before, after)
+            events = sum(len(t.events) for t in level["trackers"])
+            lost = [t for t in level["trackers"] if t.lost]
+            document = {
+                "schema_version": SCHEMA_VERSION,
+                "kind": "sglang_benchmark.level",
+                "run_label": params["run_label"],
+                "config": params["config_name"],
+                "prompt_set": prompts_info["name"],
+                "concurrency": concurrency,
+                "started_at": started_at,
+                "ended_at": ended_at,
+                "settings": settings,
+                "summary": summary,
+                "server": {
+                    "cache": flushed,
+                    "before": before,
+                    "after": after,
+                    "delta": delta,
+                    "crashed": bool(lost) or delta["restarted"],
+                },
+                "client": client_report(level, events),
+                "provenance": {**provenance, "started_at": started_at, "ended_at": ended_at},
+                "requests": records,
+            }
+            path = os.path.join(params["output_dir"], f"c{concurrency}.json")
+            write_json(path, document)
+            files.append(path)
+            summaries[str(concurrency)] = summary
+            if document["client"]["saturated"]:
+                saturated.append(concurrency)
+            if document["server"]["crashed"]:
+                reason = lost[0].error if lost else "it restarted (new start time or counters)"
+                fail(
+                    f"The server crashed during concurrency {concurrency} of "
+                    f"{params['config_name']}: {len(lost)} of {len(records)} requests lost "
+                    f"their connection; {reason}. See the server's log.",
+                    files=files,
+                    summaries=summaries,
+                )
+            if summary["requests_ok"] == 0:
+                first = next((r["error"] for r in records if r["error"]), "unknown")
+                fail(
+                    f"Every request at concurrency {concurrency} failed: {first}",
+                    files=files,
+                    summaries=summaries,
+                )
+    finally:
+        loop.close()
+    return {"files": files, "summaries": summaries, "saturated": saturated, "prompts": prompts_info}
