@@ -1,4 +1,6 @@
-"""Filters kimi_*: quoting for the files the server role writes (systemd unit, environment file).
+"""Filters of the kit: quoting for the files the server role writes (systemd unit, environment
+file), and what several roles work out alike (the repositories the serving configs need, the
+URL the server answers on).
 
 Jinja cannot quote safely for systemd: ExecStart= splits on whitespace, expands $VAR and
 %-specifiers; an EnvironmentFile value needs double quotes and escapes. These do it once.
@@ -6,7 +8,10 @@ Jinja cannot quote safely for systemd: ExecStart= splits on whitespace, expands 
 
 from __future__ import annotations
 
+import ipaddress
 import re
+
+from ansible.errors import AnsibleFilterError
 
 DOCUMENTATION = r"""
 name: kimi_filters
@@ -14,6 +19,10 @@ short_description: Quoting filters for systemd units and environment files
 description:
   - C(systemd_exec_line) turns an argv list into the value of ExecStart=.
   - C(env_file_line) turns a key and a value into one EnvironmentFile line.
+  - C(kimi_needed_repos) lists the kimi_repos keys the selected serving configs need, C(target)
+    first, then each drafter once (preflight, weights and plan ask for the same ones).
+  - C(kimi_server_url) is the URL on the server's host that reaches the server described by
+    kimi_server_settings (loopback when it listens on every address; IPv6 in brackets).
 """
 
 PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -45,6 +54,62 @@ def env_file_line(key: str, value) -> str:
     return f"{key}={_double_quoted(value)}"
 
 
+def kimi_needed_repos(selected, definitions) -> list[str]:
+    """kimi_repos keys for the selected serving configs: the target, then each drafter once."""
+    if not isinstance(selected, (list, tuple)) or not isinstance(definitions, dict):
+        raise AnsibleFilterError(
+            f"kimi_needed_repos needs a list of config names and the definitions mapping, got "
+            f"{type(selected).__name__} and {type(definitions).__name__}"
+        )
+    unknown = [name for name in selected if name not in definitions]
+    if unknown:
+        raise AnsibleFilterError(
+            f"serving configs {unknown} are not defined; defined: {sorted(definitions)} "
+            "(kimi_serving_config_definitions)"
+        )
+    needed = ["target"]
+    for name in selected:
+        definition = definitions[name]
+        drafter = definition.get("drafter") if isinstance(definition, dict) else None
+        if drafter and drafter not in needed:
+            needed.append(str(drafter))
+    return needed
+
+
+# The server listens on every address: reach it through loopback on its own host.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # noqa: S104 - read, not bound
+
+
+def kimi_server_url(settings) -> str:
+    """http://host:port of the server kimi_server_settings describes, as its host reaches it."""
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError(f"kimi_server_url needs kimi_server_settings, got {settings!r}")
+    host = str(settings.get("host") or "")
+    port = settings.get("port")
+    try:
+        port = int(port)
+    except (TypeError, ValueError):
+        port = -1
+    if not 0 < port < 65536:
+        raise AnsibleFilterError(f"the server's port must be 1-65535, got {settings.get('port')!r}")
+    if host in WILDCARD_HOSTS:
+        host = "127.0.0.1"
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            host = f"[{host}]"
+    except ValueError:
+        if not re.match(r"^[A-Za-z0-9.-]+$", host):
+            raise AnsibleFilterError(
+                f"the server's host is not a name or an address: {host!r}"
+            ) from None
+    return f"http://{host}:{port}"
+
+
 class FilterModule:
     def filters(self):
-        return {"systemd_exec_line": systemd_exec_line, "env_file_line": env_file_line}
+        return {
+            "systemd_exec_line": systemd_exec_line,
+            "env_file_line": env_file_line,
+            "kimi_needed_repos": kimi_needed_repos,
+            "kimi_server_url": kimi_server_url,
+        }
