@@ -36,21 +36,6 @@ options:
     description: API key, sent as a bearer token (SGLang lets health checks through without).
     type: str
     default: ""
-  manager:
-    description: C(systemd) or C(supervisor).
-    type: str
-    choices: [systemd, supervisor]
-    required: true
-  name:
-    description: Unit name under systemd.
-    type: str
-    default: kimi-sglang
-  pid_file:
-    description: Supervisor pid file.
-    type: path
-  state_file:
-    description: Supervisor state file.
-    type: path
   log_file:
     description: Server log file (supervisor).
     type: path
@@ -85,6 +70,8 @@ options:
     description: Lines of log to return.
     type: int
     default: 40
+extends_documentation_fragment:
+  - kimi_server_manager
 author:
   - kimi-deploy-kit maintainers
 """

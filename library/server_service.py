@@ -20,15 +20,6 @@ description:
   - Supports check mode (reports what it would do).
 version_added: "0.1.0"
 options:
-  manager:
-    description: C(systemd) or C(supervisor).
-    type: str
-    choices: [systemd, supervisor]
-    required: true
-  name:
-    description: Unit name (systemd) or the server's name in messages.
-    type: str
-    default: kimi-sglang
   state:
     description: C(started) or C(stopped).
     type: str
@@ -43,12 +34,6 @@ options:
   supervisor_script:
     description: Path of C(kimi-supervise).
     type: path
-  pid_file:
-    description: Supervisor pid file.
-    type: path
-  state_file:
-    description: Supervisor state file.
-    type: path
   stop_timeout:
     description: Seconds to wait for the server to stop before it is killed.
     type: int
@@ -61,6 +46,8 @@ options:
     description: Reload systemd's units first (the unit file was just written).
     type: bool
     default: false
+extends_documentation_fragment:
+  - kimi_server_manager
 author:
   - kimi-deploy-kit maintainers
 """
