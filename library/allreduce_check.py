@@ -222,8 +222,6 @@ import time  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 
 from ansible.module_utils.allreduce import (  # noqa: E402
-    PROBE_SOURCE,
-    WORKER_SOURCE,
     AllreduceError,
     build_results,
     check_probe,
@@ -236,10 +234,13 @@ from ansible.module_utils.allreduce import (  # noqa: E402
     message_sizes,
     parse_nccl_log,
     parse_probe,
+    probe_source,
     run_in_group,
     worker_environment,
     worker_failure_message,
+    worker_source,
 )
+from ansible.module_utils.allreduce_worker import make_config  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
@@ -349,7 +350,9 @@ def main() -> None:
     nothing = {"gpus": 0, "baseline_written": False}
 
     with tempfile.TemporaryDirectory(prefix="allreduce-check-") as workdir:
-        probe = run_in_group([python, "-c", PROBE_SOURCE], env, params["timeout"], workdir, "probe")
+        probe = run_in_group(
+            [python, "-c", probe_source()], env, params["timeout"], workdir, "probe"
+        )
         if probe.timed_out:
             module.fail_json(
                 msg=f"`{python} -c <probe>` (import torch, count GPUs) did not finish within "
@@ -384,17 +387,17 @@ def main() -> None:
         result_path = os.path.join(workdir, "result.json")
         worker_path = os.path.join(workdir, "allreduce_worker.py")
         with open(worker_path, "w") as handle:
-            handle.write(WORKER_SOURCE)
+            handle.write(worker_source())
         with open(config_path, "w") as handle:
             json.dump(
-                {
-                    "world_size": gpus,
-                    "sizes": sizes,
-                    "warmup": params["warmup"],
-                    "iterations": params["iterations"],
-                    "store": os.path.join(workdir, "store"),
-                    "result_file": result_path,
-                },
+                make_config(
+                    world_size=gpus,
+                    sizes=sizes,
+                    warmup=params["warmup"],
+                    iterations=params["iterations"],
+                    store=os.path.join(workdir, "store"),
+                    result_file=result_path,
+                ),
                 handle,
             )
         remaining = max(1.0, deadline - time.monotonic())

@@ -1,15 +1,17 @@
-"""All-reduce bandwidth check: the worker script, process control and pure logic.
+"""All-reduce bandwidth check: process control and pure logic.
 
 Shared by library/allreduce_check.py and the tests. The module runs two programs with the
-runtime environment's Python: PROBE_SOURCE (is torch there, how many GPUs does it see) and
-WORKER_SOURCE (one process per GPU, torch.distributed all_reduce over NCCL, timed with CUDA
-events). Everything else here is plain functions over their output: NCCL log parsing, the
-bandwidth arithmetic, the baseline comparison and the messages a user can act on.
+runtime environment's Python: module_utils/allreduce_probe.py (is torch there, how many GPUs
+does it see) and module_utils/allreduce_worker.py (one process per GPU, torch.distributed
+all_reduce over NCCL, timed with CUDA events). Everything else here is plain functions over
+their output: NCCL log parsing, the bandwidth arithmetic, the baseline comparison and the
+messages a user can act on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -18,8 +20,11 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from ansible.module_utils import allreduce_probe, allreduce_worker
+from ansible.module_utils.allreduce_probe import MARKER as PROBE_MARKER
+from ansible.module_utils.allreduce_probe import TORCH_ERROR
+
 DTYPE_BYTES = 2  # bf16
-PROBE_MARKER = "ALLREDUCE_PROBE "
 BASELINE_SCHEMA = 1
 # NCCL_DEBUG=INFO for these subsystems prints the transport of every channel connection, the
 # NVLS channel count and the NCCL_* variables it took from the environment.
@@ -34,126 +39,21 @@ class AllreduceError(Exception):
 
 
 # --------------------------------------------------------------------------------------------
-# Programs run with the runtime Python. Standalone: they import nothing from this kit.
-
-PROBE_SOURCE = r"""
-import json
-import sys
-
-MARKER = "ALLREDUCE_PROBE "
-try:
-    import torch
-    import torch.distributed as dist
-except Exception as exc:  # ImportError, or a torch that fails to load its libraries
-    print(MARKER + json.dumps({"torch_error": type(exc).__name__ + ": " + str(exc)}))
-    sys.stdout.flush()
-    sys.exit(3)
-info = {
-    "python": sys.version.split()[0],
-    "torch": torch.__version__,
-    "cuda": torch.version.cuda,
-    "cuda_available": torch.cuda.is_available(),
-    "gpus": torch.cuda.device_count(),
-    "nccl_available": dist.is_available() and dist.is_nccl_available(),
-    "nccl": None,
-    "gpu_names": [],
-}
-if info["gpus"]:
-    info["gpu_names"] = [torch.cuda.get_device_name(i) for i in range(info["gpus"])]
-    try:
-        info["nccl"] = ".".join(str(part) for part in torch.cuda.nccl.version())
-    except Exception as exc:
-        info["nccl_error"] = type(exc).__name__ + ": " + str(exc)
-print(MARKER + json.dumps(info))
-"""
-
-WORKER_SOURCE = r'''
-"""All-reduce bandwidth worker written out by the allreduce_check Ansible module.
-
-Usage: python worker.py CONFIG.json. Spawns one process per GPU (torch.multiprocessing), joins
-them in an NCCL process group through a file store, and for each message size: checks one
-all_reduce of bf16 data for the right sum, runs warm-up iterations, then times `iterations`
-all_reduce calls with CUDA events. Rank 0 writes the per-size mean time (the slowest rank's)
-to the config's result_file.
-"""
-import json
-import sys
+# Programs run with the runtime Python: module_utils/allreduce_probe.py and allreduce_worker.py.
+# They are files of their own so that ruff lints them and tests import them. Importing them here
+# makes Ansible ship them in the module's payload (it packs every module_utils file a module
+# imports), so they reach the host with the module, in step with it, and allreduce_check needs
+# no parameter naming a copied file (copying them like roles/server/files/kimi_supervise.py
+# would). They run in the runtime's Python, not the module's, so the module hands over their
+# source: the probe with -c, the worker as a file in the module's private (0700) work folder.
 
 
-def rank_main(rank, cfg):
-    import torch
-    import torch.distributed as dist
-
-    world = cfg["world_size"]
-    torch.cuda.set_device(rank)
-    device = torch.device("cuda", rank)
-    dist.init_process_group(
-        "nccl",
-        init_method="file://" + cfg["store"],
-        rank=rank,
-        world_size=world,
-        device_id=device,
-    )
-    try:
-        generator = torch.Generator(device=device)
-        generator.manual_seed(1234 + rank)
-        expected = float(world * (world + 1) // 2)
-        times_us = []
-        wrong = []
-        for nbytes in cfg["sizes"]:
-            numel = nbytes // 2
-            data = torch.full((numel,), float(rank + 1), dtype=torch.bfloat16, device=device)
-            dist.all_reduce(data)
-            if not bool(torch.all(data == expected)):
-                wrong.append(nbytes)
-            data.normal_(generator=generator)
-            for _ in range(cfg["warmup"]):
-                dist.all_reduce(data)
-            torch.cuda.synchronize(device)
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(cfg["iterations"]):
-                dist.all_reduce(data)
-            end.record()
-            end.synchronize()
-            times_us.append(start.elapsed_time(end) * 1000.0 / cfg["iterations"])
-            del data
-        # The collective is as slow as its slowest rank.
-        slowest = torch.tensor(times_us, dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        flags = torch.tensor([1.0 if nbytes in wrong else 0.0 for nbytes in cfg["sizes"]],
-                             dtype=torch.float64, device=device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        torch.cuda.synchronize(device)
-        if rank == 0:
-            result = {
-                "sizes": cfg["sizes"],
-                "time_us": slowest.tolist(),
-                "wrong_sizes": [n for n, f in zip(cfg["sizes"], flags.tolist()) if f],
-                "world_size": world,
-                "torch": torch.__version__,
-                "cuda": torch.version.cuda,
-                "nccl": ".".join(str(part) for part in torch.cuda.nccl.version()),
-                "gpu_names": [torch.cuda.get_device_name(i) for i in range(world)],
-            }
-            with open(cfg["result_file"], "w") as handle:
-                json.dump(result, handle)
-    finally:
-        dist.destroy_process_group()
+def probe_source() -> str:
+    return inspect.getsource(allreduce_probe)
 
 
-def main():
-    with open(sys.argv[1]) as handle:
-        cfg = json.load(handle)
-    import torch.multiprocessing as mp
-
-    mp.spawn(rank_main, args=(cfg,), nprocs=cfg["world_size"], join=True)
-
-
-if __name__ == "__main__":
-    main()
-'''
+def worker_source() -> str:
+    return inspect.getsource(allreduce_worker)
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,9 +331,9 @@ def parse_probe(result: ProcessResult, python: str) -> dict:
         if line.startswith(PROBE_MARKER):
             with contextlib.suppress(ValueError):
                 info = json.loads(line[len(PROBE_MARKER) :])
-    if info and "torch_error" in info:
+    if info and TORCH_ERROR in info:
         raise AllreduceError(
-            f"torch is not importable by {python} ({info['torch_error']}). Needed: the runtime "
+            f"torch is not importable by {python} ({info[TORCH_ERROR]}). Needed: the runtime "
             "virtual environment's Python, with the CUDA build of PyTorch that the server uses. "
             "Fix: run the runtime stage first, or set python to that environment's "
             "bin/python (e.g. /opt/kimi/venv/bin/python)."

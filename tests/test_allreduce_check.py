@@ -7,16 +7,17 @@ import itertools
 import json
 import os
 import stat
+import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from ansible.module_utils import allreduce_probe, allreduce_worker
 from ansible.module_utils.allreduce import (
-    PROBE_SOURCE,
-    WORKER_SOURCE,
     AllreduceError,
+    ProcessResult,
     bandwidth_row,
     build_results,
     bus_factor,
@@ -25,8 +26,11 @@ from ansible.module_utils.allreduce import (
     message_sizes,
     normalise_transport,
     parse_nccl_log,
+    parse_probe,
+    probe_source,
     results_csv,
     worker_environment,
+    worker_source,
 )
 
 from tests.modules import run_module
@@ -193,9 +197,75 @@ def test_worker_environment_keeps_nccl_env_and_forces_debug():
     assert "NCCL_DEBUG_FILE" not in env
 
 
-def test_embedded_programs_are_valid_python():
-    compile(PROBE_SOURCE, "probe", "exec")
-    compile(WORKER_SOURCE, "allreduce_worker.py", "exec")
+# --------------------------------------------------------------------------------------------
+# The programs, imported here and run as the module runs them, in a Python without torch or
+# Ansible (-I -S: the standard library alone, no site-packages, no PYTHONPATH).
+
+
+def run_program(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-I", "-S", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_programs_shipped_are_the_files_tests_import():
+    assert probe_source() == Path(allreduce_probe.__file__).read_text()
+    assert worker_source() == Path(allreduce_worker.__file__).read_text()
+
+
+def test_probe_without_torch_reports_it_with_its_exit_code(tmp_path):
+    done = run_program(["-c", probe_source()], tmp_path)
+    assert done.returncode == allreduce_probe.EXIT_NO_TORCH
+    [line] = done.stdout.splitlines()
+    assert line.startswith(allreduce_probe.MARKER)
+    report = json.loads(line[len(allreduce_probe.MARKER) :])
+    assert report[allreduce_probe.TORCH_ERROR].startswith("ModuleNotFoundError: ")
+    # The module reads that line with the same marker and tells the user what to fix.
+    result = ProcessResult(done.returncode, done.stdout, False, [], 0.1)
+    with pytest.raises(AllreduceError, match="torch is not importable by /venv/bin/python"):
+        parse_probe(result, "/venv/bin/python")
+
+
+def test_probe_report_line_round_trips_through_parse_probe():
+    info = {"python": "3.12.3", "torch": "2.11.0+cu130", "gpus": 2, "gpu_names": ["H200"] * 2}
+    line = allreduce_probe.report_line(info)
+    assert line.startswith("ALLREDUCE_PROBE {")
+    said = ProcessResult(0, "some warning\n" + line + "\n", False, [], 0.1)
+    assert parse_probe(said, "python3") == info
+    assert allreduce_probe.error_text(OSError("libcudart.so.13")) == "OSError: libcudart.so.13"
+
+
+def test_worker_config_and_its_checks(tmp_path):
+    config = allreduce_worker.make_config(2, [32768, 65536], 1, 2, "/w/store", "/w/result.json")
+    assert tuple(config) == allreduce_worker.CONFIG_KEYS
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert allreduce_worker.read_config([str(path)]) == config
+    path.write_text(json.dumps({k: v for k, v in config.items() if k != "store"}))
+    with pytest.raises(SystemExit) as stopped:
+        allreduce_worker.read_config([str(path)])
+    assert stopped.value.code == allreduce_worker.EXIT_USAGE
+    # As the host runs it: a file, no torch needed to refuse a bad invocation.
+    (tmp_path / "allreduce_worker.py").write_text(worker_source())
+    done = run_program(["allreduce_worker.py"], tmp_path)
+    assert done.returncode == allreduce_worker.EXIT_USAGE
+    assert "usage: allreduce_worker.py CONFIG.json" in done.stderr
+    done = run_program(["allreduce_worker.py", str(path)], tmp_path)
+    assert done.returncode == allreduce_worker.EXIT_USAGE
+    assert "missing store" in done.stderr
+
+
+def test_worker_reports_the_sizes_any_rank_flagged():
+    sizes = [32768, 65536, 131072]
+    assert allreduce_worker.flagged_sizes(sizes, [0.0, 1.0, 0.0]) == [65536]
+    assert allreduce_worker.flagged_sizes(sizes, [0.0, 0.0, 0.0]) == []
+    with pytest.raises(ValueError):
+        allreduce_worker.flagged_sizes(sizes, [1.0])
 
 
 # --------------------------------------------------------------------------------------------
