@@ -171,20 +171,17 @@ repaired:
 """
 
 import contextlib  # noqa: E402
+import inspect  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
+from ansible.module_utils import weights_worker  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host_inspect import disk_space  # noqa: E402
 from ansible.module_utils.weights import (  # noqa: E402
-    EXIT_AUTH,
-    EXIT_DISK_FULL,
-    EXIT_NOT_FOUND,
-    EXIT_REVISION,
-    WORKER,
     bytes_on_disk,
     inspect_files,
     now_iso,
@@ -192,6 +189,15 @@ from ansible.module_utils.weights import (  # noqa: E402
     remove_stale,
     write_json_atomic,
     write_manifest,
+)
+from ansible.module_utils.weights_worker import (  # noqa: E402
+    EXIT_AUTH,
+    EXIT_DISK_FULL,
+    EXIT_NOT_FOUND,
+    EXIT_REVISION,
+    KIND_INVALID_TOKEN,
+    PROCESS_MARK,
+    last_error,
 )
 
 GIB = 1 << 30
@@ -217,7 +223,7 @@ def kill_previous_worker(pid_file: str) -> None:
         with open(pid_file) as handle:
             pid = int(handle.read().strip())
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            ours = b"kimi-weights-worker" in handle.read()
+            ours = PROCESS_MARK.encode() in handle.read()
     except (OSError, ValueError):
         return
     if ours:
@@ -348,9 +354,20 @@ class Download:
         self.log(f"transfer: {spec['transfer']}")
         log = open(self.p["log_file"], "a")  # noqa: SIM115 - handed to the child
         try:
+            # The worker is module_utils/weights_worker.py: imported above, so Ansible ships it
+            # in this module's payload, and handed as source to the tools environment's Python
+            # (huggingface_hub, no Ansible); its exit codes and error kinds come from the same
+            # import. A copied file (as roles/server/files/kimi_supervise.py is) would need a
+            # parameter naming it, and could fall out of step with the module.
             child = subprocess.Popen(
                 # The marker lets a later run recognise a worker this module left behind.
-                [self.p["python"], "-c", WORKER, json.dumps(spec), "kimi-weights-worker"],
+                [
+                    self.p["python"],
+                    "-c",
+                    inspect.getsource(weights_worker),
+                    json.dumps(spec),
+                    PROCESS_MARK,
+                ],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -378,13 +395,7 @@ class Download:
                 lines = handle.read().splitlines()[-50:]
         except OSError:
             return {}
-        for line in reversed(lines):
-            if line.startswith('{"error"'):
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    break
-        return {}
+        return last_error(lines)
 
     def watch(self) -> int:
         """Run the child until it finishes; restart it on stalls and crashes."""
@@ -454,7 +465,7 @@ class Download:
             raise Failure(self.disk_message(self.free(), max(0, self.total - done)))
         if code == EXIT_AUTH:
             kind = error.get("error")
-            if kind == "invalid_token":
+            if kind == KIND_INVALID_TOKEN:
                 raise Failure(
                     f"the hub rejected the Hugging Face token while downloading {repo} (401). "
                     "Fix: set a valid token (HF_TOKEN, kimi_hf_token or `hf auth login`)."

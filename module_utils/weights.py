@@ -1,8 +1,9 @@
-"""Weights on disk: manifest, verification, progress accounting and the download worker.
+"""Weights on disk: manifest, verification and progress accounting.
 
 Shared by library/weights_check.py, weights_download.py and weights_status.py. The layout of
 one repository's folder (local_dir) is huggingface_hub's local_dir layout, plus the kit's
-manifest beside the weights:
+manifest beside the weights (the download worker, module_utils/weights_worker.py, writes the
+kit's own partial files):
 
     <local_dir>/<files of the repo>
     <local_dir>/.cache/huggingface/download/<file>.metadata      huggingface_hub's own
@@ -19,110 +20,11 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible.module_utils.weights_worker import PARTIAL_SUFFIX, partial_suffix
+
 MANIFEST = "kimi-manifest.json"
 HF_STATE = os.path.join(".cache", "huggingface")
 CHUNK = 8 << 20
-# Exit codes of the download worker, so the module can tell its failures apart.
-EXIT_AUTH, EXIT_REVISION, EXIT_NOT_FOUND, EXIT_DISK_FULL = 2, 3, 4, 5
-
-WORKER = r"""
-import errno, json, os, sys
-from concurrent.futures import ThreadPoolExecutor
-
-spec = json.loads(sys.argv[1])
-
-
-def stop(code, kind, error):
-    print(json.dumps({"error": kind, "detail": str(error)[:2000]}), file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def hub_transfer():
-    # huggingface_hub's own path: xet where the hub offers it, HTTP otherwise.
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
-                                        RevisionNotFoundError)
-    try:
-        # Only what is missing: files already verified are not looked at again.
-        snapshot_download(repo_id=spec["repo_id"], revision=spec["revision"],
-                          local_dir=spec["local_dir"], max_workers=spec["max_workers"],
-                          allow_patterns=spec["missing"])
-    except GatedRepoError as error:
-        stop(2, "gated", error)
-    except RevisionNotFoundError as error:
-        stop(3, "revision_not_found", error)
-    except RepositoryNotFoundError as error:
-        stop(4, "not_found", error)
-    except HfHubHTTPError as error:
-        if error.response is not None and error.response.status_code == 401:
-            stop(2, "invalid_token", error)
-        raise
-
-
-def http_transfer():
-    # Plain HTTP from /resolve/, resuming inside files with Range requests.
-    import urllib.error
-    import urllib.request
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    token = os.environ.get("HF_TOKEN")
-    partial_root = os.path.join(spec["local_dir"], ".cache", "huggingface", "download")
-
-    def fetch(entry):
-        final = os.path.join(spec["local_dir"], entry["path"])
-        size = entry.get("size")
-        if os.path.exists(final) and (size is None or os.path.getsize(final) == size):
-            return
-        suffix = f".{spec['revision'][:12]}.kimi.incomplete"
-        part = os.path.join(partial_root, entry["path"] + suffix)
-        os.makedirs(os.path.dirname(part), exist_ok=True)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        have = os.path.getsize(part) if os.path.exists(part) else 0
-        if size is not None and have > size:
-            have = 0
-        if size is None or have < size:
-            url = f"{endpoint}/{spec['repo_id']}/resolve/{spec['revision']}/{entry['path']}"
-            request = urllib.request.Request(url)
-            if token:
-                # Unredirected: never sent on to a storage host that a redirect points at.
-                request.add_unredirected_header("Authorization", f"Bearer {token}")
-            if have:
-                request.add_header("Range", f"bytes={have}-")
-            with urllib.request.urlopen(request, timeout=120) as response:
-                if have and response.status != 206:
-                    have = 0
-                with open(part, "ab" if have else "wb") as out:
-                    while block := response.read(1 << 20):
-                        out.write(block)
-        if size is not None and os.path.getsize(part) != size:
-            raise OSError(f"{entry['path']}: got {os.path.getsize(part)} of {size} bytes")
-        os.replace(part, final)
-
-    try:
-        with ThreadPoolExecutor(spec["max_workers"]) as pool:
-            list(pool.map(fetch, spec["files"]))
-    except urllib.error.HTTPError as error:
-        code = error.headers.get("X-Error-Code")
-        if code == "GatedRepo":
-            stop(2, "gated", error)
-        if error.code == 401:
-            stop(2, "invalid_token", error)
-        if code == "RevisionNotFound":
-            stop(3, "revision_not_found", error)
-        if code == "RepoNotFound":
-            stop(4, "not_found", error)
-        raise
-
-
-try:
-    if spec["transfer"] == "hub":
-        hub_transfer()
-    else:
-        http_transfer()
-except OSError as error:
-    if error.errno == errno.ENOSPC:
-        stop(5, "disk_full", error)
-    raise
-"""
 
 
 def file_entries(files: list[dict]) -> dict[str, dict]:
@@ -284,14 +186,14 @@ def remove_stale(local_dir: str, paths: list[str]) -> None:
 
 def partial_files(local_dir: str, revision: str, transfer: str | None = None) -> list[str]:
     """Partial downloads: the kit's own (per revision) and, for the hub transfer, hub ones."""
-    mine = f".{revision[:12]}.kimi.incomplete"
+    mine = partial_suffix(revision)
     found = []
     for root, _dirs, names in os.walk(os.path.join(local_dir, HF_STATE, "download")):
         for name in names:
             if name.endswith(mine) or (
                 transfer in (None, "hub")
                 and name.endswith(".incomplete")
-                and not name.endswith(".kimi.incomplete")
+                and not name.endswith(PARTIAL_SUFFIX)
             ):
                 found.append(os.path.join(root, name))
     return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import subprocess
@@ -10,7 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.weights import inspect_files, progress_line, write_manifest
+from ansible.module_utils import weights_worker
+from ansible.module_utils.weights import (
+    bytes_on_disk,
+    inspect_files,
+    partial_files,
+    progress_line,
+    write_manifest,
+)
 
 from tests.modules import assert_unchanged, run_module
 
@@ -317,3 +325,109 @@ def test_weights_check_records_files_it_verified(tmp_path):
     untouched = run_module("weights_check", {**args, "revision": "s" * 40}, check_mode=True)
     assert_unchanged(untouched)
     assert untouched["hashed"] == 2
+
+
+# --------------------------------------------------------------------------------------------
+# The download worker (module_utils/weights_worker.py): its pure parts, and the program itself
+# run as the module runs it, in a Python with the standard library alone (-I -S: no Ansible,
+# no huggingface_hub), over its plain HTTP transfer against the local hub.
+
+
+@pytest.mark.parametrize(
+    "x_error_code, status, expected",
+    [
+        ("GatedRepo", 401, (weights_worker.EXIT_AUTH, "gated")),
+        ("GatedRepo", 403, (weights_worker.EXIT_AUTH, "gated")),
+        (None, 401, (weights_worker.EXIT_AUTH, "invalid_token")),
+        ("RevisionNotFound", 404, (weights_worker.EXIT_REVISION, "revision_not_found")),
+        ("RepoNotFound", 404, (weights_worker.EXIT_NOT_FOUND, "not_found")),
+        ("EntryNotFound", 404, None),
+        (None, 500, None),
+    ],
+)
+def test_worker_maps_hub_answers_to_its_exit_codes(x_error_code, status, expected):
+    assert weights_worker.http_failure(x_error_code, status) == expected
+
+
+def test_worker_error_line_is_what_the_module_reads_back():
+    line = weights_worker.error_line(weights_worker.KIND_DISK_FULL, "x" * 5000)
+    assert line.startswith(weights_worker.ERROR_PREFIX)
+    assert len(json.loads(line)["detail"]) == weights_worker.DETAIL_CHARS
+    older = weights_worker.error_line(weights_worker.KIND_GATED, "first")
+    log = [older, "Traceback (most recent call last):", line, "exit"]
+    assert weights_worker.last_error(log)["error"] == "disk_full"
+    assert weights_worker.last_error(["no error here"]) == {}
+    # A cut-off last error line is not mistaken for an older one.
+    assert weights_worker.last_error([older, line[:20]]) == {}
+
+
+def test_worker_partial_files_are_the_ones_the_module_counts(tmp_path):
+    revision = "0123456789abcdef" * 2 + "01234567"
+    suffix = weights_worker.partial_suffix(revision)
+    part = tmp_path / weights_worker.PARTIAL_DIR / f"a.bin{suffix}"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"x" * 10)
+    assert part.name == "a.bin.0123456789ab.kimi.incomplete"
+    assert partial_files(str(tmp_path), revision, "http") == [str(part)]
+    listing = [{"path": "a.bin", "size": 20}]
+    assert bytes_on_disk(str(tmp_path), listing, revision, "http") == (10, 0)
+    # Another revision's partial file is not this download's progress.
+    assert partial_files(str(tmp_path), "f" * 40, "http") == []
+    assert weights_worker.resume_offset(10, 20) == 10
+    assert weights_worker.resume_offset(30, 20) == 0
+    assert weights_worker.resume_offset(30, None) == 30
+    assert weights_worker.resolve_url("http://h:1/", "o/n", "r", "d/f.json") == (
+        "http://h:1/o/n/resolve/r/d/f.json"
+    )
+
+
+def run_worker(spec: dict, endpoint: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            inspect.getsource(weights_worker),
+            json.dumps(spec),
+            weights_worker.PROCESS_MARK,
+        ],
+        env={"PATH": "/usr/bin:/bin", "HF_ENDPOINT": endpoint},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_worker_program_downloads_and_reports_hub_errors(tmp_path):
+    from tests.hub_server import LocalHub
+
+    data = {"a.safetensors": os.urandom(3 << 20), "config.json": b'{"x": 1}'}
+    with LocalHub() as hub:
+        hub.add_repo("o/open", data)
+        hub.add_repo("o/gated", data, gated=True)
+        spec = {
+            "repo_id": "o/open",
+            "revision": hub.repos["o/open"].sha,
+            "local_dir": str(tmp_path / "w"),
+            "max_workers": 2,
+            "transfer": "http",
+            "files": [{"path": name, "size": len(content)} for name, content in data.items()],
+            "missing": list(data),
+        }
+        done = run_worker(spec, hub.url)
+        assert done.returncode == 0, done.stderr
+        for name, content in data.items():
+            assert (tmp_path / "w" / name).read_bytes() == content
+        assert not partial_files(str(tmp_path / "w"), spec["revision"], "http")
+
+        cases = [
+            ({"repo_id": "o/gated"}, weights_worker.EXIT_AUTH, "gated"),
+            ({"revision": "f" * 40}, weights_worker.EXIT_REVISION, "revision_not_found"),
+            ({"repo_id": "o/none"}, weights_worker.EXIT_NOT_FOUND, "not_found"),
+        ]
+        for change, code, kind in cases:
+            failed = run_worker({**spec, **change, "local_dir": str(tmp_path / kind)}, hub.url)
+            assert failed.returncode == code, failed.stderr
+            assert weights_worker.last_error(failed.stderr.splitlines())["error"] == kind
