@@ -217,7 +217,7 @@ from datetime import datetime, timezone  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.gpu_topology import normalise_bus_id  # noqa: E402
-from ansible.module_utils.host_inspect import (  # noqa: E402
+from ansible.module_utils.pci_acs import (  # noqa: E402
     acs_redirects,
     parse_acs,
     upstream_bridges,

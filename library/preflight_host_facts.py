@@ -73,7 +73,10 @@ fabricmanager:
   returned: always
   type: dict
 acs:
-  description: checked, reason when not, bridges with their ACSCtl flags, redirecting bridges.
+  description: >-
+    The ACS report of module_utils/pci_acs.py (the one host_tuning writes) - checked, reason
+    when not (or GPUs missing from sysfs), lspci used, GPU bus ids, bridges with their ACSCtl
+    flags and the GPUs below them, the redirecting bridges.
   returned: always
   type: dict
 """
@@ -81,14 +84,8 @@ acs:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.gpu_topology import normalise_bus_id  # noqa: E402
-from ansible.module_utils.host_inspect import (  # noqa: E402
-    acs_redirects,
-    bytes_present,
-    disk_space,
-    parse_acs,
-    upstream_bridges,
-)
+from ansible.module_utils.host_inspect import bytes_present, disk_space  # noqa: E402
+from ansible.module_utils.pci_acs import acs_report, acs_unchecked  # noqa: E402
 
 
 def read_pid1() -> str:
@@ -130,41 +127,9 @@ def fabricmanager_state(module: AnsibleModule, pid1: str) -> dict:
 
 def acs_state(module: AnsibleModule, bus_ids: list[str]) -> dict:
     if not bus_ids:
-        return {"checked": False, "reason": "not asked", "bridges": [], "redirecting": []}
-    lspci = module.get_bin_path(module.params["lspci_path"])
-    if not lspci:
-        return {
-            "checked": False,
-            "reason": "lspci not found (install pciutils to check ACS)",
-            "bridges": [],
-            "redirecting": [],
-        }
-    bridges: dict[str, dict] = {}
-    missing = []
-    for bus_id in bus_ids:
-        device = f"/sys/bus/pci/devices/{normalise_bus_id(bus_id)}"
-        if not os.path.exists(device):
-            missing.append(bus_id)
-            continue
-        for bridge in upstream_bridges(device):
-            if bridge in bridges:
-                continue
-            rc, out, _err = module.run_command([lspci, "-vvv", "-s", bridge])
-            flags = parse_acs(out) if rc == 0 else None
-            bridges[bridge] = {"bdf": bridge, "acsctl": flags, "redirects": acs_redirects(flags)}
-    if missing and not bridges:
-        return {
-            "checked": False,
-            "reason": f"GPUs {', '.join(missing)} not found in /sys/bus/pci/devices",
-            "bridges": [],
-            "redirecting": [],
-        }
-    return {
-        "checked": True,
-        "reason": None,
-        "bridges": list(bridges.values()),
-        "redirecting": [b["bdf"] for b in bridges.values() if b["redirects"]],
-    }
+        return acs_unchecked("not asked")
+    name = module.params["lspci_path"]
+    return acs_report(bus_ids, module.get_bin_path(name), module.run_command, lspci_name=name)
 
 
 def main() -> None:

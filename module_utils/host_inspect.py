@@ -1,15 +1,13 @@
-"""Host-side inspection for preflight: disk, weights already present, fabric manager, PCIe ACS.
+"""Host-side inspection for preflight: disk, weights already present, live processes.
 
 Pure helpers with their inputs passed in (paths, command output), so tests can drive them
-with captured text; library/preflight_host_facts.py runs the commands.
+with captured text; library/preflight_host_facts.py runs the commands. The PCIe ACS walk is
+module_utils/pci_acs.py, shared with host tuning.
 """
 
 from __future__ import annotations
 
 import os
-import re
-
-BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 def nearest_existing(path: str) -> str:
@@ -47,34 +45,6 @@ def bytes_present(repo_dir: str, files: list[dict]) -> dict:
             present_bytes += size
             present_files += 1
     return {"bytes_present": present_bytes, "files_present": present_files}
-
-
-def upstream_bridges(device_sysfs_path: str) -> list[str]:
-    """PCI bridges between a device and its root complex, nearest first, from sysfs."""
-    parts = os.path.realpath(device_sysfs_path).split(os.sep)
-    chain = [part for part in parts if BDF.match(part)]
-    return list(reversed(chain[:-1]))
-
-
-def parse_acs(lspci_text: str) -> dict[str, str] | None:
-    """ACSCtl flags of one device from `lspci -vvv -s BDF`; None when it has no ACS."""
-    match = re.search(r"ACSCtl:\s*(.+)", lspci_text)
-    if not match:
-        return None
-    return {
-        flag.rstrip("+-"): ("on" if flag.endswith("+") else "off")
-        for flag in match.group(1).split()
-        if flag.endswith(("+", "-"))
-    }
-
-
-def acs_redirects(flags: dict[str, str] | None) -> bool:
-    """Whether ACS sends peer-to-peer requests up to the root complex (or blocks them)."""
-    if not flags:
-        return False
-    return flags.get("SrcValid") == "on" and (
-        flags.get("ReqRedir") == "on" or flags.get("CmpltRedir") == "on"
-    )
 
 
 def pid_alive(pid: int | None) -> bool:

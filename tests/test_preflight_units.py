@@ -6,10 +6,10 @@ import copy
 import os
 
 import pytest
-from ansible.module_utils.host_inspect import (
+from ansible.module_utils.host_inspect import bytes_present, nearest_existing
+from ansible.module_utils.pci_acs import (
     acs_redirects,
-    bytes_present,
-    nearest_existing,
+    acs_report,
     parse_acs,
     upstream_bridges,
 )
@@ -49,6 +49,83 @@ def test_upstream_bridges_from_sysfs_layout(tmp_path):
     link = tmp_path / "bus_pci_devices_0000:05:00.0"
     link.symlink_to(device)
     assert upstream_bridges(str(link)) == ["0000:03:08.0", "0000:02:00.0", "0000:00:01.1"]
+
+
+ACS_OFF = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+ACS_REDIRECT = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+
+
+def pcie_switch(root, gpus: list[str]) -> None:
+    """One root port, one switch (upstream and a downstream port per GPU), linked as sysfs
+    links /sys/bus/pci/devices/BDF to the device's place in the tree."""
+    for slot, gpu in enumerate(gpus):
+        device = root / f"sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:0{slot}.0/{gpu}"
+        device.mkdir(parents=True)
+        link = root / "sys/bus/pci/devices" / gpu
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(device, link.parent))
+
+
+class Lspci:
+    """Answers `lspci -vvv -s BDF` as lspci prints it, from bridge to ACSCtl flags; counts calls."""
+
+    def __init__(self, acsctl: dict[str, str], failing: tuple[str, ...] = ()):
+        self.acsctl, self.failing, self.asked = acsctl, failing, []
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        assert argv[:3] == ["/usr/bin/lspci", "-vvv", "-s"]
+        bdf = argv[3]
+        self.asked.append(bdf)
+        if bdf in self.failing:
+            return 1, "", f"lspci: -s: Invalid slot number {bdf}\n"
+        text = f"{bdf} PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch\n"
+        if bdf in self.acsctl:
+            text += "\tCapabilities: [1d0 v1] Access Control Services\n"
+            text += f"\t\tACSCtl:\t{self.acsctl[bdf]}\n"
+        return 0, text, ""
+
+
+def test_acs_report_reads_each_bridge_once_and_names_the_redirecting_ones(tmp_path):
+    pcie_switch(tmp_path, ["0000:05:00.0", "0000:06:00.0"])
+    lspci = Lspci(
+        {"0000:01:00.0": ACS_REDIRECT, "0000:02:00.0": ACS_OFF}, failing=("0000:02:01.0",)
+    )
+    # nvidia-smi's 8-digit domain, upper case; a third GPU this sysfs does not have.
+    bus_ids = ["00000000:05:00.0", "00000000:06:00.0", "00000000:C5:00.0"]
+    report = acs_report(bus_ids, "/usr/bin/lspci", lspci, root=str(tmp_path))
+    assert sorted(lspci.asked) == sorted(set(lspci.asked)), "a shared bridge was read twice"
+    assert report["gpus"] == ["0000:05:00.0", "0000:06:00.0", "0000:c5:00.0"]
+    assert [b["bdf"] for b in report["bridges"]] == [
+        "0000:00:01.1",
+        "0000:01:00.0",
+        "0000:02:00.0",
+        "0000:02:01.0",
+    ]
+    bridges = {b["bdf"]: b for b in report["bridges"]}
+    assert bridges["0000:01:00.0"]["gpus"] == ["0000:05:00.0", "0000:06:00.0"]
+    assert bridges["0000:02:01.0"] == {
+        "bdf": "0000:02:01.0",
+        "acsctl": None,
+        "redirects": False,
+        "gpus": ["0000:06:00.0"],
+    }
+    assert bridges["0000:02:00.0"]["acsctl"]["ReqRedir"] == "off"
+    assert report["redirecting"] == ["0000:01:00.0"]
+    # Checked (two GPUs were found), with the missing one named.
+    assert report["checked"] is True
+    assert report["reason"] == f"GPUs 0000:c5:00.0 not found under {tmp_path}/sys/bus/pci/devices"
+
+
+def test_acs_report_not_checked_without_lspci_or_gpus_in_sysfs(tmp_path):
+    lspci = Lspci({})
+    none_found = acs_report(["00000000:05:00.0"], "/usr/bin/lspci", lspci, root=str(tmp_path))
+    assert none_found["checked"] is False and "0000:05:00.0 not found" in none_found["reason"]
+    assert none_found["bridges"] == [] and lspci.asked == []
+    pcie_switch(tmp_path, ["0000:05:00.0"])
+    no_lspci = acs_report(["0000:05:00.0"], None, lspci, root=str(tmp_path), lspci_name="lspci")
+    assert no_lspci["checked"] is False and no_lspci["lspci"] is None
+    assert no_lspci["reason"].startswith("lspci not found (lspci): install pciutils")
+    assert lspci.asked == []
 
 
 def test_bytes_present_counts_only_files_of_the_right_size(tmp_path):
