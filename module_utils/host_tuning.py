@@ -1,272 +1,280 @@
-"""Host tuning: pure helpers for library/host_tuning.py (and its tests).
+"""Host tuning: what library/host_tuning.py does, in order - apply and record, or restore.
 
-Paths of kernel state that is not namespaced (/proc/sys, /sys) are always built from a root
-prefix, so that tests can point them at a fake tree instead of the machine they run on.
-The state file records, per changed value, what it was before the first change, so that a
-restore can put it back however often the tuning ran in between.
+The subsystems live beside it: host values (sysctls, CPU governor, configuration files) in
+tuning_host_values.py, GPU services (persistence mode, fabric manager) in
+tuning_gpu_services.py, units and processes in tuning_services.py, the record of previous
+values in tuning_record.py, and the PCIe ACS walk shared with preflight in pci_acs.py. Each
+entry point returns the module's result; `failed` in it says to fail.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
-import re
+from collections.abc import Callable
 
-STATE_SCHEMA = 1
-NCCL_KEY = re.compile(r"^NCCL_[A-Z0-9_]+$")
-# NCCL reads at most 1023 characters of a value from its configuration file.
-NCCL_VALUE_MAX = 1023
-SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_-]+)+$")
-CPU_DIR = re.compile(r"^cpu(\d+)$")
-VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)\b")
-# The header has no "=": NCCL takes every line with one as a variable.
-NCCL_CONF_HEADER = (
-    "# Written by the kimi kit tuning role (NCCL environment of this host's hardware profile).\n"
-    "# One KEY and value per line; variables already in a process environment win over these.\n"
+from ansible.module_utils.pci_acs import acs_report, acs_unchecked
+from ansible.module_utils.tuning_gpu_services import (
+    check_fabricmanager,
+    known_gpus,
+    restore_persistence,
+    tune_fabricmanager,
+    tune_persistence,
 )
-SYSCTL_CONF_HEADER = "# Written by the kimi kit tuning role; teardown.yml removes or restores it.\n"
+from ansible.module_utils.tuning_host_values import (
+    nccl_environment_problems,
+    restore_cpufreq,
+    restore_file,
+    restore_sysctl,
+    sysctl_problems,
+    tune_files,
+    tune_governor,
+    tune_sysctls,
+)
+from ansible.module_utils.tuning_record import (
+    RunCommand,
+    StateFileError,
+    TuningAbort,
+    TuningError,
+    TuningRun,
+    Which,
+    atomic_write,
+    describe,
+    public,
+    read_text,
+    summarise,
+)
+from ansible.module_utils.tuning_services import (
+    restore_process,
+    restore_service,
+    service_manager,
+)
+
+# Who puts back a recorded entry, by its kind in the state file.
+RESTORERS = {
+    "sysctl": restore_sysctl,
+    "cpufreq": restore_cpufreq,
+    "file": restore_file,
+    "persistence_mode": restore_persistence,
+    "service": restore_service,
+    "process": restore_process,
+}
 
 
-class TuningError(Exception):
-    """A failure with a message that says what was found, what is needed and how to fix it."""
-
-
-# --------------------------------------------------------------------------------------------
-# Paths under the root prefix.
-
-
-def under_root(root: str, path: str) -> str:
-    """An absolute path as seen through the root prefix ("/" leaves it as it is)."""
-    return os.path.join(root, path.lstrip("/"))
-
-
-def sysctl_path(root: str, name: str) -> str:
-    return under_root(root, "/proc/sys/" + name.replace(".", "/"))
-
-
-def cpufreq_governor_files(root: str) -> list[tuple[str, str]]:
-    """(cpu name, scaling_governor path) of every CPU with cpufreq, in CPU order."""
-    base = under_root(root, "/sys/devices/system/cpu")
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        match = CPU_DIR.match(name)
-        path = os.path.join(base, name, "cpufreq", "scaling_governor")
-        if match and os.path.isfile(path):
-            found.append((int(match.group(1)), name, path))
-    return [(name, path) for _number, name, path in sorted(found)]
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
-# --------------------------------------------------------------------------------------------
-# Inputs.
-
-
-def nccl_environment_problems(env: dict) -> list[str]:
-    problems = []
-    for key, value in env.items():
-        if not isinstance(key, str) or not NCCL_KEY.match(key):
-            problems.append(
-                f"key {key!r} is not an NCCL variable (needed: NCCL_ followed by capitals, "
-                "digits or _)"
-            )
-        if not isinstance(value, str):
-            problems.append(
-                f"{key}={value!r} is a {type(value).__name__}; needed a string (quote it in "
-                'YAML, e.g. NCCL_P2P_DISABLE: "1")'
-            )
-        elif not value or "\n" in value or len(value) > NCCL_VALUE_MAX:
-            problems.append(
-                f"{key} has an empty, multi-line or over-long value; needed one line of 1 to "
-                f"{NCCL_VALUE_MAX} characters"
-            )
-    if str(env.get("NCCL_P2P_DISABLE", "")) == "1" and "NCCL_P2P_LEVEL" in env:
-        problems.append(
-            "NCCL_P2P_DISABLE=1 and NCCL_P2P_LEVEL are both set: with P2P disabled the level "
-            "does nothing; keep one of the two"
-        )
-    return problems
-
-
-def sysctl_problems(sysctls: dict) -> list[str]:
-    problems = []
-    for name, value in sysctls.items():
-        if not SYSCTL_NAME.match(str(name)):
-            problems.append(f"sysctl name {name!r} is not dotted (e.g. kernel.numa_balancing)")
-        if not isinstance(value, str | int) or isinstance(value, bool) or "\n" in str(value):
-            problems.append(f"sysctl {name}={value!r}: needed a one-line string or integer")
-    return problems
-
-
-def render_nccl_conf(env: dict[str, str]) -> str:
-    return NCCL_CONF_HEADER + "".join(f"{key}={env[key]}\n" for key in sorted(env))
-
-
-def render_sysctl_conf(values: dict[str, str]) -> str:
-    return SYSCTL_CONF_HEADER + "".join(f"{name} = {values[name]}\n" for name in sorted(values))
-
-
-# --------------------------------------------------------------------------------------------
-# nvidia-smi and the fabric manager.
-
-GPU_QUERY = "--query-gpu=index,pci.bus_id,persistence_mode,driver_version"
-
-
-def parse_gpu_query(text: str) -> list[dict]:
-    """`nvidia-smi GPU_QUERY --format=csv,noheader` into index, bus id, persistence, driver."""
-    gpus = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        fields = [field.strip() for field in line.split(",")]
-        if len(fields) != 4 or not fields[0].isdigit():
-            raise TuningError(
-                f"nvidia-smi printed {line.strip()!r} where index, bus id, persistence mode and "
-                "driver version were expected. Fix: run `nvidia-smi "
-                f"{GPU_QUERY} --format=csv,noheader` by hand; an old driver lacks these fields."
-            )
-        gpus.append(
-            {
-                "index": int(fields[0]),
-                "bus_id": fields[1],
-                "persistence_mode": fields[2] == "Enabled",
-                "driver_version": fields[3],
-            }
-        )
-    return gpus
-
-
-def parse_version(text: str) -> str | None:
-    """The first dotted version in a tool's --version output."""
-    match = VERSION.search(text or "")
-    return match.group(1) if match else None
-
-
-def fabricmanager_package_hint(driver: str) -> str:
-    branch = driver.split(".", 1)[0] if driver else "<driver branch>"
-    return (
-        f"install the fabric manager of driver {driver or '<driver version>'} (Debian/Ubuntu: "
-        f"`apt-get install nvidia-fabricmanager-{branch}` at that exact version; RHEL: "
-        f"`dnf install nvidia-fabricmanager-{driver or '<version>'}`)"
+def new_run(
+    params: dict,
+    *,
+    check: bool,
+    diff: bool,
+    run_command: RunCommand,
+    which: Which,
+    warn: Callable[[str], None],
+) -> TuningRun:
+    return TuningRun(
+        params,
+        check=check,
+        diff=diff,
+        run_command=run_command,
+        which=which,
+        warn=warn,
+        manager=service_manager(params["service_manager"]),
     )
 
 
-# --------------------------------------------------------------------------------------------
-# The state file.
-
-
-def new_state() -> dict:
-    return {"schema": STATE_SCHEMA, "changes": {}}
-
-
-def load_state(text: str, path: str) -> dict:
-    try:
-        state = json.loads(text)
-    except ValueError as exc:
-        raise TuningError(
-            f"The tuning state file {path} is not JSON ({exc}). It holds the values to restore; "
-            "fix it by hand or, if those values are known, remove it and rerun."
-        ) from exc
-    schema = state.get("schema") if isinstance(state, dict) else None
-    if schema != STATE_SCHEMA:
-        raise TuningError(
-            f"The tuning state file {path} has schema {schema!r}; this kit reads schema "
-            f"{STATE_SCHEMA}. Fix: restore with the kit version that wrote "
-            "it, or remove it after restoring the values by hand."
+def input_problems(params: dict) -> list[str]:
+    problems = sysctl_problems(params["sysctls"])
+    problems += nccl_environment_problems(params["nccl_environment"])
+    if params["fabricmanager_start_timeout"] < 1:
+        problems.append(
+            f"fabricmanager_start_timeout is {params['fabricmanager_start_timeout']}; "
+            "needed 1 second or more"
         )
-    state.setdefault("changes", {})
-    return state
+    return problems
 
 
-def dump_state(state: dict) -> str:
-    return json.dumps(state, indent=2) + "\n"
-
-
-def record(state: dict, key: str, entry: dict, when: str) -> None:
-    """Remember a change. The previous value of the first change is kept: that is what a
-    restore must bring back, whatever later runs set in between."""
-    old = state["changes"].get(key)
-    if old is not None:
-        if isinstance(old.get("previous"), dict) and entry.get("kind") == "cpufreq":
-            # CPUs not seen before (brought online since) add their own previous values.
-            old["previous"] = {**entry["previous"], **old["previous"]}
-            old["paths"] = {**entry.get("paths", {}), **old.get("paths", {})}
-        old.update({k: v for k, v in entry.items() if k not in ("previous", "paths")})
-        old["updated_at"] = when
-        return
-    state["changes"][key] = {**entry, "recorded_at": when}
-
-
-# --------------------------------------------------------------------------------------------
-# Files (their previous content is kept in the state file).
-
-
-def file_snapshot(path: str) -> dict:
+def aborted(run: TuningRun, msg: str) -> dict:
+    """The failure result; what was changed before it stays recorded, so restorable."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        return {"exists": False}
+        run.save_state()
+    except StateFileError as exc:
+        return state_file_failed(exc)
     return {
-        "exists": True,
-        "content_b64": base64.b64encode(data).decode("ascii"),
-        "mode": f"{mode:04o}",
+        "failed": True,
+        "msg": msg,
+        "changed": bool(run.changes) and not run.check,
+        **run.result(),
     }
 
 
-def snapshot_bytes(snapshot: dict) -> bytes | None:
-    if not snapshot.get("exists"):
-        return None
-    return base64.b64decode(snapshot["content_b64"])
+def state_file_failed(exc: StateFileError) -> dict:
+    return {"failed": True, "msg": str(exc), "changed": exc.changed, "changes": exc.changes}
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def then_save(run: TuningRun, work: Callable[[], None]) -> dict | None:
+    """Does `work`, then saves the state file; the failure result, or None if all went well."""
+    try:
+        work()
+    except TuningAbort as exc:
+        return aborted(run, str(exc))
+    try:
+        run.save_state()
+    except StateFileError as exc:
+        return state_file_failed(exc)
+    return None
 
 
 # --------------------------------------------------------------------------------------------
-# Summaries.
+# The ACS report.
 
 
-def describe(entry: dict, restore: bool = False) -> str:
-    """One line for a change, or with restore=True for putting it back, as a user reads it."""
-    kind = entry["kind"]
-    previous, value = entry.get("previous"), entry.get("value")
-    if kind == "file":
-        before = "previous content" if previous.get("exists") else "absent"
-        change = (before, "managed content")
-        return f"file {entry['path']}: " + " -> ".join(reversed(change) if restore else change)
-    if kind == "cpufreq":
-        before = ", ".join(sorted({str(gov) for gov in previous.values()}))
-        change = (before, str(value))
-        where = f"CPU governor on {len(previous)} CPU(s): "
-        return where + " -> ".join(reversed(change) if restore else change)
-    if kind == "service":
-        change = tuple(
-            f"{state['unit_file_state']}/{'active' if state['active'] else 'inactive'}"
-            for state in (previous, value)
-        )
-        where = f"service {entry['unit']}: "
-    elif kind == "process":
-        change = tuple("running" if state else "not running" for state in (previous, value))
-        where = f"process {entry['name']}: "
-    elif kind == "persistence_mode":
-        change = tuple("on" if state else "off" for state in (previous, value))
-        where = f"GPU {entry['bus_id']} persistence mode: "
+def acs_warning(redirecting: list[str], p2p_disabled: bool) -> str:
+    advice = (
+        "NCCL_P2P_DISABLE=1 is set, so NCCL does not send P2P through them; to use P2P, "
+        "turn ACS off for these bridges (BIOS, or setpci at boot)."
+        if p2p_disabled
+        else "NCCL P2P is on: set NCCL_P2P_DISABLE=1 in kimi_nccl_environment, or turn "
+        "ACS off for these bridges (BIOS, or setpci at boot)."
+    )
+    return (
+        f"ACS redirects peer-to-peer traffic on PCIe bridges {redirecting}: "
+        "GPU-to-GPU transfers through them go up to the root complex, or hang. "
+        f"{advice} The kit only reports ACS, it never changes it."
+    )
+
+
+def report_acs(run: TuningRun) -> None:
+    """The ACS report into the result, a warning, and the report file (not a recorded change:
+    teardown leaves it)."""
+    params = run.params
+    gpus = known_gpus(run)
+    if gpus is None:
+        report = acs_unchecked(f"nvidia-smi failed, so the GPUs are unknown: {run.gpu_error}")
     else:
-        change = (str(previous), str(value))
-        where = f"{kind} {entry.get('name', entry.get('path'))}: "
-    return where + " -> ".join(reversed(change) if restore else change)
+        report = acs_report(
+            [gpu["bus_id"] for gpu in gpus],
+            run.binary(params["lspci_path"]),
+            run.run,
+            root=params["root"],
+            lspci_name=params["lspci_path"],
+        )
+    run.extra["acs"] = report
+    if report["redirecting"]:
+        p2p_disabled = params["nccl_environment"].get("NCCL_P2P_DISABLE") == "1"
+        run.warn(acs_warning(report["redirecting"], p2p_disabled))
+    elif not report["checked"]:
+        run.warn(f"ACS not checked: {report['reason']}")
+    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
+    path = params["acs_report_file"]
+    if read_text(path) == text.strip():
+        return
+    run.extra["acs_report_written"] = True
+    if not run.check:
+        try:
+            atomic_write(path, text.encode(), 0o644)
+        except OSError as exc:
+            raise TuningAbort(
+                f"Cannot write the ACS report {path} ({exc}). Fix: run as root."
+            ) from exc
+
+
+# --------------------------------------------------------------------------------------------
+# state=present.
+
+
+def apply(run: TuningRun) -> dict:
+    """Brings the host to the wanted values and records every change (state=present)."""
+    params = run.params
+    problems = input_problems(params)
+    if problems:
+        return {
+            "failed": True,
+            "msg": "Bad tuning inputs: " + "; ".join(problems) + ". Fix: correct "
+            "kimi_nccl_environment (group_vars/<profile>.yml) or the tuning_ variables.",
+            "changes": [],
+        }
+    try:
+        run.read_state()
+    except StateFileError as exc:
+        return state_file_failed(exc)
+
+    def tune() -> None:
+        # Before any change: a missing or mismatched fabric manager fails the run untouched.
+        fabric = check_fabricmanager(run) if params["fabricmanager"] else None
+        sysctls_present = tune_sysctls(run)
+        tune_governor(run)
+        tune_files(run, sysctls_present)
+        if params["persistence_mode"]:
+            tune_persistence(run)
+        if fabric is not None:
+            tune_fabricmanager(run, fabric)
+        if params["acs_report_file"]:
+            report_acs(run)
+
+    failure = then_save(run, tune)
+    if failure:
+        return failure
+    verb = "would change" if run.check else "changed"
+    summary = (
+        f"{verb} {len(run.changes)} value(s): " + "; ".join(summarise(run.changes))
+        if run.changes
+        else "every value already as wanted"
+    )
+    extra = {"diff": run.diffs} if run.diffs and run.diff else {}
+    changed = bool(run.changes) or bool(run.extra.get("acs_report_written"))
+    return {"changed": changed, "msg": summary, **run.result(**extra)}
+
+
+# --------------------------------------------------------------------------------------------
+# state=restored.
+
+
+def restore_entry(run: TuningRun, entry: dict) -> bool:
+    """Put one previous value back; whether anything had to change."""
+    restorer = RESTORERS.get(entry["kind"])
+    if restorer is None:
+        raise TuningError(f"unknown kind {entry['kind']!r} in the state file")
+    return restorer(run, entry)
+
+
+def restore(run: TuningRun) -> dict:
+    """Puts back every recorded previous value, newest first, and removes the state file."""
+    try:
+        run.read_state()
+    except StateFileError as exc:
+        return state_file_failed(exc)
+    if not os.path.exists(run.state_path):
+        return {"changed": False, "msg": f"nothing to restore: no {run.state_path}", **run.result()}
+    failures = []
+
+    def put_back() -> None:
+        for key, entry in reversed(list(run.state["changes"].items())):
+            try:
+                differed = restore_entry(run, entry)
+            except (TuningError, OSError, KeyError) as exc:
+                failures.append(f"{key}: {exc}")
+                continue
+            restored = {**public(key, entry), "changed": differed}
+            restored["description"] = "restore " + describe(entry, restore=True)
+            run.changes.append(restored)
+            if not run.check:
+                del run.state["changes"][key]
+                run.state_dirty = True
+
+    failure = then_save(run, put_back)
+    if failure:
+        return failure
+    if failures:
+        return {
+            "failed": True,
+            "msg": f"Could not restore {len(failures)} value(s): {'; '.join(failures)}. They "
+            f"stay in {run.state_path}; fix the cause and run the restore again.",
+            "changed": bool(run.changes) and not run.check,
+            **run.result(),
+        }
+    verb = "would restore" if run.check else "restored"
+    return {
+        "changed": True,
+        "msg": f"{verb} {len(run.changes)} recorded value(s) and "
+        f"{'would remove' if run.check else 'removed'} {run.state_path}",
+        **run.result(),
+    }

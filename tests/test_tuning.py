@@ -1,6 +1,6 @@
-"""The tuning stage: host_tuning in-process against fake /proc/sys and /sys trees, then the
-role over SSH test hosts (converge, idempotence, check mode, restore through teardown.yml, a
-missing fabric manager).
+"""The tuning stage: host_tuning in-process against fake /proc/sys and /sys trees, its
+module_utils pieces directly, then the role over SSH test hosts (converge, idempotence, check
+mode, restore through teardown.yml, a missing fabric manager).
 
 kernel.numa_balancing and cpufreq are not namespaced, so every run here points the module's
 root prefix at a fake tree (tmp_path in-process, /srv on test hosts, which is private to each
@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -20,6 +22,40 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.host_tuning import acs_warning, restore_entry
+from ansible.module_utils.tuning_gpu_services import (
+    fabricmanager_package_hint,
+    parse_gpu_query,
+    parse_version,
+)
+from ansible.module_utils.tuning_host_values import (
+    cpufreq_governor_files,
+    manage_file,
+    nccl_environment_problems,
+    render_nccl_conf,
+    render_sysctl_conf,
+    restore_file,
+    sysctl_problems,
+    tune_sysctls,
+)
+from ansible.module_utils.tuning_record import (
+    TuningAbort,
+    TuningError,
+    TuningRun,
+    describe,
+    dump_state,
+    load_state,
+    new_state,
+    public,
+    record,
+    summarise,
+)
+from ansible.module_utils.tuning_services import (
+    parse_unit_show,
+    pids_named,
+    start_daemon,
+    stop_pids,
+)
 
 from tests.hostprep import (
     EXTRAVARS,
@@ -28,7 +64,7 @@ from tests.hostprep import (
     prepare_host,
     put_file,
 )
-from tests.modules import assert_unchanged, run_module
+from tests.modules import assert_unchanged, load_module, run_module
 
 REPO = Path(__file__).resolve().parent.parent
 FAKES = REPO / "tests" / "fakes"
@@ -511,6 +547,210 @@ def test_fake_nvidia_smi_persistence_mode(host):
     xml = subprocess.run([str(host.smi), "-q", "-x"], capture_output=True, text=True).stdout
     assert xml.count("<persistence_mode>Enabled</persistence_mode>") == 1
     assert xml.count("<persistence_mode>Disabled</persistence_mode>") == 7
+
+
+# --------------------------------------------------------------------------------------------
+# The module_utils pieces directly: no module run, no host.
+
+
+def run_argv(argv: list[str]) -> tuple[int, str, str]:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+def tuning_run(tmp_path: Path, check: bool = False, **params) -> tuple[TuningRun, list[str]]:
+    """A run with the module's own defaults, as AnsibleModule would hand them over."""
+    spec = load_module("host_tuning").ARGUMENT_SPEC
+    defaults = {name: option.get("default") for name, option in spec.items()}
+    warnings: list[str] = []
+    run = TuningRun(
+        {**defaults, "state_file": str(tmp_path / "state.json"), **params},
+        check=check,
+        run_command=run_argv,
+        which=shutil.which,
+        warn=warnings.append,
+        manager="direct",
+    )
+    return run, warnings
+
+
+def test_record_keeps_the_first_previous_value_and_merges_new_cpus():
+    state = new_state()
+    record(state, "sysctl:a.b", {"kind": "sysctl", "previous": "1", "value": "0"}, "t1")
+    record(state, "sysctl:a.b", {"kind": "sysctl", "previous": "2", "value": "0"}, "t2")
+    assert state["changes"]["sysctl:a.b"] == {
+        "kind": "sysctl",
+        "previous": "1",
+        "value": "0",
+        "recorded_at": "t1",
+        "updated_at": "t2",
+    }
+    first = {"kind": "cpufreq", "previous": {"cpu0": "powersave"}, "paths": {"cpu0": "/p0"}}
+    record(state, "cpufreq:g", {**first, "value": "performance"}, "t1")
+    # cpu0 was set meanwhile (its previous now reads performance); cpu1 came online.
+    later = {"kind": "cpufreq", "previous": {"cpu0": "performance", "cpu1": "ondemand"}}
+    record(state, "cpufreq:g", {**later, "paths": {"cpu1": "/p1"}, "value": "performance"}, "t2")
+    entry = state["changes"]["cpufreq:g"]
+    assert entry["previous"] == {"cpu0": "powersave", "cpu1": "ondemand"}
+    assert entry["paths"] == {"cpu0": "/p0", "cpu1": "/p1"}
+    assert load_state(dump_state(state), "s.json") == state
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("{not json", "is not JSON"), ('{"schema": 2, "changes": {}}', "has schema 2")],
+)
+def test_state_file_of_another_kind_is_refused(text, expected):
+    with pytest.raises(TuningError, match=expected):
+        load_state(text, "/var/lib/kimi/tuning-state.json")
+
+
+def test_descriptions_and_summary_as_a_user_reads_them():
+    service = {
+        "kind": "service",
+        "unit": "nvidia-persistenced",
+        "previous": {"unit_file_state": "disabled", "active": False},
+        "value": {"unit_file_state": "enabled", "active": True},
+    }
+    assert describe(service) == "service nvidia-persistenced: disabled/inactive -> enabled/active"
+    assert describe(service, restore=True).endswith("enabled/active -> disabled/inactive")
+    snapshot = {"exists": True, "content_b64": "eA==", "mode": "0640"}
+    file_entry = {"kind": "file", "path": "/etc/nccl.conf", "previous": snapshot, "value": {}}
+    # A file's previous content stays in the state file, out of the reported change.
+    assert public("file:/etc/nccl.conf", file_entry)["previous"] == {"exists": True}
+    gpus = [
+        public(
+            f"persistence_mode:{bus}",
+            {"kind": "persistence_mode", "bus_id": bus, "previous": False, "value": True},
+        )
+        for bus in ("00000000:05:00.0", "00000000:06:00.0")
+    ]
+    sysctl = {"kind": "sysctl", "name": "kernel.numa_balancing", "previous": "1", "value": "0"}
+    assert summarise([public("sysctl:kernel.numa_balancing", sysctl), *gpus]) == [
+        "sysctl kernel.numa_balancing: 1 -> 0",
+        "persistence mode on 2 GPU(s): off -> on",
+    ]
+
+
+def test_inputs_are_checked_before_anything_changes():
+    assert sysctl_problems({"kernel.numa_balancing": "0", "vm.swappiness": 10}) == []
+    problems = sysctl_problems({"numa": "0", "kernel.x": True, "kernel.y": "1\n2"})
+    assert len(problems) == 3 and "is not dotted" in problems[0]
+    assert nccl_environment_problems({"NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": "8"}) == []
+    assert "over-long" in nccl_environment_problems({"NCCL_ALGO": "x" * 1024})[0]
+    conf = render_nccl_conf({"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"})
+    assert conf.endswith("NCCL_IB_DISABLE=1\nNCCL_P2P_DISABLE=1\n")
+    assert render_sysctl_conf({"kernel.numa_balancing": "0"}).endswith(
+        "kernel.numa_balancing = 0\n"
+    )
+
+
+def test_governor_files_in_cpu_order_and_only_with_cpufreq(tmp_path):
+    for cpu in (10, 2, 0):
+        governor = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"
+        governor.parent.mkdir(parents=True)
+        governor.write_text("powersave\n")
+    (tmp_path / "sys/devices/system/cpu/cpu3").mkdir()  # offline: no cpufreq
+    (tmp_path / "sys/devices/system/cpu/cpufreq").mkdir()  # not a CPU
+    files = cpufreq_governor_files(str(tmp_path))
+    assert [cpu for cpu, _path in files] == ["cpu0", "cpu2", "cpu10"]
+    assert cpufreq_governor_files(str(tmp_path / "nothing")) == []
+
+
+def test_sysctls_in_check_mode_are_noted_not_written_nor_recorded(tmp_path):
+    path = tmp_path / "proc/sys/kernel/numa_balancing"
+    path.parent.mkdir(parents=True)
+    path.write_text("1\n")
+    sysctls = {"kernel.numa_balancing": "0", "kernel.no_such": "1"}
+    run, _warnings = tuning_run(tmp_path, check=True, root=str(tmp_path), sysctls=sysctls)
+    assert tune_sysctls(run) == {"kernel.numa_balancing": "0"}
+    assert path.read_text() == "1\n"
+    assert [c["description"] for c in run.changes] == ["sysctl kernel.numa_balancing: 1 -> 0"]
+    assert run.not_applied[0]["what"] == "sysctl kernel.no_such"
+    assert run.state["changes"] == {}
+    run.save_state()
+    assert not Path(run.state_path).exists()
+
+
+def test_managed_file_restores_content_and_mode_or_removes_it(tmp_path):
+    kept, created = tmp_path / "etc/nccl.conf", tmp_path / "etc/sysctl.d/90-kimi.conf"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("NCCL_DEBUG=WARN\n")
+    kept.chmod(0o640)
+    run, _warnings = tuning_run(tmp_path)
+    manage_file(run, str(kept), "NCCL_ALGO=Ring\n")
+    manage_file(run, str(created), "kernel.numa_balancing = 0\n")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o644 and created.exists()
+    assert run.diffs[0]["before"] == "NCCL_DEBUG=WARN\n"
+    entries = run.state["changes"]
+    assert entries[f"file:{created}"]["previous"] == {"exists": False}
+    # The second time the content is as wanted: no change, no diff.
+    manage_file(run, str(kept), "NCCL_ALGO=Ring\n")
+    assert len(run.changes) == 2
+    assert restore_file(run, entries[f"file:{kept}"])
+    assert kept.read_text() == "NCCL_DEBUG=WARN\n"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+    assert restore_file(run, entries[f"file:{created}"]) and not created.exists()
+    assert not restore_file(run, entries[f"file:{created}"])
+
+
+def test_nvidia_smi_query_and_fabricmanager_version():
+    text = "0, 00000000:05:00.0, Disabled, 580.159.04\n\n1, 00000000:06:00.0, Enabled, 580.159.04\n"
+    gpus = parse_gpu_query(text)
+    assert [(g["index"], g["persistence_mode"]) for g in gpus] == [(0, False), (1, True)]
+    with pytest.raises(TuningError, match="an old driver lacks these fields"):
+        parse_gpu_query("0, 00000000:05:00.0, [N/A]\n")
+    assert parse_version("Fabric Manager version is : 580.159.04") == "580.159.04"
+    assert parse_version("no version here") is None
+    hint = fabricmanager_package_hint("580.159.04")
+    assert "nvidia-fabricmanager-580" in hint and "nvidia-fabricmanager-580.159.04" in hint
+
+
+def test_unit_show_parsed_for_loaded_enabled_and_active():
+    shown = "LoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
+    assert parse_unit_show(shown) == {
+        "loaded": True,
+        "unit_file_state": "enabled",
+        "active": True,
+    }
+    missing = parse_unit_show("LoadState=not-found\nActiveState=inactive\nUnitFileState=\n")
+    assert missing == {"loaded": False, "unit_file_state": "unknown", "active": False}
+
+
+def test_processes_found_by_program_name_and_stopped():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert proc.pid in pids_named("sleep")
+        # It exits on SIGTERM; left a zombie until collected, it counts as stopped.
+        assert stop_pids([proc.pid], grace_s=5) == []
+        assert proc.wait(timeout=5) == -signal.SIGTERM
+        assert proc.pid not in pids_named("sleep")
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def test_a_daemon_that_exits_fails_with_its_log(tmp_path):
+    log = tmp_path / "daemon.log"
+    log.write_text("NVSwitch not found\n")
+    with pytest.raises(TuningAbort) as failed:
+        start_daemon(["false"], "kimi-never-runs", 5, str(log))
+    assert "kimi-never-runs did not stay running within 5s" in str(failed.value)
+    assert "NVSwitch not found" in str(failed.value)
+
+
+def test_restore_of_an_unknown_kind_is_refused_by_name(tmp_path):
+    run, _warnings = tuning_run(tmp_path)
+    with pytest.raises(TuningError, match="unknown kind 'sysfs'"):
+        restore_entry(run, {"kind": "sysfs", "previous": "1"})
+
+
+def test_acs_warning_advises_by_the_nccl_p2p_setting():
+    bridges = ["0000:02:00.0"]
+    disabled, enabled = acs_warning(bridges, True), acs_warning(bridges, False)
+    assert "['0000:02:00.0']" in disabled and "NCCL_P2P_DISABLE=1 is set" in disabled
+    assert "NCCL P2P is on: set NCCL_P2P_DISABLE=1" in enabled
+    assert all("never changes it" in text for text in (disabled, enabled))
 
 
 # --------------------------------------------------------------------------------------------
