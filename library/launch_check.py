@@ -84,10 +84,10 @@ import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.launch_check import (  # noqa: E402
-    PROBE,
     errors_of,
     parse_probe_output,
     probe_argv,
+    probe_source,
 )
 
 
@@ -107,7 +107,7 @@ def main() -> None:
         module.fail_json(msg=f"timeout must be at least 1 s, got {p['timeout']}")
     args = probe_argv(p["argv"], p["secrets_file"])
     rc, out, err = module.run_command(
-        [p["python"], "-c", PROBE, str(p["timeout"])], data=json.dumps(args)
+        [p["python"], "-c", probe_source(), str(p["timeout"])], data=json.dumps(args)
     )
     result = parse_probe_output(out)
     if result is None:

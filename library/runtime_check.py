@@ -83,61 +83,11 @@ import_seconds:
   type: float
 """
 
+import inspect  # noqa: E402
 import json  # noqa: E402
 
+from ansible.module_utils import runtime_probe  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-
-# Runs in the environment's own Python: its metadata, its markers, its packaging.
-PROBE = r"""
-import importlib, importlib.metadata as md, json, sys, time
-try:
-    from packaging.requirements import Requirement
-    from packaging.version import Version, InvalidVersion
-except ImportError:
-    from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.version import Version, InvalidVersion
-package, import_name = sys.argv[1], sys.argv[2]
-def canon(name):
-    return name.lower().replace("_", "-").replace(".", "-")
-installed = {}
-for dist in md.distributions():
-    name = dist.metadata["Name"]
-    if name:
-        installed[canon(name)] = dist.version
-out = {"python": sys.executable, "python_version": sys.version.split()[0],
-       "packages": dict(sorted(installed.items())), "requirements": []}
-try:
-    out["version"] = md.version(package)
-    requires = md.requires(package) or []
-except md.PackageNotFoundError:
-    out["version"] = None
-    requires = []
-for line in requires:
-    req = Requirement(line)
-    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-        continue
-    have = installed.get(canon(req.name))
-    ok = have is not None
-    if ok and req.specifier:
-        try:
-            ok = req.specifier.contains(Version(have), prereleases=True)
-        except InvalidVersion:
-            ok = False
-    pinned = [s.version for s in req.specifier if s.operator in ("==", "===")]
-    out["requirements"].append({"name": canon(req.name), "required": str(req.specifier) or "any",
-                                "installed": have, "ok": ok,
-                                "pinned": pinned[0] if pinned else None})
-start = time.monotonic()
-try:
-    module = importlib.import_module(import_name)
-    out["import_version"] = getattr(module, "__version__", None)
-    out["import_error"] = None
-except BaseException as error:
-    out["import_version"] = None
-    out["import_error"] = f"{type(error).__name__}: {error}"
-out["import_seconds"] = round(time.monotonic() - start, 2)
-print("KIMI-RUNTIME " + json.dumps(out))
-"""
 
 
 def main() -> None:
@@ -154,9 +104,14 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    rc, out, err = module.run_command([p["python"], "-c", PROBE, p["package"], p["import_name"]])
-    line = next((x for x in out.splitlines() if x.startswith("KIMI-RUNTIME ")), None)
-    if rc != 0 or line is None:
+    # The probe is module_utils/runtime_probe.py: imported above, so Ansible ships it in this
+    # module's payload (no file to copy, no parameter naming one), and run from its source in
+    # the environment's own Python, which has no Ansible. Its marker is read back by the same
+    # import's parse_output().
+    probe = inspect.getsource(runtime_probe)
+    rc, out, err = module.run_command([p["python"], "-c", probe, p["package"], p["import_name"]])
+    record = runtime_probe.parse_output(out)
+    if rc != 0 or record is None:
         module.fail_json(
             msg=(
                 f"could not inspect the environment of {p['python']} (exit {rc}): "
@@ -164,7 +119,6 @@ def main() -> None:
                 "role creates it; rerun the deploy."
             )
         )
-    record = json.loads(line[len("KIMI-RUNTIME ") :])
     mismatches = []
     if record["version"] is None:
         mismatches.append(f"{p['package']} is not installed in {p['python']}")

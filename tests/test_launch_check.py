@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible.module_utils import launch_probe
 from ansible.module_utils.launch_check import (
-    PROBE,
     errors_of,
     flag_in,
     parse_probe_output,
     probe_argv,
+    probe_source,
 )
 
 from tests.fake_sglang import build_git_source, write_package
@@ -62,12 +63,12 @@ def packages(tmp_path_factory):
     }
 
 
-def probe(argv, pythonpath=None, python=sys.executable, deadline=60):
+def run_probe(argv, pythonpath=None, python=sys.executable, deadline=60):
     env = {"PATH": "/usr/bin:/bin"}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    done = subprocess.run(
-        [str(python), "-c", PROBE, str(deadline)],
+    return subprocess.run(
+        [str(python), "-c", probe_source(), str(deadline)],
         input=json.dumps(argv),
         capture_output=True,
         text=True,
@@ -75,6 +76,10 @@ def probe(argv, pythonpath=None, python=sys.executable, deadline=60):
         timeout=deadline + 60,
         check=False,
     )
+
+
+def probe(argv, pythonpath=None, python=sys.executable, deadline=60):
+    done = run_probe(argv, pythonpath, python, deadline)
     result = parse_probe_output(done.stdout)
     assert result is not None, done.stderr[-2000:]
     return result, errors_of(result, argv)
@@ -158,10 +163,89 @@ def test_a_runtime_that_hangs_is_stopped_at_its_deadline(tmp_path):
     package = write_package(tmp_path / "slow")
     (package / "sglang" / "srt" / "server_args.py").write_text("import time\ntime.sleep(60)\n")
     started = time.monotonic()
-    result, errors = probe(BASE, package, deadline=1)
+    done = run_probe(BASE, package, deadline=1)
     assert time.monotonic() - started < 20
+    assert done.returncode == launch_probe.EXIT_DEADLINE
+    result = parse_probe_output(done.stdout)
     assert result["stage"] == "deadline"
-    assert "did not answer within 1 s" in str(errors[0])
+    assert "did not answer within 1 s" in str(errors_of(result, BASE)[0])
+
+
+def test_the_probe_runs_without_ansible_and_says_sglang_is_missing(tmp_path):
+    """As the host runs it: the standard library alone (-I -S), no sglang to import."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe_source(), "30"],
+        input=json.dumps(BASE),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = parse_probe_output(done.stdout)
+    assert result["ok"] is False and result["stage"] == "import"
+    assert result["error"] == "ModuleNotFoundError: No module named 'sglang'"
+    [error] = errors_of(result, BASE)
+    assert str(error).startswith("ModuleNotFoundError")
+
+
+def test_probe_output_is_read_back_with_the_same_marker():
+    out = {"ok": True, "mode": "add_cli_args", "values": {"tp_size": 8}}
+    line = launch_probe.report_line(out)
+    assert line.startswith("KIMI-LAUNCH-CHECK {")
+    assert parse_probe_output("a warning\n" + line + "\n") == out
+    assert parse_probe_output(line.replace(launch_probe.MARKER, "OTHER ")) is None
+    assert parse_probe_output(launch_probe.MARKER + "{cut") is None
+    assert parse_probe_output(launch_probe.MARKER + "[1]") is None
+
+
+def test_probe_turns_parser_values_into_json():
+    class Backend:
+        def __str__(self):
+            return "triton"
+
+    values = {"a": (1, 2.5, None), "b": {3: Backend()}, "c": [True, "x"]}
+    assert launch_probe.plain(values) == {
+        "a": [1, 2.5, None],
+        "b": {"3": "triton"},
+        "c": [True, "x"],
+    }
+    json.dumps(launch_probe.plain(values))
+
+
+def test_probe_reads_every_kind_of_server_args_record():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Old:
+        tp_size: int = 8
+        page_size: int = 1
+
+    class Struct:  # msgspec.Struct keeps its field names here, and has no __dict__ of them
+        __struct_fields__ = ("tp_size", "speculative_algorithm")
+        __slots__ = ("speculative_algorithm", "tp_size")
+
+        def __init__(self):
+            self.tp_size = 4
+            self.speculative_algorithm = "DFLASH"
+
+    class Plain:
+        def __init__(self):
+            self.tp_size = 2
+
+    assert launch_probe.record_values(Old()) == {"tp_size": 8, "page_size": 1}
+    assert launch_probe.record_values(Struct()) == {"tp_size": 4, "speculative_algorithm": "DFLASH"}
+    assert launch_probe.record_values(Plain()) == {"tp_size": 2}
+
+
+def test_probe_keeps_argparses_reason_not_its_usage():
+    usage = "usage: sglang serve [-h] [--tp-size TP_SIZE]\n  [--page-size PAGE_SIZE]\n"
+    said = usage + "sglang serve: error: argument --tp-size: invalid int value: 'x'\n"
+    assert launch_probe.parser_error(said, 2) == (
+        "sglang serve: error: argument --tp-size: invalid int value: 'x'"
+    )
+    assert launch_probe.parser_error("something else\nlast line\n", 2) == "last line"
+    assert launch_probe.parser_error("", 2) == "the parser exited with 2"
 
 
 def test_flag_names_in_argparse_messages():
