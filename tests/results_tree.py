@@ -14,8 +14,10 @@ first streamed event with the one token prefill produced, then one event per dec
 as the simulator does) per verify step with it; spec_verify_ct and spec_accept_length come
 with the last event only; a closed loop keeps `concurrency` requests in flight. The
 per-request timings and the level summary come from the module's own functions
-(module_utils/benchmark.py), so the files follow the contract by construction, and
-expected_output_tokens_per_s() gives the throughput those settings imply.
+(module_utils/benchmark.py), and every field is the writer's (module_utils/benchmark_level.py),
+so the files follow the contract, docs/schema/level.schema.json (level_problems() checks a
+document against it, as the writer's tests do), and expected_output_tokens_per_s() gives the
+throughput those settings imply.
 
 DDTree sweeps: ddtree_sweep({budget: (step_ms, accept)}) gives one config per budget, and a
 Sim's `at` overrides step time and acceptance at given concurrency levels, so a test can lay
@@ -26,6 +28,7 @@ and page size 1, overlap off and triton for DDTree and its chain control.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -50,6 +53,7 @@ from ansible.module_utils.benchmark import (  # noqa: E402
     summarize_level,
 )
 
+LEVEL_SCHEMA = REPO / "docs" / "schema" / "level.schema.json"
 VOCAB = 163840
 # /server_info's startup_time as SGLang 0.5.23 reports it: durations measured while starting.
 STARTUP = {
@@ -292,8 +296,8 @@ def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurre
         "summary": summary,
         "server": {
             "cache": "flushed",
-            "before": {"metrics": {}, "startup_time": STARTUP},
-            "after": {"metrics": {}, "startup_time": STARTUP},
+            "before": {"metrics": {}, "startup_time": STARTUP, "avg_spec_accept_length": None},
+            "after": {"metrics": {}, "startup_time": STARTUP, "avg_spec_accept_length": None},
             "delta": {
                 "metrics": {},
                 "spec_accept_length": None,
@@ -305,13 +309,28 @@ def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurre
         "client": {
             "cpu_s": 0.1,
             "cpu_fraction": 0.92 if saturated else 0.05,
-            "loop_lag_ms": {"mean": 0.1, "p50": 0.1, "p90": 0.2, "p99": 3.0 if saturated else 0.3},
+            "loop_lag_ms": {
+                "mean": 0.1,
+                "p50": 0.1,
+                "p90": 0.2,
+                "p99": 3.0 if saturated else 0.3,
+                "max": 3.5 if saturated else 0.4,
+                "count": 200,
+            },
             "events": sum(len(r["events"]) for r in requests),
             "events_per_s": 1000.0,
+            "event_gap_ms": round(step_s * 1000.0, 4),
             "bytes_received": 0,
             "saturated": saturated,
             "saturated_reasons": ["client CPU 92% of one core"] if saturated else [],
-            "thresholds": {"cpu_fraction": 0.85, "loop_lag_p99_ms": 2.0},
+            "timing_reliable": not saturated,
+            "warnings": [],
+            "thresholds": {
+                "saturated_cpu_fraction": 0.85,
+                "busy_cpu_fraction": 0.3,
+                "behind_lag_share_of_event_gap": 0.25,
+                "late_loop_lag_p99_ms": 2.0,
+            },
             "python": sys.version.split()[0],
         },
         "provenance": {**provenance, "started_at": started, "ended_at": started},
@@ -384,7 +403,13 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
             "cuda_version": "13.0",
             "interconnect": profile["interconnect"],
         },
-        "prompt_set": {"name": prompt_set, "sha256": "0" * 64},
+        "prompt_sets": {
+            prompt_set: {
+                "name": prompt_set,
+                "source": {"repo": f"datasets/{prompt_set}", "resolved": "b" * 40},
+                "sha256": "0" * 64,
+            }
+        },
         "runtime": {"release": {"version": "0.5.23"}, "git": {"commit": "c" * 40} if git else None},
         "launch": {
             "config": config,
@@ -394,7 +419,19 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
             "argv": argv,
             "environment": {"HF_HUB_OFFLINE": "1"},
         },
-        "weights": [{"role": "target", "repo_id": "moonshotai/Kimi-K2.6", "revision": "a" * 40}],
+        "weights": [
+            {
+                "role": "target",
+                "path": "/w/t",
+                "manifest": "/w/t/kimi-manifest.json",
+                "manifest_sha256": "d" * 64,
+                "repo_id": "moonshotai/Kimi-K2.6",
+                "revision": "a" * 40,
+                "verify_mode": "sha256",
+                "verified_at": "2026-01-01T00:00:00+00:00",
+                "files": 64,
+            }
+        ],
         "server_info": {"version": "0.5.23"},
         "sglang_version": "0.5.23",
         "prompts": {
@@ -418,6 +455,26 @@ def algorithm_of(config: str, sim: Sim) -> str | None:
         if config.startswith(prefix):
             return name
     return config.upper()
+
+
+@functools.cache
+def level_schema_validator():
+    """The level file's contract as the writer's tests apply it: jsonschema as it comes, on
+    its own (the analysis compiles its own validator from the same file)."""
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads(LEVEL_SCHEMA.read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def level_problems(document) -> list[str]:
+    """Every way a level document breaks docs/schema/level.schema.json, 'field: message'
+    each; empty when it follows it."""
+    return sorted(
+        f"{'.'.join(map(str, error.absolute_path)) or '(top level)'}: {error.message}"
+        for error in level_schema_validator().iter_errors(document)
+    )
 
 
 def write_json(path: Path, data: dict) -> None:
