@@ -8,8 +8,8 @@ The layout benchmark_kimi.yml lands on the controller is
     <run>/<host>/<config>/<prompt set>/c<N>.json
 
 Any folder above or inside that works (a run, one host's folder, several runs' parent as
-long as no level appears twice). Host, config and prompt set come from each file's own fields
-where it has them (`config`, `prompt_set`, `provenance.host`), and from the folders otherwise.
+long as no level appears twice). Config and prompt set come from each file's own fields; the
+host from the folder above the config's, else `provenance.host`, else the folder analysed.
 
 Speed: a level file holds every request's record (events, text, token ids) and is mostly
 that; parsing all of it with the json module runs at about 80 MB/s, too slow for 100,000
@@ -19,10 +19,19 @@ analysis uses (index, ok, output_tokens, accept_length) with one regular express
 requests. Anything unexpected in that part (a missing field, a value of the wrong type, a
 count that does not add up, another layout) falls back to a full parse, which also produces
 the precise message. `strict=True` parses every file in full. Files are read in parallel.
+
+The contract is docs/schema/level.schema.json (JSON Schema draft 2020-12), the same file the
+writer's tests validate against: every level file's top level, summary and the rest but its
+request records are validated against it; the request records too under `strict=True`
+(the four fields above are checked either way). What the schema cannot say stays here: the
+file name agrees with `concurrency`, the counts add up, one schema version per tree, one
+file per level, no NaN or Infinity (not JSON).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
 import os
@@ -32,8 +41,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SUPPORTED_SCHEMAS = (1,)
-LEVEL_KIND = "sglang_benchmark.level"
+# The contract, relative to the repository the analysis runs from.
+LEVEL_SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "schema" / "level.schema.json"
+SUPPORTED_SCHEMAS = (1,)  # the level schema's schema_version const (a test ties them)
 LOSSLESS_KIND = "sglang_benchmark.lossless"
 REPORT_KIND = "analysis.report"
 LEVEL_FILE = re.compile(r"^c(\d+)\.json$")
@@ -48,15 +58,6 @@ PARALLEL_BYTES = 32 << 20
 # patterns only ever match structure.
 _REQUESTS_MARK = b'\n "requests": ['
 _RECORD_FIELD = re.compile(rb'\n   "(index|ok|output_tokens|accept_length)": ([^\n]*)')
-DISTRIBUTIONS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
-SUMMARY_NUMBERS = (
-    "output_tokens_per_s",
-    "requests_per_s",
-    "accept_length_mean",
-    "step_ms",
-    "accepted_tokens_per_step",
-)
-
 
 _MISSING = object()
 
@@ -161,7 +162,183 @@ def is_report_dir(folder: Path, files: list[str]) -> bool:
         return False
 
 
+# -- the contract ----------------------------------------------------------------------
+
+
+@functools.cache
+def level_validator():
+    """The compiled validator of docs/schema/level.schema.json, one per process: compiling
+    (resolving its $refs) costs more than validating a level's top level. load() builds it
+    before starting worker processes, which inherit it."""
+    from jsonschema import Draft202012Validator, validators
+
+    with open(LEVEL_SCHEMA, encoding="utf-8") as handle:
+        schema = json.load(handle)
+    plain_items = Draft202012Validator.VALIDATORS["items"]
+    quick: dict[int, tuple] = {}
+
+    def items(validator, value, instance, schema):
+        # Most of a request record is two long lists (events, output_ids) of one simple
+        # shape; the generic keyword walk costs ~10 ms a record there. A list every item of
+        # which passes a plain-Python test that accepts only what `value` accepts is valid;
+        # anything else takes the generic walk, which also words the error.
+        if id(value) not in quick:
+            quick[id(value)] = (value, _quick_test(value))
+        test = quick[id(value)][1]
+        simple = test is not None and "prefixItems" not in schema
+        if simple and isinstance(instance, list) and all(map(test, instance)):
+            return
+        yield from plain_items(validator, value, instance, schema)
+
+    checked = validators.extend(Draft202012Validator, {"items": items})
+    return checked(schema)
+
+
+_PYTHON_TYPES = {
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+def _quick_test(schema):
+    """A predicate that accepts a subset of what `schema` accepts, for schemas made only of
+    type, minimum, prefixItems, items: false and minItems; None for any other schema. (type()
+    is exact: a bool is no integer, as in JSON; 3.0, an integer to JSON Schema, is left to
+    the generic walk.)"""
+    if not isinstance(schema, dict) or set(schema) - {
+        "type",
+        "minimum",
+        "prefixItems",
+        "items",
+        "minItems",
+    }:
+        return None
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if kinds is not None and any(k not in _PYTHON_TYPES for k in kinds):
+        return None
+    allowed = tuple(t for k in kinds for t in _PYTHON_TYPES[k]) if kinds is not None else None
+    minimum = schema.get("minimum")
+    prefix = [_quick_test(s) for s in schema.get("prefixItems", [])]
+    if None in prefix or ("items" in schema and schema["items"] is not False):
+        return None
+    closed = schema.get("items") is False
+    least = schema.get("minItems", 0)
+
+    def test(value) -> bool:
+        if allowed is not None and type(value) not in allowed:
+            return False
+        if minimum is not None and type(value) in (int, float) and not value >= minimum:
+            return False
+        if type(value) is list:
+            if len(value) < least or (closed and len(value) > len(prefix)):
+                return False
+            return all(check(item) for check, item in zip(prefix, value, strict=False))
+        return True
+
+    return test
+
+
+def contract_problems(document: dict, rel: str, records: bool) -> list[str]:
+    """One 'file: field: what' line per way the level breaks the schema; its request records
+    are validated only when `records` (otherwise they are left out)."""
+    if not records:
+        document = {**document, "requests": []}
+    errors = list(itertools.islice(level_validator().iter_errors(document), MAX_PROBLEMS))
+    lines: list[str] = []
+    for error in sorted(errors, key=lambda e: [str(part) for part in e.absolute_path]):
+        for line in _worded(error, rel):
+            if line not in lines:
+                lines.append(line)
+    return lines
+
+
+def _field(path) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _worded(error, rel: str) -> list[str]:
+    where = _field(error.absolute_path)
+    inside = f"{where}." if where else ""
+    schema, instance = error.schema, error.instance
+    known = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    if error.validator == "required":
+        return [
+            f"{rel}: {inside}{name}: expected {_expected(known[name])}, missing"
+            if name in known
+            else f"{rel}: {inside}{name}: missing"
+            for name in error.validator_value
+            if isinstance(instance, dict) and name not in instance
+        ]
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        version = SUPPORTED_SCHEMAS[-1]
+        return [
+            f"{rel}: {inside}{name}: not a field of schema_version {version} "
+            f"({LEVEL_SCHEMA.parent.parent.name}/{LEVEL_SCHEMA.parent.name}/"
+            f"{LEVEL_SCHEMA.name}); a writer that adds fields bumps schema_version"
+            for name in instance
+            if name not in known
+        ]
+    where = where or "(top level)"
+    if error.validator in ("type", "minimum", "exclusiveMinimum", "const", "enum", "pattern"):
+        return [f"{rel}: {where}: expected {_expected(schema)}, found {_show(instance)}"]
+    return [f"{rel}: {where}: {error.message}"]
+
+
+_TYPE_WORDS = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "null": "null",
+    "array": "a list",
+    "object": "an object",
+}
+
+
+def _expected(schema) -> str:
+    """What a (sub)schema asks for, in the words the reader's messages use."""
+    if not isinstance(schema, dict):
+        return "nothing here"
+    if "$ref" in schema and "type" not in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return _expected(level_validator().schema.get("$defs", {}).get(name, {}))
+    if "const" in schema:
+        return _show(schema["const"])
+    if "enum" in schema:
+        return "one of " + ", ".join(map(repr, schema["enum"]))
+    kinds = schema.get("type", [])
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    if kinds == ["integer"] and schema.get("minimum") == 0:
+        return "a count (an integer of 0 or more)"
+    words = " or ".join(_TYPE_WORDS.get(k, k) for k in kinds if k != "null") or "a value"
+    qualified = "minimum" in schema or "exclusiveMinimum" in schema or "pattern" in schema
+    if "minimum" in schema:
+        words += f" of at least {schema['minimum']}"
+    if "exclusiveMinimum" in schema:
+        words += f" above {schema['exclusiveMinimum']}"
+    if "pattern" in schema:
+        words += f" matching {schema['pattern']}"
+    if "null" in kinds:
+        words = "null" if words == "a value" else words + (", or null" if qualified else " or null")
+    return words
+
+
 # -- one level file --------------------------------------------------------------------
+
+
+def _no_constant(name: str):
+    # Python's json reads and writes NaN and Infinity; JSON has no such numbers, and the
+    # schema's "number" cannot refuse them.
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def read_level(path: str, rel: str, strict: bool = False) -> tuple[dict | None, list[str], int]:
@@ -174,7 +351,7 @@ def read_level(path: str, rel: str, strict: bool = False) -> tuple[dict | None, 
     parsed = None if strict else _fast(data)
     if parsed is None:
         try:
-            document = json.loads(data)
+            document = json.loads(data, parse_constant=_no_constant)
         except UnicodeDecodeError as error:
             return (
                 None,
@@ -183,6 +360,8 @@ def read_level(path: str, rel: str, strict: bool = False) -> tuple[dict | None, 
             )
         except json.JSONDecodeError as error:
             return None, [f"{rel}: {_where(error)}: {_syntax(error)}"], len(data)
+        except ValueError as error:
+            return None, [f"{rel}: not valid JSON: {error}"], len(data)
         if not isinstance(document, dict):
             return None, [f"{rel}: (top level): expected a JSON object"], len(data)
         records = document.get("requests")
@@ -207,6 +386,17 @@ def read_level(path: str, rel: str, strict: bool = False) -> tuple[dict | None, 
             return None, problems, len(data)
         parsed = (document, fields)
     document, fields = parsed
+    version = document.get("schema_version")
+    if (
+        isinstance(version, int)
+        and not isinstance(version, bool)
+        and version not in SUPPORTED_SCHEMAS
+    ):
+        # Named once for the whole tree by load(); its fields are another contract's.
+        return {"schema_version": version, "unsupported": True}, [], len(data)
+    problems = contract_problems(document, rel, records=strict)
+    if problems:
+        return None, problems, len(data)
     level, problems = _reduce(document, fields, rel)
     return level, problems, len(data)
 
@@ -227,7 +417,7 @@ def _fast(data: bytes):
     if not head.endswith(b","):
         return None
     try:
-        document = json.loads(head[:-1] + b"\n}")
+        document = json.loads(head[:-1] + b"\n}", parse_constant=_no_constant)
     except ValueError:
         return None
     if not isinstance(document, dict):
@@ -324,7 +514,8 @@ def _show(value) -> str:
 
 
 def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None, list[str]]:
-    """Validate a level document (requests given as their reduced fields) and keep what the
+    """Check what the schema cannot (the file name, the request records' reduced fields when
+    they were not validated, the counts) of a level that passed it, and keep what the
     analysis uses."""
     problems: list[str] = []
 
@@ -332,63 +523,20 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
         found = "missing" if value is _MISSING else f"found {_show(value)}"
         problems.append(f"{rel}: {name}: expected {what}, {found}")
 
-    version = document.get("schema_version", _MISSING)
-    if not isinstance(version, int) or isinstance(version, bool):
-        bad("schema_version", "an integer", version)
-    kind = document.get("kind", LEVEL_KIND)
-    if kind != LEVEL_KIND:
-        bad("kind", repr(LEVEL_KIND), kind)
-    config = document.get("config", _MISSING)
-    if not isinstance(config, str) or not config or "/" in config:
+    config, prompt_set = document["config"], document["prompt_set"]
+    # Both name folders of the results tree.
+    if "/" in config:
         bad("config", "the serving config's name", config)
+    if "/" in prompt_set:
+        bad("prompt_set", "a prompt set's name", prompt_set)
     match = LEVEL_FILE.match(os.path.basename(rel))
-    concurrency = document.get("concurrency", _MISSING)
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-        bad("concurrency", "an integer of at least 1", concurrency)
-    elif match and int(match.group(1)) != concurrency:
+    concurrency = document["concurrency"]
+    if match and int(match.group(1)) != concurrency:
         problems.append(
             f"{rel}: concurrency: {concurrency} does not match the file name "
             f"(c{match.group(1)}.json); the file was renamed or moved"
         )
-    prompt_set = document.get("prompt_set")
-    if prompt_set is not None and (not isinstance(prompt_set, str) or "/" in prompt_set):
-        bad("prompt_set", "a prompt set's name", prompt_set)
-    summary = document.get("summary", _MISSING)
-    if not isinstance(summary, dict):
-        bad("summary", "an object", summary)
-        summary = {}
-    else:
-        for name in SUMMARY_NUMBERS:
-            value = summary.get(name, _MISSING)
-            if value is not None and not _number(value):
-                bad(f"summary.{name}", "a number or null", value)
-        for name in DISTRIBUTIONS:
-            value = summary.get(name, _MISSING)
-            if not isinstance(value, dict):
-                bad(f"summary.{name}", "an object with mean, p50, p90 and p99", value)
-                continue
-            for stat in ("mean", "p50", "p90", "p99"):
-                item = value.get(stat, _MISSING)
-                if item is not None and not _number(item):
-                    bad(f"summary.{name}.{stat}", "a number or null", item)
-        for name in ("requests_ok", "requests_failed"):
-            value = summary.get(name, _MISSING)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                bad(f"summary.{name}", "a count (an integer of 0 or more)", value)
-    client = document.get("client", _MISSING)
-    if not isinstance(client, dict):
-        bad("client", "an object", client)
-        client = {}
-    elif not isinstance(client.get("saturated", _MISSING), bool):
-        bad("client.saturated", "true or false", client.get("saturated", _MISSING))
-    provenance = document.get("provenance", _MISSING)
-    if not isinstance(provenance, dict):
-        bad("provenance", "an object", provenance)
-        provenance = {}
-    server = document.get("server")
-    server = server if isinstance(server, dict) else {}
-    settings = document.get("settings")
-    settings = settings if isinstance(settings, dict) else {}
+    summary, client, provenance = document["summary"], document["client"], document["provenance"]
 
     accept, weights = array("d"), array("d")
     ok_count = 0
@@ -412,7 +560,7 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
                 weights.append(tokens)
         if len(problems) > MAX_PROBLEMS:
             break
-    if not problems and "requests_ok" in summary:
+    if not problems:
         counted = summary["requests_ok"] + summary["requests_failed"]
         if counted != len(fields):
             problems.append(
@@ -427,21 +575,21 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
     if problems:
         return None, problems
     return {
-        "schema_version": version,
+        "schema_version": document["schema_version"],
         "config": config,
         "prompt_set": prompt_set,
         "concurrency": concurrency,
-        "run_id": str(document.get("run_label") or provenance.get("run_id") or ""),
-        "summary": {k: v for k, v in summary.items() if not isinstance(v, list)},
+        "run_id": str(document["run_label"] or provenance.get("run_id") or ""),
+        "summary": dict(summary),
         "client": {
             "saturated": client["saturated"],
-            "saturated_reasons": client.get("saturated_reasons") or [],
-            "cpu_fraction": client.get("cpu_fraction"),
+            "saturated_reasons": client["saturated_reasons"],
+            "cpu_fraction": client["cpu_fraction"],
         },
-        "crashed": bool(server.get("crashed")),
-        "settings": settings,
+        "crashed": document["server"]["crashed"],
+        "settings": document["settings"],
         "provenance": reduce_provenance(provenance),
-        "started_at": document.get("started_at"),
+        "started_at": document["started_at"],
         "accept": accept,
         "accept_tokens": weights,
         "records": len(fields),
@@ -459,6 +607,9 @@ def reduce_provenance(provenance: dict) -> dict:
     git = runtime.get("git") if isinstance(runtime.get("git"), dict) else None
     release = runtime.get("release") if isinstance(runtime.get("release"), dict) else None
     weights = provenance.get("weights") if isinstance(provenance.get("weights"), list) else []
+    # The benchmark role records every prompt set by name; this level's is `prompts.name`.
+    sets = provenance.get("prompt_sets")
+    prompt_set = sets.get(provenance["prompts"]["name"]) if isinstance(sets, dict) else None
     return {
         "host": provenance.get("host"),
         "profile": provenance.get("profile"),
@@ -479,11 +630,7 @@ def reduce_provenance(provenance: dict) -> dict:
         "launch": pick(launch, "config", "base", "budget", "runtime", "argv", "environment"),
         "weights": [pick(w, "role", "repo_id", "revision", "manifest_sha256") for w in weights[:4]],
         "prompts": pick(provenance.get("prompts"), "name", "sha256", "requests_per_level"),
-        "prompt_source": (
-            provenance.get("prompt_set", {}).get("source")
-            if isinstance(provenance.get("prompt_set"), dict)
-            else None
-        ),
+        "prompt_source": prompt_set.get("source") if isinstance(prompt_set, dict) else None,
         "started_at": provenance.get("started_at"),
         "ended_at": provenance.get("ended_at"),
     }
@@ -572,20 +719,23 @@ def load(root: Path | str, strict: bool = False, workers: int | None = None) -> 
             root,
         )
     tasks = [(str(p), str(p.relative_to(root)), strict) for p in found["level"]]
+    level_validator()  # compiled once, here, for the worker processes to inherit
     outcomes = _read_all(tasks, workers)
     problems: list[str] = []
     levels: list[Level] = []
+    versions: list[tuple[str, int]] = []
     total = 0
     for (path, rel, _strict), (reduced, issues, size) in zip(tasks, outcomes, strict=True):
         total += size
         problems += issues
         if reduced is None:
             continue
+        versions.append((rel, reduced["schema_version"]))
+        if reduced.get("unsupported"):
+            continue
         file = Path(path)
         config_dir = _config_dir(root, file, reduced["config"])
         prompt_set = reduced["prompt_set"]
-        if prompt_set is None:
-            prompt_set = file.parent.name if config_dir not in (None, file.parent) else "default"
         host = (
             _host_of(root, config_dir) or reduced["provenance"].get("host") or root.resolve().name
         )
@@ -608,7 +758,7 @@ def load(root: Path | str, strict: bool = False, workers: int | None = None) -> 
                 records=reduced["records"],
             )
         )
-    problems += _schema_problems(levels)
+    problems += _schema_problems(versions)
     seen: dict[tuple, str] = {}
     for level in levels:
         key = (level.host, level.config, level.prompt_set, level.concurrency)
@@ -671,10 +821,11 @@ def _root_host(root: Path, levels: list[Level]) -> str:
     return next(iter(hosts)) if len(hosts) == 1 else root.resolve().name
 
 
-def _schema_problems(levels: list[Level]) -> list[str]:
+def _schema_problems(versions: list[tuple[str, int]]) -> list[str]:
+    """Files of more than one schema version, and versions this analysis does not read."""
     by_version: dict[int, list[str]] = {}
-    for level in levels:
-        by_version.setdefault(level.schema_version, []).append(level.path)
+    for path, version in versions:
+        by_version.setdefault(version, []).append(path)
     problems = []
     if len(by_version) > 1:
         # The most common version is the norm; every other file is named.

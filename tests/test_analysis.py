@@ -27,6 +27,7 @@ from tests.results_tree import (
     ddtree_sweep,
     expected_output_tokens_per_s,
     implied_speedup_range,
+    level_problems,
     token_steps,
     write_run,
 )
@@ -799,10 +800,85 @@ def test_a_field_of_the_wrong_type_is_named(small):
     problems = problems_of(small)
     assert problems == [
         "node-a/ar/gsm8k/c1.json: summary.ttft_ms.p99: expected a number or null, missing",
-        "node-a/dflash/gsm8k/c1.json: summary.output_tokens_per_s: expected a number or null, "
-        "found 'fast'",
+        "node-a/dflash/gsm8k/c1.json: summary.output_tokens_per_s: expected a number of at "
+        "least 0, or null, found 'fast'",
         "node-a/dflash/gsm8k/c4.json: requests[2].ok: expected true or false, found 'yes'",
     ]
+
+
+CONTRACT = "not a field of schema_version 1 (docs/schema/level.schema.json)"
+
+
+def test_the_simulated_trees_follow_the_contract(study):
+    """The trees every analysis test reads are level files as the writer makes them: the
+    schema's own validator (the writer's tests' helper) finds nothing, crashed and saturated
+    levels included."""
+    root, _plan, _outcome = study
+    files = sorted(root.glob("*/*/*/c*.json"))
+    assert len(files) == 2 * 2 * 6 * 3 - (2 * 3 - 1)
+    for path in files:
+        assert level_problems(json.loads(path.read_text())) == [], path
+
+
+def test_a_level_that_breaks_the_schema_is_named_field_by_field(small):
+    base = small / "node-a" / "dflash" / "gsm8k"
+
+    def rename(document):
+        document["summary"]["step_time_ms"] = document["summary"].pop("step_ms")
+
+    edit(base / "c1.json", rename)
+    edit(base / "c4.json", lambda d: d["client"].update(saturated="no"))
+    edit(small / "node-a" / "ar" / "gsm8k" / "c1.json", lambda d: d.update(gpu_power_w=700))
+    edit(
+        small / "node-a" / "ar" / "gsm8k" / "c4.json",
+        lambda d: d["provenance"]["prompts"].update(sha256="abc"),
+    )
+    problems = problems_of(small)
+    assert problems == [
+        f"node-a/ar/gsm8k/c1.json: gpu_power_w: {CONTRACT}; a writer that adds fields bumps "
+        "schema_version",
+        "node-a/ar/gsm8k/c4.json: provenance.prompts.sha256: expected a string matching "
+        "^[0-9a-f]{64}$, found 'abc'",
+        "node-a/dflash/gsm8k/c1.json: summary.step_ms: expected a number of at least 0, or "
+        "null, missing",
+        f"node-a/dflash/gsm8k/c1.json: summary.step_time_ms: {CONTRACT}; a writer that adds "
+        "fields bumps schema_version",
+        "node-a/dflash/gsm8k/c4.json: client.saturated: expected true or false, found 'no'",
+    ]
+
+
+def test_request_records_are_held_to_the_schema_under_strict(small):
+    """By default only the four fields the analysis uses of each record are read (the speed
+    target); --strict validates every record against the schema."""
+    path = small / "node-a" / "dflash" / "gsm8k" / "c4.json"
+
+    def change(document):
+        document["requests"][1]["text"] = 5
+        document["requests"][1]["events"][2] = ["x", 3]
+        document["requests"][4]["draft_tokens"] = 7
+
+    edit(path, change)
+    assert len(analysis.load(small).levels) == 4
+    assert problems_of(small, strict=True) == [
+        "node-a/dflash/gsm8k/c4.json: requests[1].events[2][0]: expected a number, found 'x'",
+        "node-a/dflash/gsm8k/c4.json: requests[1].text: expected a string or null, found 5",
+        f"node-a/dflash/gsm8k/c4.json: requests[4].draft_tokens: {CONTRACT}; a writer that "
+        "adds fields bumps schema_version",
+    ]
+
+
+def test_nan_and_infinity_are_refused(small):
+    path = small / "node-a" / "ar" / "gsm8k" / "c1.json"
+    path.write_text(path.read_text().replace('"cpu_s": 0.1', '"cpu_s": NaN', 1))
+    assert problems_of(small) == [
+        "node-a/ar/gsm8k/c1.json: not valid JSON: NaN is not a JSON number"
+    ]
+
+
+def test_the_readers_schema_version_is_the_schemas():
+    schema = json.loads(results_module.LEVEL_SCHEMA.read_text())
+    version = schema["properties"]["schema_version"]["const"]
+    assert [version] == list(results_module.SUPPORTED_SCHEMAS)
 
 
 def test_counts_that_do_not_add_up_and_a_renamed_level_are_named(small):
@@ -890,16 +966,16 @@ def test_files_in_other_layouts_take_the_full_parse(small):
     assert level.records == 6 and list(level.accept) == pytest.approx([11 / 3] * 6)
 
 
-def test_a_host_folder_and_a_layout_without_prompt_sets_are_read(small, tmp_path):
+def test_a_host_folder_and_a_layout_without_prompt_set_folders_are_read(small, tmp_path):
     levels = analysis.load(small / "node-a").levels
     assert {lv.host for lv in levels} == {"node-a"} and len(levels) == 4
     flat = tmp_path / "flat" / "h1" / "ar"
     flat.mkdir(parents=True)
-    document = json.loads((small / "node-a" / "ar" / "gsm8k" / "c1.json").read_text())
-    document.pop("prompt_set")
-    (flat / "c1.json").write_text(json.dumps(document, indent=1))
+    level_file = small / "node-a" / "ar" / "gsm8k" / "c1.json"
+    (flat / "c1.json").write_bytes(level_file.read_bytes())
     (level,) = analysis.load(tmp_path / "flat").levels
-    assert (level.host, level.config, level.prompt_set) == ("h1", "ar", "default")
+    # The prompt set is the file's own field (every level file has one), not a folder's name.
+    assert (level.host, level.config, level.prompt_set) == ("h1", "ar", "gsm8k")
 
 
 # -- compare -----------------------------------------------------------------------------
