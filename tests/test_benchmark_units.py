@@ -7,6 +7,8 @@ import hashlib
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 import requests
 from ansible.module_utils import benchmark_client, benchmark_level
 from ansible.module_utils.benchmark import (
+    SCHEMA_VERSION,
     ResponseParser,
     StreamError,
     accepted_tokens_per_step,
@@ -31,8 +34,11 @@ from ansible.module_utils.benchmark import (
     summarize_level,
 )
 
+import analysis
+from analysis.results import SUPPORTED_SCHEMAS
 from tests.hub_server import LocalHub
 from tests.modules import assert_unchanged, run_module
+from tests.results_tree import LEVEL_SCHEMA, level_problems
 from tests.test_sglang_sim import BASE, DFLASH, start
 
 pytestmark = pytest.mark.benchmark
@@ -41,39 +47,17 @@ TEMPLATE = (
     "{% for m in messages %}<|im_{{ m.role }}|>{{ m.content }}<|im_end|>{% endfor %}"
     "{% if add_generation_prompt %}<|im_assistant|>{% endif %}"
 )
-SUMMARY_FIELDS = {
-    "output_tokens_per_s",
-    "requests_per_s",
-    "ttft_ms",
-    "itl_ms",
-    "tpot_ms",
-    "e2e_ms",
-    "accept_length_mean",
-    "spec_accept_length_mean",
-    "step_ms",
-    "accepted_tokens_per_step",
-    "requests_ok",
-    "requests_failed",
-}
+REPO = Path(__file__).resolve().parent.parent
 
 
 def check_contract(document: dict, config: str, concurrency: int) -> None:
-    """What the README promises of every c<N>.json."""
-    assert document["schema_version"] == 1
+    """What the README promises of every c<N>.json: docs/schema/level.schema.json, and what
+    a schema cannot say."""
+    assert level_problems(document) == []
     assert document["config"] == config and document["concurrency"] == concurrency
     summary = document["summary"]
-    assert set(summary) >= SUMMARY_FIELDS
-    for name in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
-        assert {"mean", "p50", "p90", "p99"} <= set(summary[name]), name
     assert summary["requests_ok"] + summary["requests_failed"] == len(document["requests"])
-    for record in document["requests"]:
-        assert {"index", "ok", "ttft_ms", "e2e_ms", "output_tokens", "events"} <= set(record)
-    provenance = document["provenance"]
-    for name in ("sglang_version", "server_info", "prompts", "started_at", "ended_at"):
-        assert name in provenance, name
-    assert len(provenance["prompts"]["sha256"]) == 64
-    client = document["client"]
-    assert {"cpu_fraction", "loop_lag_ms", "saturated"} <= set(client)
+    assert [r["index"] for r in document["requests"]] == list(range(len(document["requests"])))
 
 
 # -- stream parsing -------------------------------------------------------------------
@@ -454,9 +438,21 @@ def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompt
     process, url = start(
         [*BASE, *DFLASH], SGLANG_SIM_STEP_MS=10, SGLANG_SIM_ACCEPT=3, SGLANG_SIM_PREFILL_MS=20
     )
+    # The launch record names the target's folder (with a weights manifest) and a drafter's
+    # folder without one: the level file's provenance has both kinds of weights entry.
+    model = tmp_path / "model"
+    model.mkdir()
+    manifest = {"repo_id": "org/m", "revision": "a" * 40, "verify_mode": "sha256"}
+    manifest.update(verified_at="2026-01-01T00:00:00+00:00", files={"a.safetensors": 1})
+    (model / "kimi-manifest.json").write_text(json.dumps(manifest))
+    argv = ["--model-path", str(model), "--speculative-draft-model-path", str(tmp_path / "d")]
+    (tmp_path / "launch.json").write_text(json.dumps({"config": "dflash", "argv": argv}))
+    records = {"launch": str(tmp_path / "launch.json"), "runtime": str(tmp_path / "absent")}
     try:
         (tmp_path / "out").mkdir()
-        (tmp_path / "out" / "provenance.json").write_text(json.dumps({"kit_version": "0.1.0+t"}))
+        (tmp_path / "out" / "provenance.json").write_text(
+            json.dumps({"kit_version": "0.1.0+t", "records": records})
+        )
         result = run_module(
             "sglang_benchmark", bench_args(url, prompts_file, tmp_path / "out", "dflash")
         )
@@ -491,8 +487,14 @@ def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompt
         assert delta["accepted_tokens_per_step"] == pytest.approx(23 / steps)
         assert not delta["restarted"]
         assert document["server"]["cache"] == "flushed"
-        assert document["provenance"]["kit_version"] == "0.1.0+t"
-        assert document["provenance"]["sglang_version"] == "0.5.23"
+        provenance = document["provenance"]
+        assert provenance["kit_version"] == "0.1.0+t" and provenance["sglang_version"] == "0.5.23"
+        assert provenance["runtime"] is None and "records" not in provenance
+        assert [(w["role"], w["manifest"] is not None) for w in provenance["weights"]] == [
+            ("target", True),
+            ("drafter", False),
+        ]
+        assert provenance["weights"][0]["files"] == 1
     assert result["ansible_facts"]["sglang_benchmark"]["summaries"]["4"]["requests_ok"] == 8
 
 
@@ -536,6 +538,14 @@ def test_module_fails_when_the_server_crashes_and_keeps_the_level(tmp_path, prom
     assert "crashed during concurrency 1 of ar" in result["msg"]
     document = json.loads((tmp_path / "c1.json").read_text())
     assert document["server"]["crashed"] and document["summary"]["requests_failed"] > 0
+    # The level file of a crash follows the contract too: requests that ran, requests cut
+    # off before any event (their records hold only the first fields), the server's state
+    # after it went away (with the error it gave).
+    check_contract(document, "ar", 1)
+    requests = document["requests"]
+    assert requests[0]["ok"] and "decode_steps" in requests[0]
+    assert [r for r in requests if not r["ok"] and "decode_steps" not in r]
+    assert "error" in document["server"]["after"]
 
 
 def test_module_refuses_bad_input_and_an_absent_server(tmp_path, prompts_file):
@@ -566,6 +576,7 @@ def test_module_renders_chat_rows_with_the_servers_template(tmp_path):
         process.wait()
     assert not result.get("failed"), result
     document = json.loads((tmp_path / "out" / "c2.json").read_text())
+    check_contract(document, "ar", 2)
     rendered = "<|im_user|>hi<|im_end|><|im_assistant|>"
     assert document["provenance"]["prompts"]["distinct_prompts"] == 1
     assert document["requests"][0]["prompt_sha256"] == hashlib.sha256(rendered.encode()).hexdigest()
@@ -587,8 +598,118 @@ def test_the_api_key_in_server_info_stays_out_of_the_level_file(tmp_path, prompt
     assert not result.get("failed"), result
     text = (tmp_path / "c2.json").read_text()
     assert key not in text
+    check_contract(json.loads(text), "ar", 2)
     server_info = json.loads(text)["provenance"]["server_info"]
     assert server_info["api_key"] == "***" and "--api-key ***" in server_info["launch_command"]
+
+
+# -- the contract ----------------------------------------------------------------------
+
+
+def test_the_schema_is_valid_and_carries_the_writers_version():
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads(LEVEL_SCHEMA.read_text())
+    Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+    assert SCHEMA_VERSION in SUPPORTED_SCHEMAS  # the analysis reads what the writer writes
+
+
+@pytest.fixture(scope="module")
+def written_level(tmp_path_factory) -> bytes:
+    """c2.json as the module writes it against the simulator (AR; the crash test covers
+    failed requests, the simulator test speculative ones)."""
+    folder = tmp_path_factory.mktemp("written")
+    prompts = folder / "gsm8k.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"q {i}"}) + "\n" for i in range(4)))
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(url, prompts, folder, "ar", concurrency=[2], num_prompts=4)
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    return (folder / "c2.json").read_bytes()
+
+
+def rename_requests_ok(document: dict) -> None:
+    document["summary"]["ok_requests"] = document["summary"].pop("requests_ok")
+
+
+# (change, the writer-side helper's line, the analysis' line, whether only --strict reads it)
+MUTATIONS = {
+    "a field renamed": (
+        rename_requests_ok,
+        "summary: 'requests_ok' is a required property",
+        "summary.requests_ok: expected a count (an integer of 0 or more), missing",
+        False,
+    ),
+    "a type changed": (
+        lambda d: d.update(concurrency="2"),
+        "concurrency: '2' is not of type 'integer'",
+        "concurrency: expected an integer of at least 1, found '2'",
+        False,
+    ),
+    "a field added": (
+        lambda d: d["client"].update(gpu_busy=0.5),
+        "client: Additional properties are not allowed ('gpu_busy' was unexpected)",
+        "client.gpu_busy: not a field of schema_version 1 (docs/schema/level.schema.json); a "
+        "writer that adds fields bumps schema_version",
+        False,
+    ),
+    "a request record's type changed": (
+        lambda d: d["requests"][1].update(finish_reason=["length"]),
+        "requests.1.finish_reason: ['length'] is not of type 'string', 'null'",
+        'requests[1].finish_reason: expected a string or null, found ["length"]',
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_mutated_level_fails_the_writers_check_and_the_analysis(
+    written_level, tmp_path, mutation
+):
+    """The writer and the reader hold the same contract: what the module wrote passes both;
+    one field renamed, retyped or added, on either side alone, fails both."""
+    change, writer_line, reader_line, strict = MUTATIONS[mutation]
+    path = tmp_path / "run" / "h1" / "ar" / "gsm8k" / "c2.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(written_level)
+    document = json.loads(written_level)
+    assert level_problems(document) == []
+    assert len(analysis.load(tmp_path / "run", strict=True).levels) == 1
+    change(document)
+    assert writer_line in level_problems(document)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    with pytest.raises(analysis.ResultsError) as caught:
+        analysis.load(tmp_path / "run", strict=strict)
+    assert f"h1/ar/gsm8k/c2.json: {reader_line}" in caught.value.problems
+    if strict:  # by default the analysis reads four fields of each record, not this one
+        assert len(analysis.load(tmp_path / "run").levels) == 1
+
+
+def test_the_command_line_refuses_a_level_that_breaks_the_contract(written_level, tmp_path):
+    path = tmp_path / "run" / "h1" / "ar" / "gsm8k" / "c2.json"
+    path.parent.mkdir(parents=True)
+    document = json.loads(written_level)
+    rename_requests_ok(document)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(tmp_path / "run")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "h1/ar/gsm8k/c2.json: summary.ok_requests: not a field of schema_version 1" in (
+        done.stderr
+    )
+    assert not (tmp_path / "run" / "report").exists()
 
 
 def test_secrets_are_masked_in_provenance():
