@@ -115,6 +115,7 @@ from ansible.module_utils.benchmark import (  # noqa: E402
     render_chat,
     special_tokens,
 )
+from ansible.module_utils.host_helpers import atomic_write, file_sha256  # noqa: E402
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -175,14 +176,6 @@ def git_blob_id(path: str) -> str:
     return digest.hexdigest()
 
 
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def download(url: str, dest: str, token: str, timeout: int) -> None:
     """To a temporary name, checked against the hub's ETag (sha256 of an LFS file, git blob
     id of a small one), then renamed: a cached file is always a whole, verified one."""
@@ -201,7 +194,7 @@ def download(url: str, dest: str, token: str, timeout: int) -> None:
             if time.monotonic() > deadline:
                 raise PromptError(f"{url}: not downloaded within {timeout} s")
     if HEX64.match(etag):
-        found = sha256_of(partial)
+        found = file_sha256(partial)
     elif SHA.match(etag):
         found = git_blob_id(partial)
     else:
@@ -265,7 +258,7 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
     text, source_name, tokens = template
     if spec.get("path"):
         path = spec["path"]
-        source = {"path": path, "sha256": sha256_of(path)}
+        source = {"path": path, "sha256": file_sha256(path)}
         rows = read_rows(path)
     else:
         missing = [k for k in ("repo", "revision", "file", "template") if not spec.get(k)]
@@ -286,7 +279,7 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
             "revision": revision,
             "resolved": sha,
             "file": file_name,
-            "sha256": sha256_of(cached),
+            "sha256": file_sha256(cached),
         }
         rows = read_rows(cached)
     prompts = []
@@ -317,7 +310,7 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
     content = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in prompts).encode()
     output = os.path.join(p["output_dir"], f"{name}.jsonl")
     digest = hashlib.sha256(content).hexdigest()
-    changed = not os.path.isfile(output) or sha256_of(output) != digest
+    changed = not os.path.isfile(output) or file_sha256(output) != digest
     meta = {
         "name": name,
         "source": source,
@@ -333,12 +326,8 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
         "sha256": digest,
     }
     if changed:
-        for path, data in ((output, content), (f"{output[:-6]}.meta.json", None)):
-            temporary = f"{path}.tmp"
-            with open(temporary, "wb") as handle:
-                handle.write(data if data is not None else json.dumps(meta, indent=1).encode())
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, path)
+        atomic_write(output, content, 0o644)
+        atomic_write(f"{output[:-6]}.meta.json", json.dumps(meta, indent=1), 0o644)
     meta["changed"] = changed
     return meta
 

@@ -84,22 +84,15 @@ acs:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_helpers import read_text, systemd_is_pid1  # noqa: E402
 from ansible.module_utils.host_inspect import bytes_present, disk_space  # noqa: E402
 from ansible.module_utils.pci_acs import acs_report, acs_unchecked  # noqa: E402
 
 
-def read_pid1() -> str:
-    try:
-        with open("/proc/1/comm") as handle:
-            return handle.read().strip()
-    except OSError:
-        return "unknown"
-
-
-def fabricmanager_state(module: AnsibleModule, pid1: str) -> dict:
+def fabricmanager_state(module: AnsibleModule, systemd: bool) -> dict:
     # Installed but stopped is the tuning stage's to fix (it starts it); not installed is not.
     installed = bool(module.get_bin_path("nv-fabricmanager", opt_dirs=["/usr/bin", "/usr/sbin"]))
-    if pid1 == "systemd":
+    if systemd:
         systemctl = module.get_bin_path("systemctl")
         if systemctl:
             rc, out, _err = module.run_command([systemctl, "is-active", "nvidia-fabricmanager"])
@@ -144,7 +137,6 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    pid1 = read_pid1()
     present = {
         name: bytes_present(
             os.path.join(params["weights_dir"], repo["repo_id"]), repo.get("files") or []
@@ -153,11 +145,11 @@ def main() -> None:
     }
     module.exit_json(
         changed=False,
-        pid1=pid1,
+        pid1=read_text("/proc/1/comm") or "unknown",
         disk=disk_space(params["weights_dir"]),
         present=present,
         fabricmanager=(
-            fabricmanager_state(module, pid1)
+            fabricmanager_state(module, systemd_is_pid1())
             if params["check_fabricmanager"]
             else {"active": None, "how": "not checked", "state": "unknown"}
         ),

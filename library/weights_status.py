@@ -68,7 +68,7 @@ status:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_inspect import pid_alive  # noqa: E402
+from ansible.module_utils.host_helpers import pid_alive  # noqa: E402
 from ansible.module_utils.weights import progress_line, read_json  # noqa: E402
 
 

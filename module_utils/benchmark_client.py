@@ -328,7 +328,7 @@ def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, li
     sent = tracker.connected or tracker.start
     record = {
         "index": tracker.index,
-        "prompt_id": prompt.get("id"),
+        "prompt_id": row_id(prompt.get("id")),
         "prompt_sha256": prompt_sha,
         "ok": False,
         "error": tracker.error or None,
@@ -385,7 +385,7 @@ def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, li
         step_ms=round(timings["decode_ms"] / steps, 4) if steps > 0 else None,
         finish_reason=str(finish.get("type"))[:40] if isinstance(finish, dict) else None,
         text=last.get("text") if isinstance(last.get("text"), str) else None,
-        output_ids=last.get("output_ids") if isinstance(last.get("output_ids"), list) else None,
+        output_ids=token_ids(last.get("output_ids")),
     )
     ids = record["output_ids"]
     if isinstance(ids, list) and len(ids) != tokens:
@@ -393,6 +393,20 @@ def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, li
         # a fragment would make the losslessness check compare the wrong thing.
         record.update(text=None, output_ids=None, outputs_incomplete=True)
     return record, timings["itl_ms"] if record["ok"] else []
+
+
+def row_id(value) -> str | int | None:
+    """A prompt row's id as the level file keeps it: a string or an integer, else None."""
+    if isinstance(value, str):
+        return value[:200]
+    return value if counted(value) else None
+
+
+def token_ids(value) -> list[int] | None:
+    """The stream's output_ids when they are a list of token ids, else None."""
+    if isinstance(value, list) and all(counted(item) for item in value):
+        return value
+    return None
 
 
 META_FIELDS = (

@@ -15,7 +15,6 @@ import hashlib
 import itertools
 import json
 import os
-import re
 
 from ansible.module_utils.benchmark import (
     SCHEMA_VERSION,
@@ -33,48 +32,24 @@ from ansible.module_utils.benchmark_client import (
     run_level,
     server_state,
 )
+from ansible.module_utils.host_helpers import (
+    file_sha256,
+    mask_secrets,
+    read_json,
+    write_json_atomic,
+)
 
 DEFAULT_RECORDS = {
     "runtime": "/opt/kimi/runtime/runtime.json",
     "launch": "/var/lib/kimi/server/launch.json",
 }
-SECRET_NAME = re.compile(r"key|token|secret|password", re.IGNORECASE)
+# Longest string copied from a file or the server into the level file's provenance.
+MAX_COPIED_TEXT = 512
 
 
-def mask(value, secrets: list[str]):
-    """A copy with secret-looking fields and the given secret values masked."""
-    if isinstance(value, dict):
-        return {
-            k: (
-                "***"
-                if SECRET_NAME.search(str(k)) and v not in (None, "", False)
-                else mask(v, secrets)
-            )
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [mask(v, secrets) for v in value]
-    if isinstance(value, str):
-        for secret in secrets:
-            if secret:
-                value = value.replace(secret, "***")
-    return value
-
-
-def read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def text_or_none(value) -> str | None:
+    """A string field read from outside: kept (bounded) when it is a string, else null."""
+    return value[:MAX_COPIED_TEXT] if isinstance(value, str) else None
 
 
 def load_prompts(path: str, count: int) -> list[dict]:
@@ -140,18 +115,10 @@ def now_iso() -> str:
     )
 
 
-def write_json(path: str, data: dict) -> None:
-    temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1, sort_keys=False)
-        handle.write("\n")
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
-
-
 def weights_provenance(launch: dict | None) -> list[dict]:
     """The weights manifest (kimi-manifest.json) of the model and drafter the server runs."""
-    argv = (launch or {}).get("argv") or []
+    argv = launch.get("argv") if isinstance(launch, dict) else None
+    argv = [item for item in argv if isinstance(item, str)] if isinstance(argv, list) else []
     found = []
     for flag, value in itertools.pairwise(argv):
         if flag not in ("--model-path", "--speculative-draft-model-path"):
@@ -163,11 +130,11 @@ def weights_provenance(launch: dict | None) -> list[dict]:
             entry.update(
                 manifest=path,
                 manifest_sha256=file_sha256(path),
-                repo_id=manifest.get("repo_id"),
-                revision=manifest.get("revision"),
-                verify_mode=manifest.get("verify_mode"),
-                verified_at=manifest.get("verified_at"),
-                files=len(manifest.get("files") or {}),
+                repo_id=text_or_none(manifest.get("repo_id")),
+                revision=text_or_none(manifest.get("revision")),
+                verify_mode=text_or_none(manifest.get("verify_mode")),
+                verified_at=text_or_none(manifest.get("verified_at")),
+                files=len(files) if isinstance(files := manifest.get("files"), (dict, list)) else 0,
             )
         else:
             entry["manifest"] = None
@@ -198,6 +165,8 @@ def run_benchmark(params: dict, fail) -> dict:
         if status != 200:
             raise OSError(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
         server_info = json.loads(body)
+        if not isinstance(server_info, dict):
+            raise ValueError(f"/server_info is not a JSON object but {type(server_info).__name__}")
     except (OSError, ValueError) as error:
         fail(
             f"The SGLang server at {target.shown_url} does not answer /server_info: {error}. "
@@ -221,8 +190,8 @@ def run_benchmark(params: dict, fail) -> dict:
     }
     provenance = {
         **host_provenance(params["output_dir"]),
-        "server_info": mask(server_info, [params["api_key"]]),
-        "sglang_version": server_info.get("version"),
+        "server_info": mask_secrets(server_info, [params["api_key"]]),
+        "sglang_version": text_or_none(server_info.get("version")),
         "prompts": prompts_info,
     }
     settings = {
@@ -295,7 +264,7 @@ def run_benchmark(params: dict, fail) -> dict:
                 "requests": records,
             }
             path = os.path.join(params["output_dir"], f"c{concurrency}.json")
-            write_json(path, document)
+            write_json_atomic(path, document)
             files.append(path)
             summaries[str(concurrency)] = summary
             if document["client"]["saturated"]:

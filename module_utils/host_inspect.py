@@ -45,20 +45,3 @@ def bytes_present(repo_dir: str, files: list[dict]) -> dict:
             present_bytes += size
             present_files += 1
     return {"bytes_present": present_bytes, "files_present": present_files}
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether a process runs: a zombie has exited, only its parent has not collected it."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Callable
 
+from ansible.module_utils.host_helpers import atomic_write, read_text
 from ansible.module_utils.pci_acs import acs_report, acs_unchecked
 from ansible.module_utils.tuning_gpu_services import (
     check_fabricmanager,
@@ -38,10 +39,8 @@ from ansible.module_utils.tuning_record import (
     TuningError,
     TuningRun,
     Which,
-    atomic_write,
     describe,
     public,
-    read_text,
     summarise,
 )
 from ansible.module_utils.tuning_services import (

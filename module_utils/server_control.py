@@ -16,7 +16,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from ansible.module_utils.host_inspect import pid_alive
+from ansible.module_utils.host_helpers import kill_process_group, pid_alive, unit_state
 
 CONFIG_HASH_KEY = "KIMI_SERVER_CONFIG_HASH"
 SYSTEMD_PROPERTIES = (
@@ -50,10 +50,7 @@ def running_config_hash(pid: int | None) -> str | None:
 
 def systemd_status(run, unit: str) -> dict:
     """`systemctl show` of the unit; run(argv) -> (rc, stdout, stderr)."""
-    rc, out, err = run(["systemctl", "show", unit, "-p", ",".join(SYSTEMD_PROPERTIES)])
-    if rc != 0:
-        raise RuntimeError(f"systemctl show {unit} failed: {err.strip() or out.strip()}")
-    values = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
+    values = unit_state(run, unit, SYSTEMD_PROPERTIES)
     pid = int(values.get("MainPID") or 0)
     active = values.get("ActiveState", "")
     return {
@@ -112,10 +109,8 @@ def stop_supervisor(status: dict, timeout: float) -> None:
     while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.2)
     if pid_alive(pid):
-        child = status.get("pid")
-        for target in filter(None, (child,)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(target, signal.SIGKILL)
+        # The server leads its own process group (the supervisor starts it so).
+        kill_process_group(status.get("pid"), grace_s=0)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 

@@ -18,6 +18,7 @@ import ipaddress
 import json
 from pathlib import Path
 
+from ansible.module_utils.host_helpers import MASK
 from ansible.module_utils.sglang_args import (
     check_argv,
     check_environment,
@@ -25,7 +26,6 @@ from ansible.module_utils.sglang_args import (
     load_contract,
 )
 
-MASK = "********"
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SGLANG_API_KEY")
 
 

@@ -9,15 +9,13 @@ one recorded entry back and says whether anything had to change.
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import re
 
+from ansible.module_utils.host_helpers import atomic_write, read_text, text_sha256
 from ansible.module_utils.tuning_record import (
     TuningAbort,
     TuningRun,
-    atomic_write,
-    read_text,
     under_root,
     write_value,
 )
@@ -239,10 +237,6 @@ def snapshot_bytes(snapshot: dict) -> bytes | None:
     return base64.b64decode(snapshot["content_b64"])
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def manage_file(run: TuningRun, path: str, text: str) -> None:
     """The file holds `text` with mode 0644; its previous content and mode are recorded."""
     data = text.encode()
@@ -271,7 +265,7 @@ def manage_file(run: TuningRun, path: str, text: str) -> None:
             "kind": "file",
             "path": path,
             "previous": snapshot,
-            "value": {"sha256": sha256_text(text)},
+            "value": {"sha256": text_sha256(text)},
         },
     )
 

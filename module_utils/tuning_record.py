@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from datetime import datetime, timezone
+
+from ansible.module_utils.host_helpers import atomic_write
 
 STATE_SCHEMA = 1
 
@@ -47,34 +48,10 @@ def under_root(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
 
-def read_text(path: str) -> str | None:
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
 def write_value(path: str, value: str) -> None:
     """A kernel value (/proc/sys, /sys): written in place, never through a temporary file."""
     with open(path, "w") as handle:
         handle.write(value)
-
-
-def atomic_write(path: str, data: bytes, mode: int) -> None:
-    """The file at `path` holds `data` with `mode`, or is left as it was: never half written."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=".host-tuning-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
 
 
 # --------------------------------------------------------------------------------------------

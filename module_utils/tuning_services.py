@@ -1,9 +1,9 @@
 """Host tuning: services, as systemd units where systemd is PID 1 and as detached processes
 elsewhere - enabled, started, recorded, and put back on restore.
 
-The process helpers (`pids_named`, `stop_pids`, `start_daemon`) and `service_manager` (is
-systemd PID 1) are written for host tuning's needs; they are the candidates for a shared host
-helpers module.
+Whether systemd is PID 1, reading a unit's properties and files come from host_helpers; the
+process helpers here (`pids_named`, `stop_pids`, `start_daemon`) find and stop daemons by name
+(nv-fabricmanager started without systemd), which no other module does.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import signal
 import subprocess
 import time
 
-from ansible.module_utils.tuning_record import TuningAbort, TuningError, TuningRun, read_text
+from ansible.module_utils.host_helpers import parse_unit_show as unit_properties
+from ansible.module_utils.host_helpers import read_text, systemd_is_pid1
+from ansible.module_utils.tuning_record import TuningAbort, TuningError, TuningRun
 
 ENABLE_FROM = ("disabled",)
 MASKED = ("masked", "masked-runtime")
@@ -25,8 +27,7 @@ def service_manager(chosen: str) -> str:
     """systemd or direct: `chosen` unless it is auto, then systemd where it is PID 1."""
     if chosen != "auto":
         return chosen
-    # /proc/1 is the host's (or container's) own PID 1: the PID namespace is per host.
-    return "systemd" if read_text("/proc/1/comm") == "systemd" else "direct"
+    return "systemd" if systemd_is_pid1() else "direct"
 
 
 # --------------------------------------------------------------------------------------------
@@ -46,7 +47,7 @@ def systemctl(run: TuningRun) -> str:
 def parse_unit_show(text: str) -> dict:
     """`systemctl show -p LoadState -p ActiveState -p UnitFileState` into loaded, unit file
     state and active."""
-    props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    props = unit_properties(text)
     return {
         "loaded": props.get("LoadState") not in (None, "", "not-found"),
         "unit_file_state": props.get("UnitFileState") or "unknown",

@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -720,6 +721,11 @@ def test_unit_show_parsed_for_loaded_enabled_and_active():
 def test_processes_found_by_program_name_and_stopped():
     proc = subprocess.Popen(["sleep", "60"])
     try:
+        # Popen returns once exec has begun; the kernel fills /proc/<pid>/cmdline a moment
+        # later, so the new process may need a few looks to show its name.
+        deadline = time.monotonic() + 5
+        while proc.pid not in pids_named("sleep") and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert proc.pid in pids_named("sleep")
         # It exits on SIGTERM; left a zombie until collected, it counts as stopped.
         assert stop_pids([proc.pid], grace_s=5) == []
