@@ -18,11 +18,12 @@ TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools git systemd
 
 CONTRACT_VENV := tests/.state/contract-venv
 
-.PHONY: help setup lock test test-deps lint syntax pytest test-contract clean-testhosts clean
+.PHONY: help setup lock test test-unit test-deps lint syntax pytest test-contract clean-testhosts clean
 
 help:
 	@echo "make setup   - create $(VENV) from requirements.lock (fast when nothing changed)"
 	@echo "make test    - lint, syntax-check every root playbook x inventory, pytest"
+	@echo "make test-unit - the unit tests only (no test hosts, no playbooks): the inner loop"
 	@echo "make lock    - re-resolve requirements.in into requirements.lock"
 	@echo "make test-contract - launch commands vs the pinned sglang's real parser (CPU-only venv)"
 
@@ -48,6 +49,10 @@ lock:
 
 test: setup test-deps lint syntax pytest
 
+# The inner loop: modules, module_utils, analysis, simulator and hub, without test hosts.
+test-unit: setup
+	$(BIN)/pytest tests/unit tests/contract -q
+
 # Installs only what is missing, so it is quiet and fast on a prepared machine.
 test-deps:
 	@missing=""; for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
@@ -69,7 +74,7 @@ syntax: setup
 	done; done
 
 pytest: setup test-deps
-	$(BIN)/python -m tests.testhosts down --stale
+	$(BIN)/python -m tests.support.testhosts down --stale
 	$(BIN)/pytest
 
 # The launch-command contract against the real parser of the pinned sglang, in a CPU-only venv
@@ -83,7 +88,7 @@ test-contract:
 
 # Removes test hosts left by an interrupted test run (namespaces, processes, files).
 clean-testhosts: setup
-	$(BIN)/python -m tests.testhosts down --all
+	$(BIN)/python -m tests.support.testhosts down --all
 
 clean: clean-testhosts
 	rm -rf $(VENV) plan .pytest_cache .ruff_cache

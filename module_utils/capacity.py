@@ -15,7 +15,7 @@ and the plan. The model follows how SGLang lays the model out under tensor paral
   across the target's and the drafter's caches. Usable memory is the card's memory less an
   overhead that SGLang never sees: the driver's reserve (637 MiB on an RTX PRO 6000), the
   CUDA context and NCCL's buffers. 3 GiB reproduces the published SGLang KV pool of Kimi
-  K2.5 on 8x RTX PRO 6000 (tests/test_capacity.py names the source).
+  K2.5 on 8x RTX PRO 6000 (tests/unit/test_capacity.py names the source).
 """
 
 from __future__ import annotations

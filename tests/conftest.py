@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import testhosts
-from tests.ansible_run import run_playbook
+from tests.support import testhosts
+from tests.support.ansible_run import run_playbook
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
@@ -106,11 +106,12 @@ def wheelhouse():
 
 @pytest.fixture(scope="session")
 def runtime_wheelhouse(wheelhouse, tmp_path_factory):
-    """The hosts' wheelhouse plus the stand-in sglang wheel (tests/fake_sglang.py) and the build
-    backend a git install of SGLang needs: the runtime role installs from it with --no-index."""
+    """The hosts' wheelhouse plus the stand-in sglang wheel (tests/support/fake_sglang.py) and
+    the build backend a git install of SGLang needs: the runtime role installs from it with
+    --no-index."""
     import shutil
 
-    from tests.fake_sglang import build_wheel
+    from tests.support.fake_sglang import build_wheel
 
     build = downloaded_wheels(
         REPO / "tests" / "fixtures" / "requirements-build.txt",

@@ -10,7 +10,7 @@ runs it.
 
     .venv/bin/python -m tests.benchmarks.analysis_speed [--hosts 12] [--strict] [--keep]
 
-Level files of one host per profile come from tests/results_tree.py (the module's own
+Level files of one host per profile come from tests/support/results_tree.py (the module's own
 summary functions); the other hosts and prompt sets are byte copies with their names changed,
 which costs the reader exactly what distinct files would. The tree is about 2.1 GB and is
 read warm from the page cache (just written). Exits non-zero when the report takes 10 s or
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.results_tree import CHAIN_CONTROL, DEFAULT_CONFIGS, Plan, Sim, write_run
+from tests.support.results_tree import CHAIN_CONTROL, DEFAULT_CONFIGS, Plan, Sim, write_run
 
 REPO = Path(__file__).resolve().parent.parent.parent
 PROFILES = ("ct200", "h200", "b200")

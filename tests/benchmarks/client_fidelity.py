@@ -3,7 +3,7 @@ timestamps are the truth, side by side with SGLang's own benchmark client.
 
     .venv/bin/python -m tests.benchmarks.client_fidelity [--sglang-venv DIR] [--out DIR]
 
-The simulator (tests/sglang_sim.py, SGLang 0.5.23's stream shape: the first event carries
+The simulator (tests/support/sglang_sim.py, SGLang 0.5.23's stream shape: the first event carries
 the prefill token, each later one a verify step's tokens, chunked as uvicorn sends it) runs a
 speculative config with a known prefill time, step time and accepted tokens per step, and
 (SGLANG_SIM_TRUTH_DIR) records when each request's first bytes were read and when each event
@@ -67,7 +67,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.test_sglang_sim import BASE, DFLASH
+from tests.support.sim_process import BASE, DFLASH
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = """
@@ -146,7 +146,7 @@ class Simulator:
         }
         command = [
             sys.executable,
-            str(REPO / "tests/sglang_sim.py"),
+            str(REPO / "tests/support/sglang_sim.py"),
             *argv,
             "--port",
             str(self.port),

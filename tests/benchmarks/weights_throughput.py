@@ -1,7 +1,7 @@
 """Benchmark: the weights_download module's two transfers against a plain fetch, and hashing.
 
 A generated repository (default 32 files of 128 MiB, 4 GiB) is served on loopback by the local
-hub in a process of its own (`python -m tests.hub_server`), with LFS files redirected to its
+hub in a process of its own (`python -m tests.support.hub_server`), with LFS files redirected to its
 storage origin as huggingface.co redirects them to its CDN. Each round downloads the whole
 repository into an empty folder four ways, in an order shuffled for each round (seeded, so a
 rerun uses the same orders), each after `sync` so that no run inherits another's dirty pages:
@@ -85,11 +85,19 @@ def generate(folder: Path, files: int, mib: int) -> None:
 
 
 class HubProcess:
-    """tests.hub_server in its own interpreter; its request log is read between runs."""
+    """tests.support.hub_server in its own interpreter; its request log is read between runs."""
 
     def __init__(self, folder: Path, timeout: float):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.hub_server", "--repo", REPO_ID, "--dir", str(folder)],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.hub_server",
+                "--repo",
+                REPO_ID,
+                "--dir",
+                str(folder),
+            ],
             cwd=REPO_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -178,7 +186,7 @@ def run_fetch(hub: HubProcess, out: Path, workers: int, kind: str, timeout: floa
 
 
 def run_module_once(hub: HubProcess, path: str, work: Path, workers: int) -> dict:
-    from tests.modules import run_module
+    from tests.support.modules import run_module
 
     environment = dict(os.environ)
     os.environ.update(HF_ENDPOINT=hub.info["url"], HF_HUB_DISABLE_TELEMETRY="1")

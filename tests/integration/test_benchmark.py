@@ -1,0 +1,205 @@
+"""benchmark_kimi.yml over SSH test hosts running the simulator as sglang.
+
+Two hosts run in parallel, each through ar, eagle3 and dflash at two concurrency levels on a
+hub prompt set (from a local hub) and a prompt file of the user's. On the first host eagle3
+crashes mid-benchmark and dflash changes outputs under speculation; on the second eagle3
+crashes on start. The run must finish, land contract-following files for what ran, record
+the failures, and flag the lossy config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.hub_server import LocalHub
+from tests.support.results_tree import TEMPLATE, check_contract
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.benchmark, pytest.mark.integration]
+
+HOSTS = ["bench-a", "bench-b"]
+MODEL = "/opt/kimi/weights/moonshotai/Kimi-K2.6"
+RUN = "t1"
+QUESTIONS = [{"question": f"Tom has {i} apples and buys {i + 2}. How many now?"} for i in range(8)]
+HOST_VARS = {
+    "bench-a": {
+        "benchmark_server_environment": {
+            # warmup (1) + 3 measured requests, then the server dies mid-level.
+            "eagle3": {"SGLANG_SIM_CRASH_AFTER": "4"},
+            "dflash": {"SGLANG_SIM_LOSSY": "0.3"},
+        }
+    },
+    "bench-b": {"benchmark_server_environment": {"eagle3": {"SGLANG_SIM_CRASH_ON_START": "1"}}},
+}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from tests.support.testhosts import TestHostCluster
+
+    hosts = TestHostCluster.up(["ct200", "ct200"], names=HOSTS)
+    try:
+        hosts.write_inventory(host_vars=HOST_VARS)
+        manifest = json.dumps(
+            {
+                "repo_id": "moonshotai/Kimi-K2.6",
+                "revision": "a" * 40,
+                "verify_mode": "full",
+                "files": {"config.json": {}},
+            }
+        )
+        for host in HOSTS:
+            hosts.ssh(
+                host,
+                f"mkdir -p {MODEL} && cat > {MODEL}/tokenizer_config.json"
+                f" && echo '{manifest}' > {MODEL}/kimi-manifest.json",
+                input=json.dumps({"chat_template": TEMPLATE}),
+            )
+        yield hosts
+    finally:
+        hosts.down()
+
+
+@pytest.fixture(scope="module")
+def hub(cluster):
+    with LocalHub(host=cluster.gateway) as hub:
+        rows = "".join(json.dumps(q) + "\n" for q in QUESTIONS).encode()
+        hub.add_dataset("openai/gsm8k", {"main/test.jsonl": rows})
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def run(cluster, hub, runtime_wheelhouse, tmp_path_factory):
+    from tests.support.ansible_run import run_playbook
+
+    common = {
+        "kimi_serving_configs": ["ar", "eagle3", "dflash"],
+        "kimi_server_environment": {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_STEP_MS": "2"},
+        "server_health_poll_s": 1,
+        "server_restart_delay_s": 1,
+    }
+    runtime = run_playbook(
+        "playbooks/runtime.yml",
+        cluster.inventory,
+        tmp_path_factory.mktemp("runtime"),
+        extravars={**common, "runtime_wheelhouse": str(runtime_wheelhouse)},
+    )
+    assert runtime.rc == 0, runtime.stdout
+    own = tmp_path_factory.mktemp("prompts") / "own.jsonl"
+    own.write_text(
+        json.dumps({"prompt": "Write a haiku about GPUs."})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "Name three primes."}]})
+        + "\n"
+    )
+    results = tmp_path_factory.mktemp("results")
+    extravars = {
+        **common,
+        "benchmark_concurrency": [1, 3],
+        "benchmark_num_prompts": 6,
+        "benchmark_max_new_tokens": 16,
+        "benchmark_warmup_requests": 1,
+        "benchmark_poll_s": 1,
+        "benchmark_run_id": RUN,
+        "benchmark_results_dir": str(results),
+        "benchmark_prompt_sets": ["gsm8k"],
+        "benchmark_prompt_set_definitions": {
+            "gsm8k": {
+                "repo": "openai/gsm8k",
+                "revision": "main",
+                "file": "main/test.jsonl",
+                "template": "{question}\nPut the answer within \\boxed{}.",
+            }
+        },
+        "benchmark_prompt_files": {"own": str(own)},
+        "benchmark_hf_endpoint": hub.url,
+    }
+    bench = run_playbook(
+        "benchmark_kimi.yml",
+        cluster.inventory,
+        tmp_path_factory.mktemp("bench"),
+        extravars=extravars,
+    )
+    (results / "ansible.log").write_text(bench.stdout)
+    return bench, results / RUN
+
+
+def level(results: Path, host: str, config: str, prompt_set: str, concurrency: int) -> dict:
+    return json.loads((results / host / config / prompt_set / f"c{concurrency}.json").read_text())
+
+
+def test_the_run_finishes_and_lands_contract_files_for_what_ran(run, hub):
+    bench, results = run
+    assert bench.rc == 0, bench.stdout[-6000:]
+    record = json.loads((results / "run.json").read_text())
+    assert record["configs"] == ["ar", "eagle3", "dflash"] and record["hosts"] == HOSTS
+    for host in HOSTS:
+        for config in ("ar", "dflash"):
+            status = json.loads((results / host / config / "status.json").read_text())
+            assert status["status"] == "ok", status
+            for prompt_set in ("gsm8k", "own"):
+                for concurrency in (1, 3):
+                    document = level(results, host, config, prompt_set, concurrency)
+                    check_contract(document, config, concurrency)
+                    assert document["summary"]["requests_ok"] == 6
+                    assert document["prompt_set"] == prompt_set
+                    assert document["run_label"] == RUN
+    speculative = level(results, "bench-b", "dflash", "gsm8k", 3)["summary"]
+    # 16 tokens: the first from prefill, then 15 at 3 a verify step, five steps.
+    assert speculative["accepted_tokens_per_step"] == pytest.approx(15 / 5, abs=1e-3)
+    # SGLang's own accept length counts the prefill token as a verify step's.
+    assert speculative["spec_accept_length_mean"] == pytest.approx(16 / 5, abs=1e-3)
+    plain = level(results, "bench-b", "ar", "gsm8k", 3)["summary"]
+    assert plain["accepted_tokens_per_step"] == 1.0
+
+
+def test_provenance_comes_from_the_hosts_records(run, hub):
+    _bench, results = run
+    provenance = level(results, "bench-a", "dflash", "gsm8k", 1)["provenance"]
+    assert provenance["sglang_version"] == "0.5.23"
+    assert provenance["runtime"]["release"]["version"] == "0.5.23"
+    assert provenance["launch"]["config"] == "dflash"
+    assert "--speculative-algorithm" in provenance["launch"]["argv"]
+    assert provenance["gpu"]["driver_version"] and provenance["gpu"]["count"] == 8
+    target = next(w for w in provenance["weights"] if w["role"] == "target")
+    assert target["revision"] == "a" * 40 and len(target["manifest_sha256"]) == 64
+    assert provenance["kit_version"].startswith("0.1.0")
+    source = provenance["prompt_sets"]["gsm8k"]["source"]
+    assert source["repo"] == "openai/gsm8k"
+    assert source["resolved"] == hub.datasets["openai/gsm8k"].sha
+    assert provenance["prompts"]["sha256"] == provenance["prompt_sets"]["gsm8k"]["sha256"]
+    own = level(results, "bench-a", "ar", "own", 1)["requests"]
+    assert own[1]["prompt_sha256"] != own[0]["prompt_sha256"]
+
+
+def test_failed_configs_are_recorded_and_the_run_goes_on(run, cluster):
+    _bench, results = run
+    crashed = json.loads((results / "bench-a" / "eagle3" / "status.json").read_text())
+    assert crashed["status"] == "failed"
+    assert "crashed during concurrency 1 of eagle3" in crashed["error"]
+    assert any("simulated crash" in line for line in crashed["log_tail"])
+    # The level that saw the crash is kept, with its failures counted.
+    partial = level(results, "bench-a", "eagle3", "gsm8k", 1)
+    assert partial["server"]["crashed"] and partial["summary"]["requests_failed"] > 0
+    refused = json.loads((results / "bench-b" / "eagle3" / "status.json").read_text())
+    assert refused["status"] == "failed" and "did not become healthy" in refused["error"]
+    assert any("simulated crash on start" in line for line in refused["log_tail"])
+    assert not (results / "bench-b" / "eagle3" / "gsm8k").exists()
+    # dflash ran after both failures, and the deploy's config is serving again.
+    assert (results / "bench-b" / "dflash" / "gsm8k" / "c3.json").is_file()
+    launch = json.loads(cluster.ssh("bench-a", "cat /var/lib/kimi/server/launch.json").stdout)
+    assert launch["config"] == "dflash" and "SGLANG_SIM_LOSSY" not in launch["environment"]
+
+
+def test_the_lossy_config_is_flagged(run):
+    _bench, results = run
+    lossy = json.loads((results / "bench-a" / "lossless.json").read_text())
+    assert lossy["flagged"] == ["dflash"]
+    assert lossy["configs"]["dflash"]["mismatch_rate"] > 0.5
+    exact = json.loads((results / "bench-b" / "lossless.json").read_text())
+    assert exact["flagged"] == []
+    assert exact["configs"]["dflash"]["mismatch_rate"] == 0
+    assert exact["configs"]["dflash"]["tokens_compared"] == 2 * 2 * 6 * 16

@@ -1,0 +1,282 @@
+"""plan.yml: per-host plan files from the controller alone, for every shipped inventory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.hub_server import LocalHub, token_env
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.preflight, pytest.mark.integration]
+TOKEN = "hf_plan_token_5e0a77c1"
+INVENTORIES = sorted(p.name for p in (REPO / "inventory").iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with LocalHub() as hub:
+        hub.valid_tokens.add(TOKEN)
+        hub.add_repo("moonshotai/Kimi-K2.6", {"config.json": b"{}", "a.safetensors": b"t" * 4000})
+        hub.add_repo(
+            "z-lab/Kimi-K2.6-DFlash",
+            {"d.safetensors": b"d" * 2000},
+            gated=True,
+            approved_tokens={TOKEN},
+        )
+        hub.add_repo("lightseekorg/kimi-k2.6-eagle3.1-mla", {"e.safetensors": b"e" * 1000})
+        yield hub
+
+
+def run_plan(playbook, inventory, out: Path, endpoint: str):
+    """Writes the plan under out/; playbook() keeps its runner files elsewhere in tmp_path."""
+    out.mkdir(parents=True, exist_ok=True)
+    return playbook(
+        "plan.yml",
+        inventory,
+        extravars={"plan_output_dir": str(out)},
+        envvars={
+            "HF_ENDPOINT": endpoint,
+            "HF_HUB_DISABLE_XET": "1",
+            **token_env(TOKEN, out.parent),
+        },
+    )
+
+
+@pytest.mark.parametrize("profile", INVENTORIES)
+def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
+    inventory = REPO / "inventory" / profile
+    out = tmp_path / "plan"
+    run = run_plan(playbook, inventory, out, hub.url)
+    assert run.rc == 0, run.stdout
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    names = hosts["all"]["children"]["gpu_hosts"]["children"][profile]["hosts"]
+    declared = yaml.safe_load((REPO / "group_vars" / f"{profile}.yml").read_text())
+    for name in names:
+        plan = json.loads((out / name / "plan.json").read_text())
+        assert plan["profile"] == profile
+        assert plan["hardware"]["gpu_model"] == declared["kimi_gpu_model"]
+        assert plan["hardware"]["interconnect"] == declared["kimi_interconnect"]
+        assert plan["hub"]["reachable"] is True
+        assert plan["download_bytes"] == 4002 + 2000 + 1000
+        assert plan["repos"]["dflash"]["access"] == "ok"
+        assert len(plan["repos"]["target"]["resolved_sha"]) == 40
+        # The chain control comes along with ddtree, on the same runtime and tree backend.
+        assert set(plan["serving_configs"]) == {
+            "ar", "eagle3", "dflash", "ddtree", "dflash-tree-backend"
+        }  # fmt: skip
+        assert plan["serving_configs"]["dflash-tree-backend"]["control_for"] == "ddtree"
+        assert plan["serving_configs"]["ddtree"]["control_for"] is None
+        for config in plan["serving_configs"].values():
+            assert config["capacity"]["fits"] is True
+            assert config["capacity"]["weights_gib_per_gpu"] == pytest.approx(71.82, abs=0.01)
+        check_launch_commands(plan)
+        markdown = (out / name / "plan.md").read_text()
+        assert f"# Deploy plan for {name} ({profile})" in markdown
+        assert "| ddtree | dflash |" in markdown
+        assert "| dflash-tree-backend | dflash |" in markdown
+        assert "dflash-tree-backend (git+" in markdown
+        assert markdown.count("Contract sglang-0.5.23: passed.") == 3
+        assert markdown.count("Contract sglang-0.5.23+pr29907: passed.") == 5
+        assert "FAILED" not in markdown and "Not checked" not in markdown
+    # Plan files, and everything ansible-runner wrote (events, artifacts, stdout).
+    for written in tmp_path.rglob("*"):
+        if written.is_file() and written.name != "hf-token":
+            assert TOKEN not in written.read_text(errors="replace"), f"token written to {written}"
+    assert TOKEN not in run.stdout
+    second = run_plan(playbook, inventory, out, hub.url)
+    second.assert_unchanged()
+
+
+def test_plan_says_when_the_hub_is_unreachable(playbook, tmp_path):
+    # A closed port on this machine: nothing leaves it.
+    out = tmp_path / "plan"
+    run = run_plan(playbook, REPO / "inventory" / "ct200", out, "http://127.0.0.1:9")
+    assert run.rc == 0, run.stdout
+    plan = json.loads((out / "ct200-node-01" / "plan.json").read_text())
+    assert plan["hub"]["reachable"] is False
+    assert plan["download_bytes"] is None
+    assert "could not be reached" in plan["hub"]["note"]
+    assert plan["serving_configs"]["ar"]["capacity"]["fits"] is True
+    assert "Download size: unknown" in (out / "ct200-node-01" / "plan.md").read_text()
+
+
+def test_plan_never_contacts_the_hosts(playbook, hub, tmp_path):
+    """A host whose inventory insists on SSH to a closed port still gets its plan."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "group_vars").symlink_to(REPO / "group_vars")
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "gpu_hosts": {
+                            "children": {
+                                "b200": {
+                                    "hosts": {
+                                        "unreachable-b200": {
+                                            "ansible_connection": "ssh",
+                                            "ansible_host": "127.0.0.1",
+                                            "ansible_port": 9,
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        )
+    )
+    run = run_plan(playbook, inventory, tmp_path / "out", hub.url)
+    assert run.rc == 0, run.stdout
+    plan = json.loads((tmp_path / "out" / "unreachable-b200" / "plan.json").read_text())
+    assert plan["hardware"]["target_attention_backend"] == "trtllm_mla"
+
+
+def test_multi_node_ranks_come_from_an_inventory_group(playbook, hub, tmp_path):
+    """Two H200 hosts in one group serve one model: ranks by position, head's address."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "group_vars").symlink_to(REPO / "group_vars")
+    hosts = {"h200-head": {"ansible_host": "10.9.0.1"}, "h200-second": {"ansible_host": "10.9.0.2"}}
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "gpu_hosts": {"children": {"h200": {"hosts": hosts}}},
+                        "kimi_cluster_pair": {"hosts": {name: None for name in hosts}},
+                    },
+                }
+            }
+        )
+    )
+    out = tmp_path / "out"
+    run = run_plan(playbook, inventory, out, hub.url)
+    assert run.rc == 0, run.stdout
+    for rank, name in enumerate(hosts):
+        plan = json.loads((out / name / "plan.json").read_text())
+        argv = plan["serving_configs"]["ar"]["launch"][0]["argv"]
+        flags = argv[argv.index("--nnodes") :][:6]
+        assert flags == [
+            "--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", "10.9.0.1:50000"
+        ]  # fmt: skip
+
+
+CONTRACT = REPO / "tests" / "contract"
+SNAPSHOT = CONTRACT / "sglang-0.5.23-args.json"
+OVERLAY = CONTRACT / "sglang-pr29907-overlay.json"
+DDTREE_LAUNCHES = {"ddtree-b16", "ddtree-b32", "ddtree-b64", "ddtree-b128"}
+
+
+def check_launch_commands(plan: dict) -> None:
+    """The contract: every argv the kit renders passes its runtime's contract (the release's
+    parser; for the git runtime, that plus the DDTree pull request's overlay), the plan records
+    so per launch, and the same argv with one flag misspelt does not pass."""
+    from ansible.module_utils.sglang_args import (
+        check_argv,
+        load_contract,
+        load_snapshot,
+        validate_argv,
+    )
+
+    release = load_snapshot(SNAPSHOT)
+    git = load_contract(SNAPSHOT, OVERLAY)
+    launches = [
+        launch for config in plan["serving_configs"].values() for launch in config["launch"]
+    ]
+    names = {launch["name"] for launch in launches}
+    assert names == {"ar", "eagle3", "dflash", "dflash-tree-backend", *DDTREE_LAUNCHES}
+    # In serving order: the chain control just before the DDTree budgets it is compared with.
+    assert plan["validation"] == {
+        "passed": [
+            "ar", "eagle3", "dflash", "dflash-tree-backend",
+            "ddtree-b16", "ddtree-b32", "ddtree-b64", "ddtree-b128",
+        ],
+        "failed": [],
+        "unchecked": [],
+    }  # fmt: skip
+    for launch in launches:
+        argv = launch["argv"]
+        assert argv[1:3] == ["-m", "sglang.launch_server"]
+        assert launch["environment"]["HF_HUB_OFFLINE"] == "1"
+        on_git = launch["runtime"].startswith("git+")
+        assert on_git == (launch["name"] in DDTREE_LAUNCHES | {"dflash-tree-backend"})
+        contract = git if on_git else release
+        assert launch["validation"] == {
+            "ok": True,
+            "errors": [],
+            "contract": "sglang-0.5.23+pr29907" if on_git else "sglang-0.5.23",
+        }
+        validate_argv(argv[3:], contract)
+        misspelt = [a.replace("--mem-fraction-static", "--mem-fraction-statik") for a in argv[3:]]
+        [error] = check_argv(misspelt, contract)
+        assert error.flag == "--mem-fraction-statik"
+        if launch["name"] in DDTREE_LAUNCHES:
+            # The release has no DDTree; a misspelt DDTree flag fails against the overlay.
+            assert check_argv(argv[3:], release)[0].flag == "--speculative-ddtree-budget"
+            typo = [
+                a.replace("--speculative-ddtree-budget", "--speculative-ddtree-budgt")
+                for a in argv[3:]
+            ]
+            [error] = check_argv(typo, git)
+            assert error.flag == "--speculative-ddtree-budgt"
+            assert "did you mean --speculative-ddtree-budget" in str(error)
+            budget = int(argv[argv.index("--speculative-ddtree-budget") + 1])
+            assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "8"
+            assert budget > 8 - 1  # every default budget is a full tree: triton, page size 1
+            assert argv[argv.index("--attention-backend") + 1] == "triton"
+            assert argv[argv.index("--page-size") + 1] == "1"
+            assert "--disable-overlap-schedule" in argv
+
+
+def test_plan_records_launch_commands_the_runtime_would_refuse(playbook, hub, tmp_path):
+    """A tree backend DDTree cannot use (FA3, as Hopper hosts had before the pull request's
+    rule was known): the DDTree launches fail in plan.json and plan.md, the rest pass."""
+    out = tmp_path / "plan"
+    out.mkdir()
+    run = playbook(
+        "plan.yml",
+        REPO / "inventory" / "h200",
+        extravars={"plan_output_dir": str(out), "kimi_tree_attention_backend": "fa3"},
+        envvars={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"},
+    )
+    assert run.rc == 0, run.stdout
+    host = next(p.name for p in out.iterdir())
+    plan = json.loads((out / host / "plan.json").read_text())
+    assert set(plan["validation"]["failed"]) == DDTREE_LAUNCHES
+    assert set(plan["validation"]["passed"]) == {"ar", "eagle3", "dflash", "dflash-tree-backend"}
+    [launch] = plan["serving_configs"]["ddtree"]["launch"][:1]
+    assert launch["validation"]["ok"] is False
+    assert launch["validation"]["contract"] == "sglang-0.5.23+pr29907"
+    [error] = launch["validation"]["errors"]
+    assert "supports only the triton attention backend" in error
+    markdown = (out / host / "plan.md").read_text()
+    assert "**Launch commands the runtime would refuse: ddtree-b16, ddtree-b32" in markdown
+    assert markdown.count("**FAILED** against sglang-0.5.23+pr29907:") == 4
+    assert "prefill attention is fa3: pass --attention-backend triton" in markdown
+
+
+def test_plan_says_when_no_contract_covers_the_git_ref(playbook, hub, tmp_path):
+    out = tmp_path / "plan"
+    out.mkdir()
+    git = {"url": "https://github.com/sgl-project/sglang.git", "ref": "main", "patches": []}
+    run = playbook(
+        "plan.yml",
+        REPO / "inventory" / "ct200",
+        extravars={"plan_output_dir": str(out), "kimi_sglang_git": git, "plan_check_hub": False},
+    )
+    assert run.rc == 0, run.stdout
+    plan = json.loads((out / "ct200-node-01" / "plan.json").read_text())
+    assert set(plan["validation"]["unchecked"]) == DDTREE_LAUNCHES | {"dflash-tree-backend"}
+    note = plan["serving_configs"]["ddtree"]["launch"][0]["validation"]["note"]
+    assert "made for refs/pull/29907/head, not main" in note
+    assert (
+        "Not checked against a contract: dflash-tree-backend"
+        in (out / "ct200-node-01" / "plan.md").read_text()
+    )

@@ -1,0 +1,433 @@
+"""The runtime and server stages over SSH test hosts, with the simulator installed as sglang.
+
+tests/support/fake_sglang.py packages tests/support/sglang_sim.py as an `sglang` 0.5.23 wheel;
+the runtime role installs it from a wheelhouse like the real release, and the server role runs
+`python -m sglang.launch_server`. Every server test runs the role on two hosts at once: `node`,
+whose PID 1 is sshd (the role uses the kit's supervisor, as in a container), and `sysd`, booted
+by systemd as a real GPU host is (the role installs and runs a systemd unit).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.fake_sglang import PATCH, build_git_source
+from tests.support.hostprep import install_git_source, put_file
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.runtime, pytest.mark.integration]
+
+HOST = "node"  # PID 1 is sshd: the kit's supervisor runs the server
+SYSD = "sysd"  # PID 1 is systemd: a unit runs the server
+SERVER_HOSTS = (HOST, SYSD)
+BOTH = ",".join(SERVER_HOSTS)
+MANAGERS = {HOST: "supervisor", SYSD: "systemd"}
+UNIT = "kimi-sglang"
+API_KEY = "sk-kimi-tests-4f1b9c"
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - inside the test host's own network namespace
+RUNTIME = "playbooks/runtime.yml"
+SERVER = "playbooks/server.yml"
+START = "Start the server, restarting it only when its launch changed"
+WAIT = "Wait for /health_generate"
+FAIL = "Fail with what the server said"
+CHECK_RELEASE = "Check the release runtime against the sglang wheel's own requirements"
+SIM_ENV = {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_LOAD_SECONDS": "1", "SGLANG_SIM_STEP_MS": "5"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from tests.support.testhosts import TestHostCluster
+
+    hosts = TestHostCluster.up(
+        ["ct200", "ct200", "ct200"], names=[HOST, "gitnode", SYSD], systemd=[SYSD]
+    )
+    try:
+        yield hosts
+    finally:
+        hosts.down()
+
+
+def server_vars(**extra) -> dict:
+    return {
+        "kimi_serving_configs": ["ar", "dflash"],
+        "kimi_server_config": "ar",
+        "kimi_server_environment": SIM_ENV,
+        "server_health_poll_s": 1,
+        "server_restart_delay_s": 1,
+        **extra,
+    }
+
+
+def run_server(playbook, cluster, limit=BOTH, **extra):
+    return playbook(SERVER, cluster.inventory, extravars=server_vars(**extra), limit=limit)
+
+
+def send(cluster, path: Path, host=HOST) -> str:
+    """Copies a controller file to the same name under /root on the host; returns that path."""
+    target = f"/root/{path.name}"
+    put_file(cluster, host, target, path.read_bytes())
+    return target
+
+
+def supervisor_state(cluster, host=HOST) -> dict:
+    out = cluster.ssh(host, "cat /var/lib/kimi/server/kimi-sglang.state.json").stdout
+    return json.loads(out)
+
+
+def unit_show(cluster, *properties: str) -> dict:
+    out = cluster.ssh(SYSD, f"systemctl show {UNIT} -p {','.join(properties)}").stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def server_pid(cluster, host=HOST) -> int:
+    if host == SYSD:
+        return int(unit_show(cluster, "MainPID")["MainPID"])
+    return int(supervisor_state(cluster, host).get("child_pid") or 0)
+
+
+def restarts(cluster, host) -> int:
+    if host == SYSD:
+        return int(unit_show(cluster, "NRestarts")["NRestarts"])
+    return int(supervisor_state(cluster, host)["restarts"])
+
+
+def journal(cluster) -> str:
+    return cluster.ssh(SYSD, f"journalctl -u {UNIT} --no-pager -o cat").stdout
+
+
+def generate(cluster, host=HOST, port=30000, key=None) -> str:
+    header = f"-H 'Authorization: Bearer {key}' " if key else ""
+    return cluster.ssh(
+        host,
+        f"curl -s -o /dev/null -w '%{{http_code}}' {header}-X POST "
+        f'-d \'{{"text": "hi", "sampling_params": {{"max_new_tokens": 4}}}}\' '
+        f"http://127.0.0.1:{port}/generate",
+        check=False,
+    ).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def runtime(cluster, runtime_wheelhouse, tmp_path_factory):
+    from tests.support.ansible_run import run_playbook
+
+    extravars = {
+        "kimi_serving_configs": ["ar", "dflash"],
+        "runtime_wheelhouse": str(runtime_wheelhouse),
+    }
+    first = run_playbook(
+        RUNTIME,
+        cluster.inventory,
+        tmp_path_factory.mktemp("runtime-1"),
+        extravars=extravars,
+        limit=BOTH,
+    )
+    second = run_playbook(
+        RUNTIME,
+        cluster.inventory,
+        tmp_path_factory.mktemp("runtime-2"),
+        extravars=extravars,
+        limit=BOTH,
+    )
+    return first, second, extravars
+
+
+def test_runtime_installs_the_pinned_release_and_records_it(cluster, runtime):
+    first, second, _ = runtime
+    assert first.rc == 0, first.stdout
+    second.assert_unchanged()
+    record = json.loads(cluster.ssh(HOST, "cat /opt/kimi/runtime/runtime.json").stdout)
+    release = record["release"]
+    assert release["version"] == "0.5.23"
+    assert release["import_version"] == "0.5.23"
+    assert release["ok"] and release["pip_check"]["ok"]
+    pins = {r["name"]: r["installed"] for r in release["requirements"]}
+    assert pins == {
+        "pyyaml": "6.0.4", "packaging": "26.4", "jinja2": "3.1.6", "markupsafe": "3.0.4"
+    }  # fmt: skip
+    assert record["git"] is None
+
+
+def test_runtime_restores_a_changed_pin_and_names_what_pip_cannot_fix(
+    playbook, cluster, runtime, tmp_path
+):
+    from tests.support.fake_sglang import wheel
+
+    _, _, extravars = runtime
+    # An older packaging replaces sglang's pin, as a stray `pip install` would.
+    old = send(cluster, wheel(tmp_path, "packaging", "25.0", {"packaging/__init__.py": b""}, []))
+    plugin = send(
+        cluster, wheel(tmp_path, "kimi-plugin", "1.0", {"kimi_plugin.py": b""}, ["packaging==25.0"])
+    )
+    cluster.ssh(HOST, f"/opt/kimi/venv/bin/python -m pip install -q --no-deps {old}")
+    restored = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST)
+    assert restored.rc == 0, restored.stdout
+    assert restored.results("Install the pinned SGLang release")[HOST]["changed"]
+    record = json.loads(cluster.ssh(HOST, "cat /opt/kimi/runtime/runtime.json").stdout)
+    assert record["release"]["packages"]["packaging"] == "26.4"
+
+    # A package added by hand that needs other versions: pip check is not clean.
+    cluster.ssh(HOST, f"/opt/kimi/venv/bin/python -m pip install -q --no-deps {plugin}")
+    refused = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST)
+    assert refused.rc != 0, refused.stdout
+    message = refused.results(CHECK_RELEASE)[HOST]["msg"]
+    assert "pip check: kimi-plugin 1.0 has requirement packaging==25.0" in message
+    assert "uninstall what was added to the environment by hand" in message
+    cluster.ssh(HOST, "/opt/kimi/venv/bin/python -m pip uninstall -q -y kimi-plugin")
+
+    # sglang's own pin broken where pip install does not look (check mode: no install).
+    cluster.ssh(HOST, f"/opt/kimi/venv/bin/python -m pip install -q --no-deps {old}")
+    checked = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST, check=True)
+    message = checked.results(CHECK_RELEASE)[HOST]["msg"]
+    assert "packaging: 25.0, but sglang 0.5.23 requires packaging==26.4" in message
+    assert playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST).rc == 0
+    again = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST)
+    again.assert_unchanged()
+
+
+def test_git_runtime_checks_out_the_ref_applies_patches_and_records_the_commit(
+    playbook, cluster, runtime_wheelhouse, tmp_path
+):
+    source = build_git_source(tmp_path / "src")
+    source["url"] = install_git_source(cluster, "gitnode", tmp_path / "src")
+    patch = tmp_path / "ddtree.patch"
+    patch.write_text(PATCH)
+    extravars = {
+        "kimi_serving_configs": ["ddtree"],
+        "runtime_wheelhouse": str(runtime_wheelhouse),
+        "kimi_sglang_git": {"url": source["url"], "ref": source["ref"], "patches": [str(patch)]},
+    }
+    first = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit="gitnode")
+    assert first.rc == 0, first.stdout
+    record = json.loads(cluster.ssh("gitnode", "cat /opt/kimi/runtime/runtime.json").stdout)
+    assert record["release"] is None
+    git = record["git"]
+    assert git["source"]["commit"] == source["commit"]
+    assert git["source"]["ref"] == "refs/pull/29907/head"
+    assert git["source"]["patches"][0]["name"] == "00-ddtree.patch"
+    assert git["version"] == "0.5.23.dev1" and git["ok"]
+    patched = cluster.ssh(
+        "gitnode", "/opt/kimi/venv-git/bin/python -c 'import sglang.ddtree as d; print(d.PATCHED)'"
+    )
+    assert patched.stdout.strip() == "True"
+    second = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit="gitnode")
+    second.assert_unchanged()
+
+    bad = tmp_path / "stale.patch"
+    bad.write_text(PATCH.replace("BUDGETS = (16, 32, 64, 128)", "BUDGETS = (1,)"))
+    refused = playbook(
+        RUNTIME,
+        cluster.inventory,
+        extravars={
+            **extravars,
+            "kimi_sglang_git": {**extravars["kimi_sglang_git"], "patches": [str(bad)]},
+        },
+        limit="gitnode",
+    )
+    assert refused.rc != 0
+    message = refused.results("Stop when a patch does not apply")["gitnode"]["msg"]
+    assert f"Patch {bad} does not apply to {source['commit']}" in message
+
+    missing = playbook(
+        RUNTIME,
+        cluster.inventory,
+        extravars={
+            **extravars,
+            "kimi_sglang_git": {"url": source["url"], "ref": "refs/pull/1/head"},
+        },
+        limit="gitnode",
+    )
+    assert (
+        "refs/pull/1/head was not found at"
+        in missing.results("Stop when the ref does not exist")["gitnode"]["msg"]
+    )
+
+
+def test_server_starts_healthy_and_a_second_run_changes_nothing(playbook, cluster, runtime):
+    first = run_server(playbook, cluster)
+    assert first.rc == 0, first.stdout
+    shown = first.results("Show the launch")
+    for host in SERVER_HOSTS:
+        assert shown[host]["msg"]["manager"] == MANAGERS[host]
+        assert first.results(START)[host]["action"] == "started"
+        assert first.results(WAIT)[host]["state"] == "healthy"
+        assert generate(cluster, host) == "200"
+    pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
+    # systemd runs it as a unit: enabled, active, in its own cgroup, its output in the journal.
+    unit = unit_show(
+        cluster,
+        "ActiveState",
+        "UnitFileState",
+        "ControlGroup",
+        "FragmentPath",
+        "Restart",
+        "LimitNOFILE",
+        "EnvironmentFiles",
+        "KillMode",
+    )
+    assert unit == {
+        "ActiveState": "active",
+        "UnitFileState": "enabled",
+        "ControlGroup": f"/system.slice/{UNIT}.service",
+        "FragmentPath": f"/etc/systemd/system/{UNIT}.service",
+        "Restart": "on-failure",
+        "LimitNOFILE": "1048576",
+        "EnvironmentFiles": f"/etc/kimi/{UNIT}.env (ignore_errors=no)",
+        "KillMode": "control-group",
+    }
+    cgroup = cluster.ssh(SYSD, f"cat /proc/{pids[SYSD]}/cgroup").stdout
+    assert f"0::/system.slice/{UNIT}.service" in cgroup
+    assert "simulated sglang 0.5.23 serving on 127.0.0.1:30000" in journal(cluster)
+    verify = cluster.ssh(
+        SYSD,
+        f"SYSTEMD_LOG_LEVEL=warning systemd-analyze verify /etc/systemd/system/{UNIT}.service",
+        check=False,
+    )
+    assert verify.returncode == 0 and not verify.stderr.strip(), verify.stdout + verify.stderr
+    second = run_server(playbook, cluster)
+    second.assert_unchanged()
+    assert {host: server_pid(cluster, host) for host in SERVER_HOSTS} == pids
+    for host in SERVER_HOSTS:
+        modes = cluster.ssh(host, f"stat -c '%a %n' /etc/kimi/{UNIT}.env").stdout
+        assert modes.startswith("600 ")
+
+
+def test_argv_change_restarts_exactly_once(playbook, cluster, runtime):
+    assert run_server(playbook, cluster).rc == 0
+    before = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
+    changed = run_server(playbook, cluster, kimi_server_config="dflash")
+    assert changed.rc == 0, changed.stdout
+    for host in SERVER_HOSTS:
+        assert changed.results(START)[host]["action"] == "restarted"
+        after = server_pid(cluster, host)
+        assert after != before[host]
+        cmdline = cluster.ssh(host, f"tr '\\0' ' ' < /proc/{after}/cmdline").stdout
+        assert "--speculative-algorithm DFLASH" in cmdline
+    pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
+    again = run_server(playbook, cluster, kimi_server_config="dflash")
+    again.assert_unchanged()
+    assert {host: server_pid(cluster, host) for host in SERVER_HOSTS} == pids
+    # A change of launch is a stop and a start, not a crash: no restart counted.
+    assert {host: restarts(cluster, host) for host in SERVER_HOSTS} == dict.fromkeys(
+        SERVER_HOSTS, 0
+    )
+
+
+def test_a_killed_server_is_restarted_by_its_manager(playbook, cluster, runtime):
+    assert run_server(playbook, cluster).rc == 0
+    pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
+    counts = {host: restarts(cluster, host) for host in SERVER_HOSTS}
+    for host in SERVER_HOSTS:
+        cluster.ssh(host, f"kill -9 {pids[host]}")
+    deadline = time.monotonic() + 30
+    for host in SERVER_HOSTS:
+        while time.monotonic() < deadline:
+            pid = server_pid(cluster, host)
+            if pid not in (0, pids[host]) and restarts(cluster, host) > counts[host]:
+                break
+            time.sleep(0.3)
+        assert restarts(cluster, host) == counts[host] + 1, host
+    state = supervisor_state(cluster)
+    assert state["status"] == "running" and state["last_exit"] == -9, state
+    log = cluster.ssh(HOST, "cat /var/log/kimi/sglang.log").stdout
+    assert f"server exited with status -9; restart {counts[HOST] + 1}" in log
+    said = journal(cluster)
+    assert "Main process exited, code=killed, status=9/KILL" in said
+    assert f"Scheduled restart job, restart counter is at {counts[SYSD] + 1}" in said
+    # Still the wanted launch: once it answers again, the next run has nothing to do.
+    deadline = time.monotonic() + 30
+    for host in SERVER_HOSTS:
+        while generate(cluster, host) != "200" and time.monotonic() < deadline:
+            time.sleep(0.5)
+    again = run_server(playbook, cluster)
+    again.assert_unchanged()
+
+
+def test_health_timeout_fails_with_the_log_tail(playbook, cluster, runtime):
+    slow = run_server(
+        playbook,
+        cluster,
+        kimi_server_environment={**SIM_ENV, "SGLANG_SIM_LOAD_SECONDS": "600"},
+        server_health_timeout_s=4,
+    )
+    assert slow.rc != 0
+    for host in SERVER_HOSTS:
+        message = slow.results(FAIL)[host]["msg"]
+        assert "no answer from /health_generate within 4 s" in message
+        where = f"journalctl -u {UNIT}" if host == SYSD else "/var/log/kimi/sglang.log"
+        assert f"full log: {where}" in message
+        tail = slow.results("Show the end of the server's log")[host]["msg"]
+        # Still loading: SGLang opens its port only once the model is loaded.
+        assert any("simulated sglang 0.5.23 loading for 600 s" in line for line in tail)
+
+
+def test_crash_on_start_fails_fast_with_the_log_tail(playbook, cluster, runtime):
+    started = time.monotonic()
+    crashing = run_server(
+        playbook,
+        cluster,
+        kimi_server_environment={**SIM_ENV, "SGLANG_SIM_CRASH_ON_START": "1"},
+        server_health_timeout_s=300,
+    )
+    assert crashing.rc != 0
+    assert time.monotonic() - started < 120
+    for host in SERVER_HOSTS:
+        message = crashing.results(FAIL)[host]["msg"]
+        assert "crashed while starting" in message or "not running" in message, message
+        tail = crashing.results("Show the end of the server's log")[host]["msg"]
+        assert any("simulated crash on start" in line for line in tail), (host, tail)
+
+
+def test_api_key_beyond_loopback_stays_off_the_command_line(playbook, cluster, runtime, tmp_path):
+    run = run_server(
+        playbook, cluster, kimi_server_host=ALL_INTERFACES, kimi_server_api_key=API_KEY
+    )
+    assert run.rc == 0, run.stdout
+    for host in SERVER_HOSTS:
+        pid = server_pid(cluster, host)
+        cmdline = cluster.ssh(host, f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
+        assert API_KEY not in cmdline
+        assert "--config /etc/kimi/sglang-secrets.yaml" in cmdline
+        mode = cluster.ssh(host, "stat -c %a /etc/kimi/sglang-secrets.yaml").stdout.strip()
+        assert mode == "600"
+        assert generate(cluster, host) == "401"
+        assert generate(cluster, host, key=API_KEY) == "200"
+    written = cluster.ssh(
+        HOST, "cat /var/lib/kimi/server/launch.json /etc/kimi/kimi-sglang-supervise.json"
+    ).stdout
+    written += cluster.ssh(
+        SYSD,
+        f"cat /var/lib/kimi/server/launch.json /etc/systemd/system/{UNIT}.service; "
+        f"systemctl show {UNIT} -p Environment,ExecStart",
+    ).stdout
+    assert API_KEY not in written
+    # What the run wrote (the test's own extravars under env/ hold the key it passed in).
+    for path in (Path(run.private_dir) / "artifacts").rglob("*"):
+        if path.is_file():
+            assert API_KEY not in path.read_text(errors="replace"), path
+    # Back to loopback: the key file goes away.
+    assert run_server(playbook, cluster).rc == 0
+    for host in SERVER_HOSTS:
+        gone = cluster.ssh(host, "test -e /etc/kimi/sglang-secrets.yaml", check=False)
+        assert gone.returncode == 1
+
+
+def test_teardown_stops_the_server(playbook, cluster, runtime):
+    assert run_server(playbook, cluster).rc == 0
+    pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
+    down = playbook("teardown.yml", cluster.inventory, extravars=server_vars(), limit=BOTH)
+    assert down.rc == 0, down.stdout
+    for host in SERVER_HOSTS:
+        assert down.results("Stop the server")[host]["action"] == "stopped"
+        assert cluster.ssh(host, f"test -d /proc/{pids[host]}", check=False).returncode == 1
+    assert supervisor_state(cluster)["status"] == "stopped"
+    assert unit_show(cluster, "ActiveState", "UnitFileState") == {
+        "ActiveState": "inactive",
+        "UnitFileState": "disabled",
+    }
+    again = playbook("teardown.yml", cluster.inventory, extravars=server_vars(), limit=BOTH)
+    assert again.rc == 0, again.stdout
+    assert {again.results("Stop the server")[h]["changed"] for h in SERVER_HOSTS} == {False}

@@ -1,0 +1,128 @@
+"""Runs playbooks the way the tests need them: through ansible-runner, reading its events."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import ansible_runner
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    status: str
+    events: list[dict]
+    stats: dict
+    stdout: str
+    private_dir: Path
+
+    def results(self, task: str) -> dict[str, dict]:
+        """Per host, the result of the task with that name (ok, changed or failed)."""
+        found = {}
+        for event in self.events:
+            data = event.get("event_data", {})
+            if data.get("task") == task and event["event"] in (
+                "runner_on_ok",
+                "runner_on_failed",
+                "runner_on_unreachable",
+            ):
+                result = dict(data.get("res", {}))
+                result["failed"] = event["event"] != "runner_on_ok"
+                found[data["host"]] = result
+        return found
+
+    def changed(self) -> dict[str, int]:
+        return dict(self.stats.get("changed", {}))
+
+    def failed_hosts(self) -> set[str]:
+        return set(self.stats.get("failures", {})) | set(self.stats.get("dark", {}))
+
+    def changed_tasks(self) -> dict[str, list[str]]:
+        """Per host, the tasks that reported a change."""
+        found: dict[str, list[str]] = {}
+        for event in self.events:
+            data = event.get("event_data", {})
+            if event["event"] == "runner_on_ok" and data.get("res", {}).get("changed"):
+                found.setdefault(data["host"], []).append(data.get("task", "?"))
+        return found
+
+    def assert_unchanged(self) -> None:
+        """What a second run must show: success first (a run that failed early changes nothing
+        too), then no change on any host."""
+        failed = sorted(self.failed_hosts())
+        assert self.rc == 0 and not failed, (
+            f"the run failed (rc {self.rc}, hosts {failed}):\n{self.stdout[-8000:]}"
+        )
+        changed = {host: count for host, count in self.changed().items() if count}
+        assert not changed, f"changes on {changed}: {self.changed_tasks()}"
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: str | Path,
+    private_dir: Path,
+    extravars: dict | None = None,
+    envvars: dict | None = None,
+    check: bool = False,
+    limit: str | None = None,
+    verbosity: int = 0,
+) -> PlaybookRun:
+    playbook = Path(playbook)
+    if not playbook.is_absolute():
+        playbook = REPO / playbook
+    env = {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        # ansible-runner starts ansible-playbook from PATH: the one in this venv.
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "ANSIBLE_NOCOLOR": "1",
+        # ansible-runner puts its own callback folder in this variable, which hides
+        # ansible.cfg's callback_plugins; it keeps what is already there, so name ours.
+        "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
+        **(envvars or {}),
+    }
+    cmdline = ["--check", "--diff"] if check else []
+    # Inherited rather than given as envvars (written to env/envvars). ansible-runner still
+    # records the whole environment in artifacts/<id>/command, so tests hand tokens over in a
+    # file (tests.support.hub_server.token_env), never in the environment.
+    with patched_environ(env):
+        runner = ansible_runner.run(
+            private_data_dir=str(private_dir),
+            project_dir=str(REPO),
+            playbook=str(playbook),
+            inventory=str(inventory),
+            extravars=extravars or {},
+            cmdline=" ".join(cmdline) if cmdline else None,
+            limit=limit,
+            verbosity=verbosity or None,
+            quiet=True,
+            timeout=900,
+        )
+    stdout = runner.stdout.read() if runner.stdout else ""
+    return PlaybookRun(
+        rc=runner.rc,
+        status=runner.status,
+        events=list(runner.events),
+        stats=runner.stats or {},
+        stdout=stdout,
+        private_dir=private_dir,
+    )
+
+
+@contextlib.contextmanager
+def patched_environ(values: dict[str, str]):
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

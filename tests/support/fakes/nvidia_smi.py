@@ -1,0 +1,244 @@
+#!/usr/bin/python3
+"""A stand-in for `nvidia-smi` that replays a capture taken on a real (or a built) GPU host.
+
+Installed on each test host as /usr/local/bin/nvidia-smi. The capture folder holds what
+the real commands printed (see tests/fixtures/gpu-hosts/README.md); invocations that no
+capture covers fail loudly instead of inventing output.
+
+Faults: a file /etc/fake-nvidia-smi/fault on the test host holding `no-driver` or
+`no-devices` makes every call fail the way the real tool does in that state.
+
+Persistence mode: `-pm 0|1` (all GPUs, or those given with `-i`) is kept in
+/etc/fake-nvidia-smi/persistence_mode.json (GPU index to Enabled or Disabled), which overrides
+the capture in every later answer; tests write that file to start from persistence mode off. A
+file /etc/fake-nvidia-smi/persistence_mode.denied makes `-pm` fail as it does without root.
+FAKE_NVIDIA_SMI_STATE_DIR moves /etc/fake-nvidia-smi.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+CAPTURE_ENV = "FAKE_NVIDIA_SMI_CAPTURE"
+DEFAULT_CAPTURE = Path(__file__).resolve().parents[2] / "share" / "fake-nvidia-smi"
+FAULT_FILE = Path(os.environ.get("FAKE_NVIDIA_SMI_FAULT_FILE", "/etc/fake-nvidia-smi/fault"))
+STATE_DIR = Path(os.environ.get("FAKE_NVIDIA_SMI_STATE_DIR", "/etc/fake-nvidia-smi"))
+PERSISTENCE_FILE = "persistence_mode.json"
+PERSISTENCE_DENIED = "persistence_mode.denied"
+
+# What the real tool prints (and its exit codes) when the driver is absent or sees no GPU.
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n",
+    9,
+)
+NO_DEVICES = ("No devices were found\n", 6)
+
+# --query-gpu fields derived from the -q -x capture when query-gpu.csv lacks them:
+# field -> (path below <gpu>, unit shown in the csv header and values).
+XML_FIELDS = {
+    "name": ("product_name", None),
+    "uuid": ("uuid", None),
+    "serial": ("serial", None),
+    "pci.bus_id": ("pci/pci_bus_id", None),
+    "memory.total": ("fb_memory_usage/total", "MiB"),
+    "memory.used": ("fb_memory_usage/used", "MiB"),
+    "memory.free": ("fb_memory_usage/free", "MiB"),
+    "persistence_mode": ("persistence_mode", None),
+    "pcie.link.gen.max": ("pci/pci_gpu_link_info/pcie_gen/max_link_gen", None),
+    "pcie.link.gen.current": ("pci/pci_gpu_link_info/pcie_gen/current_link_gen", None),
+    "pcie.link.width.max": ("pci/pci_gpu_link_info/link_widths/max_link_width", None),
+    "pcie.link.width.current": ("pci/pci_gpu_link_info/link_widths/current_link_width", None),
+    "mig.mode.current": ("mig_mode/current_mig", None),
+}
+
+
+def capture_dir() -> Path:
+    return Path(os.environ.get(CAPTURE_ENV, DEFAULT_CAPTURE))
+
+
+def read_capture(name: str) -> str:
+    path = capture_dir() / name
+    if not path.is_file():
+        raise SystemExit(f"fake nvidia-smi: capture {path} is missing")
+    return path.read_text()
+
+
+def persistence_overrides() -> dict[int, str]:
+    path = STATE_DIR / PERSISTENCE_FILE
+    if not path.is_file():
+        return {}
+    return {int(index): mode for index, mode in json.loads(path.read_text()).items()}
+
+
+def query_xml() -> str:
+    """The -q -x capture with the persistence mode that `-pm` set."""
+    overrides = persistence_overrides()
+    count = iter(range(1_000_000))
+
+    def replace(match: re.Match) -> str:
+        index = next(count)
+        mode = overrides.get(index, match.group(2))
+        return f"{match.group(1)}{mode}{match.group(3)}"
+
+    return re.sub(
+        r"(<persistence_mode>)([^<]*)(</persistence_mode>)",
+        replace,
+        read_capture("nvidia-smi-q.xml"),
+    )
+
+
+def set_persistence(args: list[str]) -> int:
+    """`nvidia-smi [-i ID[,ID]] -pm 0|1`, IDs being indexes or PCI bus ids."""
+    value = args[args.index("-pm") + 1]
+    rows = gpu_rows()
+    if "-i" in args:
+        wanted = args[args.index("-i") + 1].split(",")
+        chosen = [r for r in rows if r["index"] in wanted or r["pci.bus_id"] in wanted]
+        if not chosen:
+            sys.stdout.write(f"No devices were found matching {args[args.index('-i') + 1]}\n")
+            return 6
+    else:
+        chosen = rows
+    if (STATE_DIR / PERSISTENCE_DENIED).exists():
+        for row in chosen:
+            sys.stdout.write(
+                f"Unable to set persistence mode for GPU {row['pci.bus_id']}: "
+                "Insufficient Permissions\n"
+            )
+        sys.stdout.write("Terminating early due to previous errors.\n")
+        return 4
+    overrides = {str(k): v for k, v in persistence_overrides().items()}
+    for row in chosen:
+        mode = "Enabled" if value == "1" else "Disabled"
+        overrides[row["index"]] = mode
+        legacy = " Legacy" if value == "1" else ""
+        sys.stdout.write(f"{mode}{legacy} persistence mode for GPU {row['pci.bus_id']}.\n")
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    (STATE_DIR / PERSISTENCE_FILE).write_text(json.dumps(overrides, sort_keys=True) + "\n")
+    sys.stdout.write("All done.\n")
+    return 0
+
+
+def p2p_block(kind: str) -> str:
+    """One `topo -p2p X` block out of topo-p2p.txt, where each starts with `== topo -p2p X`."""
+    blocks: dict[str, list[str]] = {}
+    current = None
+    for line in read_capture("topo-p2p.txt").splitlines(keepends=True):
+        if line.startswith("== topo -p2p "):
+            current = line.split()[-1]
+            blocks[current] = []
+        elif current is not None:
+            blocks[current].append(line)
+    if kind not in blocks:
+        raise SystemExit(f"fake nvidia-smi: no `topo -p2p {kind}` block in the capture")
+    return "".join(blocks[kind])
+
+
+def gpu_rows() -> list[dict[str, str]]:
+    """Per GPU, every known field as nvidia-smi's csv shows it, units included."""
+    root = ET.fromstring(query_xml())
+    driver = root.findtext("driver_version", "")
+    rows = []
+    for index, gpu in enumerate(root.findall("gpu")):
+        row = {
+            "index": str(index),
+            "driver_version": driver,
+            "count": str(len(root.findall("gpu"))),
+        }
+        for field, (path, _unit) in XML_FIELDS.items():
+            value = (gpu.findtext(path) or "").strip()
+            if field.startswith("pcie.link.width"):
+                value = value.rstrip("x")
+            row[field] = value
+        rows.append(row)
+    csv_path = capture_dir() / "query-gpu.csv"
+    if csv_path.is_file():
+        # The csv capture is the only source of compute_cap: -q -x does not print it.
+        lines = [line for line in csv_path.read_text().splitlines() if line.strip()]
+        header = [h.strip().split(" [")[0] for h in lines[0].split(",")]
+        for line in lines[1:]:
+            values = [v.strip() for v in line.split(",")]
+            record = dict(zip(header, values, strict=True))
+            rows[int(record["index"])].update(record)
+    for index, mode in persistence_overrides().items():
+        rows[index]["persistence_mode"] = mode
+    return rows
+
+
+def query_gpu(fields: list[str], fmt: list[str]) -> str:
+    rows = gpu_rows()
+    units = {field: unit for field, (_path, unit) in XML_FIELDS.items()}
+    for field in fields:
+        if field not in rows[0]:
+            raise SystemExit(
+                f'Field "{field}" is not a valid field to query (or the capture lacks it).'
+            )
+    nounits = "nounits" in fmt
+    out = []
+    if "noheader" not in fmt:
+        out.append(
+            ", ".join(f"{f} [{units[f]}]" if units.get(f) and not nounits else f for f in fields)
+        )
+    for row in rows:
+        values = []
+        for field in fields:
+            value = row[field]
+            if nounits and units.get(field):
+                value = value.split()[0]
+            values.append(value)
+        out.append(", ".join(values))
+    return "\n".join(out) + "\n"
+
+
+def list_gpus() -> str:
+    return "".join(
+        f"GPU {row['index']}: {row['name']} (UUID: {row['uuid']})\n" for row in gpu_rows()
+    )
+
+
+def main(argv: list[str]) -> int:
+    if FAULT_FILE.is_file():
+        fault = FAULT_FILE.read_text().strip()
+        message, code = {"no-driver": NO_DRIVER, "no-devices": NO_DEVICES}.get(
+            fault, (f"fake nvidia-smi: unknown fault {fault!r}\n", 2)
+        )
+        sys.stdout.write(message)
+        return code
+
+    args = list(argv)
+    if sorted(args) in (["-q", "-x"], ["--query", "--xml-format"], ["-qx"]):
+        sys.stdout.write(query_xml())
+        return 0
+    if args in (["topo", "-m"], ["topo", "--matrix"]):
+        sys.stdout.write(read_capture("topo-m.txt"))
+        return 0
+    if len(args) == 3 and args[:2] == ["topo", "-p2p"]:
+        sys.stdout.write(p2p_block(args[2]))
+        return 0
+    if "-pm" in args and args[-1] in ("0", "1") and len(args) in (2, 4):
+        return set_persistence(args)
+    if args in (["-L"], ["--list-gpus"]):
+        sys.stdout.write(list_gpus())
+        return 0
+    query = [a for a in args if a.startswith("--query-gpu=")]
+    fmt = [a for a in args if a.startswith("--format=")]
+    if query and fmt and len(args) == 2:
+        fields = [f.strip() for f in query[0].split("=", 1)[1].split(",")]
+        sys.stdout.write(query_gpu(fields, fmt[0].split("=", 1)[1].split(",")))
+        return 0
+    sys.stderr.write(
+        f"fake nvidia-smi: no capture answers `nvidia-smi {' '.join(args)}`; "
+        "supported: -q -x, topo -m, topo -p2p X, -L, --query-gpu=... --format=csv[,...], "
+        "[-i ID] -pm 0|1\n"
+    )
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

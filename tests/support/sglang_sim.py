@@ -1,0 +1,1105 @@
+"""An SGLang 0.5.23 server simulator: the endpoints, stream shape, HTTP framing and start-up of
+`python -m sglang.launch_server`, with step time, tokens accepted per verify step, load time,
+crashes and output drift set from the environment.
+
+Real SGLang cannot run here (no GPU, no weights). The simulator stands in for it in tests of
+the server role and the benchmark, and it is only as good as its likeness, so every behaviour
+below follows SGLang 0.5.23's source (paths under python/sglang/):
+
+Arguments
+    Refuses any argv its runtime's contract refuses (module_utils/sglang_args.py over the
+    committed parser snapshot: the pinned release's; as the fake DDTree pull-request runtime,
+    plus that pull request's overlay, tests/contract/sglang-pr29907-overlay.json); `--config
+    FILE.yaml` is merged first, as srt/server_args.py prepare_server_args does.
+
+Start-up (srt/entrypoints/http_server.py launch_server, _wait_and_warmup,
+_execute_server_warmup)
+    The HTTP port opens only once the model is loaded (SGLANG_SIM_LOAD_SECONDS): SGLang starts
+    uvicorn after its schedulers report ready, so a loading server refuses connections. Until
+    the warmup request (`/generate`, "The capital city of France is", max_new_tokens 8, sent
+    one second after the port opens) has generated, the server is Starting and /health and
+    /health_generate answer 503 at once. A warmup that does not finish within
+    SGLANG_WARMUP_TIMEOUT (600 s when unset or <= 0) kills the server (kill_process_tree, so
+    SIGKILL). `--skip-server-warmup` marks it Up at once.
+
+/health, /health_generate (http_server.py health_generate)
+    Starting: 503 at once. /health answers 200 without generating only when
+    SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is false (srt/environ.py: true by default).
+    Otherwise a one-token request (input_ids [0], max_new_tokens 1, log_metrics False, so it
+    stays out of /metrics) goes to the scheduler and the handler sleeps 1 s at a time until
+    any output has arrived since it began (200, server Up) or SGLANG_HEALTH_CHECK_TIMEOUT
+    (20 s) passed (503, server UnHealthy). So it always takes at least a second.
+
+Streaming /generate (http_server.py serve_generate_request; srt/managers/tokenizer_manager.py
+_handle_batch_output, _stream_one_response, _calculate_spec_decoding_metrics;
+srt/managers/scheduler_components/output_streamer.py accept)
+    A StreamingResponse of `data: {json}\\n\\n` events and `data: [DONE]\\n\\n`, JSON compact
+    as orjson writes it. Defaults: stream_interval 1, incremental_streaming_output off, so
+    `text` and `output_ids` are cumulative. The first event carries the one token prefill
+    produced (completion_tokens 1); each later event carries one verify step's tokens (the
+    accepted drafts plus the bonus token), or one token without speculation. When the HTTP
+    side falls behind, queued outputs collapse into one event with the latest state.
+    meta_info of every event: id, finish_reason (null until the last event, then
+    {"type": "length", "length": N}), prompt_tokens, weight_version, num_retractions,
+    reasoning_tokens, completion_tokens, cached_tokens, cached_tokens_details, and on the
+    first event sent response_sent_to_client_ts. Only the last event adds e2e_latency and,
+    under speculation and only when at least one verify step ran, spec_accept_rate,
+    spec_accept_length, spec_num_correct_drafts, spec_num_proposed_drafts, spec_verify_ct and
+    spec_correct_drafts_histogram. spec_verify_ct counts verify steps (the prefill token is
+    none); spec_accept_length = completion_tokens / spec_verify_ct (prefill token included);
+    spec_num_correct_drafts counts accepted drafts without the bonus token
+    (scheduler_components/batch_result_processor.py); spec_num_proposed_drafts =
+    spec_verify_ct x (speculative_num_draft_tokens - 1); spec_accept_rate = correct /
+    proposed. A repeated prompt since the last flush reports its prefix as cached_tokens
+    (the radix cache matches at most all but the last prompt token).
+
+HTTP framing (uvicorn's httptools/h11 protocols, starlette's StreamingResponse)
+    Streams go out with `transfer-encoding: chunked`, one chunk per event, then a separate
+    `0\\r\\n\\r\\n`; other answers carry content-length. Headers `date` and `server: uvicorn`
+    come first, names in lower case. HTTP/1.1 connections stay open between requests unless
+    the client sends `Connection: close` (then `connection: close` is answered and the
+    connection closed), idle ones close after SGLANG_TIMEOUT_KEEP_ALIVE (5 s).
+
+Authentication (srt/utils/auth.py decide_request_auth)
+    With --api-key every path needs `Authorization: Bearer KEY` (401 {"error":
+    "Unauthorized"}) except those starting with /health, /ready and /metrics.
+
+/server_info (http_server.py server_info; srt/utils/common.py build_server_info;
+srt/managers/scheduler.py get_init_info; scheduler_components/internal_state.py)
+    The resolved server arguments (every parser destination; tokenizer_path and
+    served_model_name default to the model path, random_seed to a random int, as
+    srt/arg_groups/serving_hook.py resolves them), launch_command (the merged argv joined
+    by spaces), status, max_total_num_tokens, max_req_input_len, hicache_object_layout,
+    kv_events, startup_time, internal_states, version and frontend. startup_time is a record
+    of durations measured while starting (srt/observability/startup_time.py
+    build_engine_startup_time: load_weight, kv_cache_allocation, scheduler_e2e, cuda_graph
+    per phase, tokenizer_e2e), not a timestamp; a restarted server measures new ones.
+    internal_states[0] holds avg_spec_accept_length (decode tokens / verify steps, folded in
+    every decode_log_interval = 40 decode batches, reset by /flush_cache) under speculation.
+    /get_server_info is the deprecated alias. There is no raw argv field.
+
+/flush_cache (http_server.py flush_cache; scheduler_components/flush_wrapper.py;
+scheduler.py flush_cache)
+    GET or POST, optional ?timeout=SECONDS. Idle: 200 "Cache flushed.\\n...". Requests
+    running or waiting: 400 "Flush cache failed.\\n" at once without a timeout; with one it
+    waits for idle and answers 400 "Timed out waiting for idle state." when that does not
+    come; a second flush while one waits gets 400 "Another flush_cache is already in
+    progress.". A flush empties the prefix cache and resets the scheduler's accept-length
+    counters.
+
+/metrics (srt/utils/common.py add_prometheus_middleware, only with --enable-metrics;
+srt/observability/metrics_collector.py TokenizerMetricsCollector)
+    Prometheus text with sglang:prompt_tokens_total, sglang:generation_tokens_total and
+    sglang:num_requests_total (labels engine_type, is_streaming, model_name),
+    sglang:spec_verify_calls_total (engine_type, model_name), all counted when a request
+    with log_metrics finishes (observe_one_finished_request: the warmup counts, health
+    checks do not), sglang:startup_time_seconds per phase, and the running and queued
+    request gauges. Without --enable-metrics /metrics is 404.
+
+/model_info (http_server.py model_info); anything else: 404 {"detail": "Not Found"}.
+
+The scheduler runs one decode step every SGLANG_SIM_STEP_MS for every running request whose
+prefill (SGLANG_SIM_PREFILL_MS after admission, rounded up to a step) is done: a verify step
+yields SGLANG_SIM_ACCEPT tokens under speculation, one token without. So with ACCEPT=A a
+request of N tokens takes ceil((N - 1) / A) verify steps after its prefill token. Outputs are
+deterministic per prompt; token ids derive from the token text.
+
+DDTree (only as the fake DDTree pull-request runtime, whose contract has the algorithm; the
+release refuses it as 0.5.23 does): the running budget (--speculative-ddtree-budget, or block
+size - 1 as the pull request defaults it) picks step time and tokens per verify step from
+SGLANG_SIM_DDTREE_TABLE, so a test can play a whole budget sweep (tests/support/ddtree_tables.py). A
+budget the table lacks, or a row above the depth cap (min(budget, block size - 1) drafts plus
+the bonus token per step: the tree is drafted from block size - 1 positions), stops the server
+at start with the reason on stderr. The verifier sees budget + 1 tokens a step, so
+spec_num_proposed_drafts = spec_verify_ct x budget (tokenizer_manager's
+max_speculative_num_draft_tokens - 1), and the pull request's forced settings show in
+/server_info (disable_overlap_schedule true, the budget resolved).
+
+Environment (all optional):
+    SGLANG_SIM_STEP_MS        decode step time, ms (default 20)
+    SGLANG_SIM_ACCEPT         tokens per verify step under speculation, accepted drafts plus
+                              the bonus token (default 3.0; fractional values alternate
+                              between floor and ceil to average out)
+    SGLANG_SIM_PREFILL_MS     time from admission to the first (prefill) token, ms (default 50)
+    SGLANG_SIM_LOAD_SECONDS   loading time before the port opens (default 0)
+    SGLANG_SIM_NO_GENERATE    "1": the model loads and the port opens, but the scheduler never
+                              produces a token (warmup and health checks never complete)
+    SGLANG_SIM_CRASH_AFTER    exit(1) on the client /generate request after this many
+                              (default: never; the warmup and health checks do not count)
+    SGLANG_SIM_CRASH_ON_START exit(1) right after parsing the arguments when "1"
+    SGLANG_SIM_LOSSY          gross loss: fraction of tokens altered under speculation, as a
+                              broken verifier would (default 0)
+    SGLANG_SIM_DRIFT          realistic greedy drift: fraction of requests whose output under
+                              speculation leaves the plain-decoding one from a token onwards
+                              (position uniform over max_new_tokens, per prompt), as
+                              non-bitwise-identical kernels do at near ties (default 0)
+    SGLANG_SIM_MAX_RUNNING    requests decoded together (default 256)
+    SGLANG_SIM_TRUTH          "1": record when each request arrived and when each of its events
+                              and its [DONE] were written (server-side truth for client
+                              fidelity checks): GET /sim_truth, POST /sim_truth/reset
+    SGLANG_SIM_TRUTH_DIR      also append each finished request's record to <dir>/<pid>.jsonl
+    SGLANG_SIM_REUSE_PORT     "1": listen with SO_REUSEPORT, so several simulators share a port
+                              (the kernel spreads connections; a client can outrun one process)
+    SGLANG_SIM_DDTREE_TABLE   DDTree behaviour per budget, JSON {"<budget>": {"step_ms": ..,
+                              "accept": ..}} (accept: tokens per verify step, bonus included);
+                              without it a DDTree server uses SGLANG_SIM_STEP_MS and _ACCEPT
+SGLang's own SGLANG_HEALTH_CHECK_TIMEOUT, SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION,
+SGLANG_WARMUP_TIMEOUT and SGLANG_TIMEOUT_KEEP_ALIVE are honoured as SGLang honours them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import hashlib
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from pathlib import Path
+
+VERSION = "0.5.23"
+VOCAB = 163840  # Kimi K2.6's
+DECODE_LOG_INTERVAL = 40  # ServerArgs.decode_log_interval's default
+WARMUP_PROMPT = "The capital city of France is"
+FLUSHED = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+GRAPH_PHASES = (
+    "prefill",
+    "decode",
+    "target_verify",
+    "draft_prefill",
+    "draft_decode",
+    "draft_extend",
+)
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass
+class Settings:
+    step_ms: float = field(default_factory=lambda: env_float("SGLANG_SIM_STEP_MS", 20))
+    accept: float = field(default_factory=lambda: env_float("SGLANG_SIM_ACCEPT", 3.0))
+    prefill_ms: float = field(default_factory=lambda: env_float("SGLANG_SIM_PREFILL_MS", 50))
+    load_seconds: float = field(default_factory=lambda: env_float("SGLANG_SIM_LOAD_SECONDS", 0))
+    no_generate: bool = field(default_factory=lambda: env_bool("SGLANG_SIM_NO_GENERATE", False))
+    crash_after: float = field(default_factory=lambda: env_float("SGLANG_SIM_CRASH_AFTER", 0))
+    lossy: float = field(default_factory=lambda: env_float("SGLANG_SIM_LOSSY", 0))
+    drift: float = field(default_factory=lambda: env_float("SGLANG_SIM_DRIFT", 0))
+    max_running: int = field(default_factory=lambda: int(env_float("SGLANG_SIM_MAX_RUNNING", 256)))
+    truth: bool = field(default_factory=lambda: os.environ.get("SGLANG_SIM_TRUTH") == "1")
+    truth_dir: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_TRUTH_DIR", ""))
+    reuse_port: bool = field(default_factory=lambda: os.environ.get("SGLANG_SIM_REUSE_PORT") == "1")
+    ddtree_table: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_DDTREE_TABLE", ""))
+    # SGLang's own environment variables, with its defaults (srt/environ.py, http_server.py).
+    health_check_timeout: float = field(
+        default_factory=lambda: int(env_float("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
+    )
+    health_generates: bool = field(
+        default_factory=lambda: env_bool("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True)
+    )
+    warmup_timeout: float = field(default_factory=lambda: env_float("SGLANG_WARMUP_TIMEOUT", -1))
+    keep_alive_s: float = field(default_factory=lambda: env_float("SGLANG_TIMEOUT_KEEP_ALIVE", 5))
+
+
+SNAPSHOT = "sglang-0.5.23-args.json"
+OVERLAY = "sglang-pr29907-overlay.json"
+
+
+def validator_paths() -> tuple[Path, Path, Path | None]:
+    """(folder of sglang_args.py, snapshot file, overlay file or None): in the repo, the
+    release's; packaged as a stand-in sglang (tests/support/fake_sglang.py), whatever the package
+    ships (the fake pull-request ref adds DDTree's overlay)."""
+    here = Path(__file__).resolve().parent
+    if (here / "sglang_args.py").is_file():
+        overlay = here / OVERLAY
+        return here, here / SNAPSHOT, overlay if overlay.is_file() else None
+    tests = here.parent  # tests/support/sglang_sim.py in the repo
+    return tests.parent / "module_utils", tests / "contract" / SNAPSHOT, None
+
+
+def merge_config_file(argv: list[str]) -> list[str]:
+    """`sglang serve --config FILE.yaml` as prepare_server_args does it: the file's keys become
+    flags placed before the command line's own, so the command line wins."""
+    if "--config" not in argv:
+        return argv
+    index = argv.index("--config")
+    import yaml
+
+    with open(argv[index + 1], encoding="utf-8") as handle:
+        data = yaml.safe_load(handle) or {}
+    merged: list[str] = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is True:
+            merged.append(flag)
+        elif value is not False and value is not None:
+            merged += [flag, str(value)]
+    return merged + argv[:index] + argv[index + 2 :]
+
+
+def parse_args(argv: list[str]) -> dict:
+    """Validate against the pinned parser's snapshot; return the resolved arguments."""
+    module_dir, snapshot_file, overlay_file = validator_paths()
+    sys.path.insert(0, str(module_dir))
+    from sglang_args import ArgvError, load_contract, parse_argv, resolve_forced, validate_argv
+
+    snapshot = load_contract(snapshot_file, overlay_file)
+    try:
+        argv = merge_config_file(argv)
+    except (OSError, ValueError, IndexError) as error:
+        print(f"launch_server: error: --config: {error}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        validate_argv(argv, snapshot)
+        namespace = parse_argv(argv, snapshot)
+    except ArgvError as error:
+        print(f"launch_server: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    # What the runtime sets itself whatever argv says (DDTree: no overlap, a default budget).
+    resolved = {
+        k: v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
+        for k, v in resolve_forced(vars(namespace), snapshot).items()
+    }
+    if is_ddtree(resolved):
+        # _handle_dflash, which DDTree runs first: the block size flag sets the draft token
+        # count; without either, SGLang falls back to 16 when the drafter's config says nothing
+        # (the simulator has no drafter to read). Then the pull request's default budget.
+        if resolved.get("speculative_num_draft_tokens") is None:
+            resolved["speculative_num_draft_tokens"] = int(
+                resolved.get("speculative_dflash_block_size") or 16
+            )
+        if resolved.get("speculative_ddtree_budget") is None:
+            resolved["speculative_ddtree_budget"] = resolved["speculative_num_draft_tokens"] - 1
+    # What srt/arg_groups/serving_hook.py fills in when the command line leaves it out.
+    resolved["tokenizer_path"] = resolved.get("tokenizer_path") or resolved.get("model_path")
+    resolved["served_model_name"] = resolved.get("served_model_name") or resolved.get("model_path")
+    if resolved.get("random_seed") is None:
+        resolved["random_seed"] = random.randint(0, 1 << 30)  # as SGLang does
+    resolved["host"] = resolved.get("host") or "127.0.0.1"
+    resolved["port"] = int(resolved.get("port") or 30000)
+    return {"resolved": resolved, "launch_command": " ".join(argv)}
+
+
+def token(prompt: str, index: int, salt: str = "") -> str:
+    return "w" + hashlib.blake2b(f"{salt}{prompt}\0{index}".encode(), digest_size=4).hexdigest()
+
+
+def token_id(word: str) -> int:
+    return int(hashlib.blake2b(word.encode(), digest_size=4).hexdigest(), 16) % VOCAB
+
+
+def draw(*parts) -> float:
+    """A uniform number in [0, 1) fixed by its inputs."""
+    digest = hashlib.blake2b("\0".join(map(str, parts)).encode(), digest_size=4).hexdigest()
+    return int(digest, 16) / (1 << 32)
+
+
+@dataclass
+class Request:
+    prompt: str
+    max_new_tokens: int
+    stream: bool = False
+    log_metrics: bool = True
+    rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: float = field(default_factory=time.perf_counter)
+    created_wall: float = field(default_factory=time.time)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    admitted: float = 0.0
+    prefilled: bool = False
+    tokens: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    verify_ct: int = 0
+    correct_drafts: int = 0
+    histogram: list[int] = field(default_factory=list)
+    carry: float = 0.0
+    finished: bool = False
+    aborted: bool = False
+    first_token_time: float = 0.0
+    finished_time: float = 0.0
+    sent_first: bool = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt.split())
+
+
+class Simulator:
+    def __init__(self, args: dict, settings: Settings):
+        self.resolved = args["resolved"]
+        self.launch_command = args["launch_command"]
+        self.settings = settings
+        self.speculative = self.resolved.get("speculative_algorithm") is not None
+        self.draft_tokens = int(self.resolved.get("speculative_num_draft_tokens") or 4)
+        if is_ddtree(self.resolved):
+            # The verifier's tokens per step: the tree's nodes plus its root.
+            self.draft_tokens = int(self.resolved["speculative_ddtree_budget"]) + 1
+        self.model_name = self.resolved.get("served_model_name") or ""
+        self.status = "Starting"
+        self.running: list[Request] = []
+        self.waiting: list[Request] = []
+        self.wakeup = asyncio.Event()
+        self.last_receive = 0.0  # wall time of the last output, as TokenizerManager keeps it
+        self.generate_count = 0
+        self.prefix_cache: set[str] = set()
+        self.pending_flush: tuple[asyncio.Future, float] | None = None
+        self.startup_time: dict = {}
+        self.scheduler_startup_time: dict = {}
+        # Prometheus counters: {(name, labels): value}
+        self.counters: dict[tuple[str, tuple], float] = {}
+        # Scheduler-side accept-length accounting (metrics_reporter).
+        self.forward_ct_decode = 0
+        self.interval_accept_tokens = 0
+        self.interval_forward_ct = 0
+        self.total_accept_tokens = 0
+        self.total_forward_ct = 0
+        self.interval_generated = 0
+        self.interval_started = time.perf_counter()
+        self.last_gen_throughput = 0.0
+        self.last_accept_length = 0.0
+        # Server-side timings when SGLANG_SIM_TRUTH=1: one record per streamed request.
+        self.truth: list[dict] = []
+
+    # -- scheduler ---------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        self.waiting.append(request)
+        self.wakeup.set()
+
+    def abort(self, request: Request) -> None:
+        request.aborted = True
+        if request in self.running:
+            self.running.remove(request)
+        if request in self.waiting:
+            self.waiting.remove(request)
+
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def tokens_this_step(self, request: Request) -> int:
+        if not self.speculative:
+            return 1
+        request.carry += max(self.settings.accept, 1.0)
+        count = max(1, math.floor(request.carry))
+        request.carry -= count
+        return count
+
+    def next_token(self, request: Request, index: int) -> str:
+        prompt = request.prompt
+        # Greedy outputs under speculation are not bitwise those of plain decoding: a near tie
+        # resolved the other way changes the rest of the answer.
+        drifts = self.speculative and draw("drift", prompt) < self.settings.drift
+        if drifts and index >= math.floor(draw("drift-at", prompt) * request.max_new_tokens):
+            return token(prompt, index, salt="drift")
+        word = token(prompt, index)
+        # A verification bug: accepted drafts that plain decoding would not produce.
+        if self.speculative and draw("lossy", index, prompt) < self.settings.lossy:
+            word = "x" + word[1:]
+        return word
+
+    def append(self, request: Request, count: int) -> None:
+        start = len(request.tokens)
+        words = [self.next_token(request, start + i) for i in range(count)]
+        request.tokens += words
+        request.ids += [token_id(word) for word in words]
+
+    def admit(self) -> None:
+        while self.waiting and len(self.running) < self.settings.max_running:
+            request = self.waiting.pop(0)
+            request.admitted = time.monotonic()
+            # The radix cache matches at most all but the last token of a prompt it has seen.
+            if request.prompt in self.prefix_cache:
+                request.cached_tokens = max(request.prompt_tokens - 1, 0)
+            self.prefix_cache.add(request.prompt)
+            self.running.append(request)
+
+    async def scheduler(self) -> None:
+        step = self.settings.step_ms / 1000
+        deadline = time.monotonic()
+        while True:
+            self.admit()
+            self.check_pending_flush()
+            if not self.running:
+                self.wakeup.clear()
+                if self.pending_flush is None:
+                    await self.wakeup.wait()
+                else:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self.wakeup.wait(), step)
+                deadline = time.monotonic()
+                continue
+            deadline += step
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+            if self.settings.no_generate:
+                continue
+            self.run_step()
+
+    def run_step(self) -> None:
+        now = time.monotonic()
+        decoded = generated = 0
+        produced = False
+        for request in list(self.running):
+            if not request.prefilled:
+                if now - request.admitted < self.settings.prefill_ms / 1000:
+                    continue
+                # The first token comes from prefill, not from a verify step.
+                request.prefilled = True
+                request.first_token_time = time.perf_counter()
+                self.append(request, 1)
+            else:
+                count = self.tokens_this_step(request)
+                if self.speculative:
+                    request.verify_ct += 1
+                    correct = count - 1
+                    request.correct_drafts += correct
+                    if len(request.histogram) <= correct:
+                        request.histogram += [0] * (correct + 1 - len(request.histogram))
+                    request.histogram[correct] += 1
+                # Output past max_new_tokens is cut (Req.update_finish_state); the drafts the
+                # verifier accepted still count as accepted.
+                self.append(request, min(count, request.max_new_tokens - len(request.tokens)))
+                decoded += 1
+                generated += count
+            produced = True
+            if len(request.tokens) >= request.max_new_tokens:
+                self.finish(request)
+            request.changed.set()
+        if produced:
+            self.last_receive = time.time()
+        if decoded:
+            self.decode_stats(decoded, generated)
+
+    def decode_stats(self, batch: int, generated: int) -> None:
+        """metrics_reporter: counts per decode batch, folded into the lifetime accept length
+        (and the log line's throughput) every decode_log_interval batches."""
+        self.forward_ct_decode += 1
+        self.interval_generated += generated
+        if self.speculative:
+            self.interval_accept_tokens += generated
+            self.interval_forward_ct += batch
+        if self.forward_ct_decode % DECODE_LOG_INTERVAL:
+            return
+        now = time.perf_counter()
+        self.last_gen_throughput = self.interval_generated / max(now - self.interval_started, 1e-9)
+        self.interval_started, self.interval_generated = now, 0
+        if self.speculative and self.interval_forward_ct:
+            self.last_accept_length = self.interval_accept_tokens / self.interval_forward_ct
+            self.total_accept_tokens += self.interval_accept_tokens
+            self.total_forward_ct += self.interval_forward_ct
+            self.interval_accept_tokens = self.interval_forward_ct = 0
+
+    def finish(self, request: Request) -> None:
+        request.finished = True
+        request.finished_time = time.perf_counter()
+        if request in self.running:
+            self.running.remove(request)
+        if request.log_metrics and self.resolved.get("enable_metrics"):
+            streaming = "true" if request.stream else "false"
+            labels = (("engine_type", "unified"), ("is_streaming", streaming))
+            labels += (("model_name", self.model_name),)
+            self.count("sglang:prompt_tokens_total", labels, request.prompt_tokens)
+            self.count("sglang:generation_tokens_total", labels, len(request.tokens))
+            self.count("sglang:num_requests_total", labels, 1)
+            if request.verify_ct > 0:
+                plain = (("engine_type", "unified"), ("model_name", self.model_name))
+                self.count("sglang:spec_verify_calls_total", plain, request.verify_ct)
+
+    def count(self, name: str, labels: tuple, value: float) -> None:
+        self.counters[(name, labels)] = self.counters.get((name, labels), 0.0) + value
+
+    # -- flush_cache ---------------------------------------------------------------------
+
+    def flush(self) -> None:
+        self.prefix_cache.clear()
+        self.interval_accept_tokens = self.interval_forward_ct = 0
+        self.total_accept_tokens = self.total_forward_ct = 0
+        self.forward_ct_decode = self.interval_generated = 0
+
+    def check_pending_flush(self) -> None:
+        if self.pending_flush is None:
+            return
+        future, deadline = self.pending_flush
+        if future.done():
+            self.pending_flush = None
+        elif self.idle():
+            self.flush()
+            self.pending_flush = None
+            future.set_result((True, ""))
+        elif time.monotonic() >= deadline:
+            self.pending_flush = None
+            future.set_result((False, "Timed out waiting for idle state."))
+
+    async def flush_cache(self, timeout_s: float) -> tuple[bool, str]:
+        if self.pending_flush is not None:
+            return False, "Another flush_cache is already in progress."
+        if timeout_s <= 0 or self.idle():
+            if not self.idle():
+                return False, ""
+            self.flush()
+            return True, ""
+        future = asyncio.get_running_loop().create_future()
+        self.pending_flush = (future, time.monotonic() + timeout_s)
+        self.wakeup.set()
+        return await future
+
+    # -- what the server reports -----------------------------------------------------------
+
+    def meta_info(self, request: Request, finished: bool) -> dict:
+        tokens = len(request.tokens)
+        meta = {
+            "id": request.rid,
+            "finish_reason": {"type": "length", "length": tokens} if finished else None,
+            "prompt_tokens": request.prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+        }
+        if self.resolved.get("enable_metrics"):
+            meta["queue_time"] = max(request.admitted - request.created, 0.0)
+        meta.update(
+            reasoning_tokens=0,
+            completion_tokens=tokens,
+            cached_tokens=request.cached_tokens,
+            cached_tokens_details=(
+                {"device": request.cached_tokens, "host": 0} if request.cached_tokens else None
+            ),
+        )
+        if not finished:
+            return meta
+        meta["e2e_latency"] = request.finished_time - request.created
+        if self.speculative and request.verify_ct > 0:
+            proposed = request.verify_ct * (self.draft_tokens - 1)
+            if proposed > 0:
+                meta["spec_accept_rate"] = request.correct_drafts / proposed
+                meta["spec_accept_length"] = tokens / request.verify_ct
+                meta["spec_num_correct_drafts"] = request.correct_drafts
+                meta["spec_num_proposed_drafts"] = proposed
+                meta["spec_verify_ct"] = request.verify_ct
+            if request.histogram:
+                meta["spec_correct_drafts_histogram"] = list(request.histogram)
+        if self.resolved.get("enable_metrics"):
+            meta["request_received_ts"] = request.created_wall
+            meta["first_token_latency"] = request.first_token_time - request.created
+            if tokens > 1 and request.finished_time > request.first_token_time:
+                tpot = (request.finished_time - request.first_token_time) / (tokens - 1)
+                meta["decode_throughput"] = 1.0 / tpot
+        return meta
+
+    def output(self, request: Request, finished: bool) -> dict:
+        out = {
+            "text": " ".join(request.tokens),
+            "output_ids": list(request.ids),
+            "meta_info": self.meta_info(request, finished),
+        }
+        if not request.sent_first:
+            request.sent_first = True
+            out["meta_info"]["response_sent_to_client_ts"] = time.time()
+        return out
+
+    def internal_state(self) -> dict:
+        state = dict(self.resolved)
+        state.update(
+            world_size=int(self.resolved.get("tp_size") or 1)
+            * int(self.resolved.get("pp_size") or 1),
+            startup_time=self.scheduler_startup_time,
+            effective_max_running_requests_per_dp=self.settings.max_running,
+            last_gen_throughput=self.last_gen_throughput,
+        )
+        if self.speculative and self.total_forward_ct > 0:
+            state["avg_spec_accept_length"] = self.total_accept_tokens / self.total_forward_ct
+        return state
+
+    def server_info(self) -> dict:
+        info = dict(self.resolved)
+        info["launch_command"] = self.launch_command
+        info.update(
+            status="ready",
+            max_total_num_tokens=1_000_000,
+            max_req_input_len=262_143,
+            startup_time=self.scheduler_startup_time,
+            hicache_object_layout={
+                "enabled": False,
+                "backend": None,
+                "page_size": self.resolved.get("page_size"),
+                "hicache_object_layout": {"pools": []},
+                "reason": "Hierarchical cache is disabled",
+            },
+        )
+        info["kv_events"] = None
+        info.update(
+            startup_time=self.startup_time,
+            internal_states=[self.internal_state()],
+            version=VERSION,
+            frontend="python",
+        )
+        return info
+
+    def model_info(self) -> dict:
+        return {
+            "model_path": self.resolved.get("model_path"),
+            "served_model_name": self.model_name,
+            "tokenizer_path": self.resolved.get("tokenizer_path"),
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": self.resolved.get("load_format"),
+            "reasoning_parser": self.resolved.get("reasoning_parser"),
+            "tool_call_parser": self.resolved.get("tool_call_parser"),
+            "disaggregation_mode": "null",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "kimi_k25",
+            "architectures": ["KimiK25ForConditionalGeneration"],
+        }
+
+    def metrics(self) -> str:
+        lines = []
+        kinds = {}
+        for (name, labels), value in sorted(self.counters.items()):
+            base = name.removesuffix("_total")
+            if base not in kinds:
+                kinds[base] = True
+                lines += [f"# HELP {base} {name}", f"# TYPE {base} counter"]
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines.append(f"{name}{{{text}}} {float(value)}")
+        model = f'model_name="{self.model_name}"'
+        gauges = [
+            ("sglang:num_running_reqs", len(self.running)),
+            ("sglang:num_queue_reqs", len(self.waiting)),
+            ("sglang:gen_throughput", self.last_gen_throughput),
+        ]
+        if self.speculative:
+            gauges.append(("sglang:spec_accept_length", self.last_accept_length))
+        for name, value in gauges:
+            lines += [f"# HELP {name} {name}", f"# TYPE {name} gauge"]
+            lines.append(
+                f'{name}{{engine_type="unified",{model},pp_rank="0",tp_rank="0"}} {float(value)}'
+            )
+        lines += [
+            "# HELP sglang:startup_time_seconds startup",
+            "# TYPE sglang:startup_time_seconds gauge",
+        ]
+        for phase in ("load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e"):
+            value = float(self.startup_time.get(phase, 0.0))
+            lines.append(
+                f'sglang:startup_time_seconds{{engine_type="unified",{model},phase="{phase}"}} '
+                f"{value}"
+            )
+        return "\n".join(lines) + "\n"
+
+    # -- start-up ------------------------------------------------------------------------
+
+    async def warmup(self) -> None:
+        """_execute_server_warmup: one second, then an 8-token /generate; Up when it returns,
+        killed when it does not within the warmup timeout."""
+        await asyncio.sleep(1)
+        request = Request(WARMUP_PROMPT, 8)
+        self.submit(request)
+        limit = self.settings.warmup_timeout if self.settings.warmup_timeout > 0 else 600
+        deadline = time.monotonic() + limit
+        while not request.finished and time.monotonic() < deadline:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(request.changed.wait(), deadline - time.monotonic())
+            request.changed.clear()
+        if not request.finished:
+            print(
+                f"Initialization failed. warmup error: no answer to the warmup request within "
+                f"{limit:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.status = "Up"
+        print("The server is fired up and ready to roll!", flush=True)
+
+    async def health_generate(self, path: str) -> int:
+        if self.status == "Starting":
+            return 503
+        if not self.settings.health_generates and path == "/health":
+            return 200
+        request = Request("0", 1, log_metrics=False)
+        self.submit(request)
+        tic = time.time()
+        try:
+            while time.time() < tic + self.settings.health_check_timeout:
+                await asyncio.sleep(1)
+                if self.last_receive > tic:
+                    self.status = "Up"
+                    return 200
+        finally:
+            self.abort(request)
+        print(
+            f"Health check failed. Server couldn't get a response from detokenizer for last "
+            f"{self.settings.health_check_timeout:g} seconds.",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.status = "UnHealthy"
+        return 503
+
+    # -- /generate -----------------------------------------------------------------------
+
+    def request_of(self, body: dict) -> Request:
+        params = body.get("sampling_params") or {}
+        text = body.get("text")
+        if text is None and body.get("input_ids") is not None:
+            text = " ".join(map(str, body["input_ids"]))
+        if text is None:
+            raise ValueError("Either text, input_ids or input_embeds should be provided.")
+        return Request(
+            str(text),
+            int(params.get("max_new_tokens", 128)),
+            stream=bool(body.get("stream")),
+        )
+
+    async def generate(self, body: dict, reply: Http, arrival: float | None) -> None:
+        self.generate_count += 1
+        crash_after = self.settings.crash_after
+        if crash_after and self.generate_count > crash_after:
+            print("simulated crash", file=sys.stderr, flush=True)
+            os._exit(1)
+        try:
+            request = self.request_of(body)
+        except (ValueError, TypeError) as error:
+            message = {"error": {"message": str(error), "code": 400}}
+            await reply.respond(400, json.dumps(message).encode(), "application/json")
+            return
+        if arrival is not None:
+            request.created = arrival
+        self.submit(request)
+        try:
+            if not request.stream:
+                while not request.finished:
+                    await request.changed.wait()
+                    request.changed.clear()
+                payload = compact(self.output(request, True))
+                await reply.respond(200, payload, "application/json")
+                return
+            await self.stream(request, reply)
+        except (ConnectionError, asyncio.CancelledError):
+            # SGLang aborts a request whose client went away (create_abort_task).
+            self.abort(request)
+            raise
+
+    async def stream(self, request: Request, reply: Http) -> None:
+        truth = None
+        if self.settings.truth and len(self.truth) < 1_000_000:
+            truth = {
+                "arrival": request.created,
+                "prompt_sha256": hashlib.sha256(request.prompt.encode()).hexdigest(),
+                "events": [],
+                "done": None,
+            }
+            self.truth.append(truth)
+        await reply.start_stream(200, "text/event-stream; charset=utf-8")
+        while True:
+            await request.changed.wait()
+            # Everything queued since the last event goes out as one, with the latest state.
+            request.changed.clear()
+            finished = request.finished
+            await reply.chunk(b"data: " + compact(self.output(request, finished)) + b"\n\n")
+            if truth is not None:
+                truth["events"].append((time.perf_counter(), len(request.tokens)))
+            if finished:
+                break
+        await reply.chunk(b"data: [DONE]\n\n")
+        if truth is not None:
+            truth["done"] = time.perf_counter()
+            if self.settings.truth_dir:
+                path = os.path.join(self.settings.truth_dir, f"{os.getpid()}.jsonl")
+                with open(path, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(truth) + "\n")
+        await reply.end_stream()
+
+
+def compact(data) -> bytes:
+    """JSON as orjson writes it: no spaces."""
+    return json.dumps(data, separators=(",", ":"), default=str).encode()
+
+
+class Http:
+    """One HTTP/1.1 response on a connection, framed as uvicorn frames it."""
+
+    def __init__(self, writer: asyncio.StreamWriter, keep_alive: bool):
+        self.writer = writer
+        self.keep_alive = keep_alive
+
+    def head(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+        phrase = HTTPStatus(status).phrase
+        lines = [f"HTTP/1.1 {status} {phrase}"]
+        lines.append(f"date: {email.utils.formatdate(usegmt=True)}")
+        lines.append("server: uvicorn")
+        lines += [f"{name}: {value}" for name, value in headers]
+        if not self.keep_alive:
+            lines.append("connection: close")
+        return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+    async def respond(self, status: int, body: bytes, content_type: str | None = None) -> None:
+        headers = [("content-length", str(len(body)))]
+        if content_type:
+            headers.append(("content-type", content_type))
+        self.writer.write(self.head(status, headers) + b"\r\n" + body)
+        await self.writer.drain()
+
+    async def start_stream(self, status: int, content_type: str) -> None:
+        head = self.head(status, [("content-type", content_type)])
+        self.writer.write(head + b"transfer-encoding: chunked\r\n\r\n")
+        await self.writer.drain()
+
+    async def chunk(self, data: bytes) -> None:
+        self.writer.write(b"%x\r\n" % len(data) + data + b"\r\n")
+        await self.writer.drain()
+
+    async def end_stream(self) -> None:
+        self.writer.write(b"0\r\n\r\n")
+        await self.writer.drain()
+
+
+class Stamped(asyncio.StreamReader):
+    accepted = 0.0
+
+
+class StampedProtocol(asyncio.StreamReaderProtocol):
+    """Notes when the request's first bytes were read: handlers of a burst of connections
+    start one after the other, so a request's arrival is taken here, not when its handler
+    runs."""
+
+    def __init__(self, reader: Stamped, *args, **kwargs):
+        super().__init__(reader, *args, **kwargs)
+        self.stamped = reader
+
+    def data_received(self, data: bytes) -> None:
+        if not self.stamped.accepted:
+            self.stamped.accepted = time.perf_counter()
+        super().data_received(data)
+
+
+def authorized(header: str | None, key: str) -> bool:
+    """decide_request_auth's bearer check."""
+    parts = (header or "").split(" ", 1)
+    return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == key
+
+
+async def dispatch(simulator: Simulator, method, path, query, headers, body, reply, arrival):
+    api_key = simulator.resolved.get("api_key")
+    open_path = path.startswith(("/health", "/ready", "/metrics"))
+    if api_key and not open_path and not authorized(headers.get("authorization"), api_key):
+        await reply.respond(401, b'{"error":"Unauthorized"}', "application/json")
+    elif path in ("/health", "/health_generate") and method == "GET":
+        await reply.respond(await simulator.health_generate(path), b"")
+    elif path == "/ready" and method == "GET":
+        await reply.respond(200 if simulator.status == "Up" else 503, b"")
+    elif path in ("/server_info", "/get_server_info") and method == "GET":
+        await reply.respond(200, compact(simulator.server_info()), "application/json")
+    elif path in ("/model_info", "/get_model_info") and method == "GET":
+        await reply.respond(200, compact(simulator.model_info()), "application/json")
+    elif path.startswith("/metrics") and simulator.resolved.get("enable_metrics"):
+        text = simulator.metrics().encode()
+        await reply.respond(200, text, "text/plain; version=0.0.4; charset=utf-8")
+    elif path == "/flush_cache" and method in ("GET", "POST"):
+        try:
+            timeout = float(query.get("timeout", "0") or 0)
+        except ValueError:
+            timeout = -1
+        if timeout < 0:
+            detail = {"detail": [{"loc": ["query", "timeout"], "msg": "bad timeout"}]}
+            await reply.respond(422, compact(detail), "application/json")
+            return
+        success, message = await simulator.flush_cache(timeout)
+        text = FLUSHED if success else (message or "Flush cache failed.\n")
+        await reply.respond(200 if success else 400, text.encode())
+    elif path == "/sim_truth" and simulator.settings.truth:
+        await reply.respond(200, json.dumps(simulator.truth).encode(), "application/json")
+    elif path == "/sim_truth/reset" and simulator.settings.truth:
+        simulator.truth = []
+        await reply.respond(200, b"")
+    elif path == "/generate" and method in ("POST", "PUT"):
+        try:
+            data = json.loads(body or b"null")
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            detail = {"detail": [{"loc": ["body"], "msg": "a JSON object is required"}]}
+            await reply.respond(422, compact(detail), "application/json")
+            return
+        await simulator.generate(data, reply, arrival)
+    elif path == "/generate":
+        await reply.respond(405, b'{"detail":"Method Not Allowed"}', "application/json")
+    else:
+        await reply.respond(404, b'{"detail":"Not Found"}', "application/json")
+
+
+async def serve(args: dict, settings: Settings) -> None:
+    started = time.perf_counter()
+    host, port = args["resolved"]["host"], args["resolved"]["port"]
+    print(
+        f"simulated sglang {VERSION} loading for {settings.load_seconds:g} s "
+        f"before serving on {host}:{port}",
+        flush=True,
+    )
+    await asyncio.sleep(settings.load_seconds)
+    loaded = time.perf_counter()
+    simulator = Simulator(args, settings)
+    allocated = time.perf_counter()
+    simulator.scheduler_startup_time = {
+        "load_weight": loaded - started,
+        "kv_cache_allocation": allocated - loaded,
+        "scheduler_e2e": allocated - started,
+        "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0),
+    }
+    scheduler = asyncio.ensure_future(simulator.scheduler())
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        try:
+            while True:
+                # uvicorn closes an idle kept-alive connection after timeout_keep_alive.
+                wait = settings.keep_alive_s if served else 300.0
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), wait)
+                arrival = getattr(reader, "accepted", 0.0) or None
+                if served:
+                    arrival = time.perf_counter()
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, version = lines[0].split(" ", 2)
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
+                }
+                body = await reader.readexactly(int(headers.get("content-length", 0) or 0))
+                tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+                keep_alive = version.strip() != "HTTP/1.0" and "close" not in tokens
+                path, _, query_text = target.partition("?")
+                query = dict(
+                    part.partition("=")[::2] for part in query_text.split("&") if "=" in part
+                )
+                http_ = Http(writer, keep_alive)
+                await dispatch(simulator, method, path, query, headers, body, http_, arrival)
+                served += 1
+                if not keep_alive:
+                    break
+        except (
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            ValueError,
+        ):
+            pass
+        finally:
+            writer.close()
+
+    loop = asyncio.get_running_loop()
+
+    def accept() -> asyncio.StreamReaderProtocol:
+        reader = Stamped(limit=1 << 16)
+        return StampedProtocol(reader, handle, loop=loop)
+
+    server = await loop.create_server(
+        accept, host, port, backlog=1024, reuse_port=settings.reuse_port or None
+    )
+    simulator.startup_time = {
+        "load_weight": simulator.scheduler_startup_time["load_weight"],
+        "kv_cache_allocation": simulator.scheduler_startup_time["kv_cache_allocation"],
+        "scheduler_e2e": simulator.scheduler_startup_time["scheduler_e2e"],
+        "cuda_graph": dict(simulator.scheduler_startup_time["cuda_graph"]),
+        "tokenizer_e2e": time.perf_counter() - started,
+    }
+    print(f"simulated sglang {VERSION} serving on {host}:{port}", flush=True)
+    skip_warmup = bool(args["resolved"].get("skip_server_warmup"))
+    if skip_warmup:
+        simulator.status = "Up"
+    warmup = None if skip_warmup else asyncio.ensure_future(simulator.warmup())
+    async with server:
+        await server.serve_forever()
+    scheduler.cancel()
+    if warmup is not None:
+        warmup.cancel()
+
+
+def is_ddtree(resolved: dict) -> bool:
+    return str(resolved.get("speculative_algorithm") or "").upper() == "DDTREE"
+
+
+def ddtree_row(resolved: dict, table_text: str) -> tuple[float, float]:
+    """(step ms, tokens per verify step) of the running budget from SGLANG_SIM_DDTREE_TABLE;
+    ValueError says what is wrong with the table for this server."""
+    budget = int(resolved["speculative_ddtree_budget"])
+    try:
+        table = json.loads(table_text)
+    except ValueError as error:
+        raise ValueError(f"SGLANG_SIM_DDTREE_TABLE is not JSON: {error}") from None
+    if not isinstance(table, dict) or not table:
+        raise ValueError("SGLANG_SIM_DDTREE_TABLE must be an object of budget -> row")
+    row = table.get(str(budget))
+    if row is None:
+        have = ", ".join(sorted(table, key=lambda k: (len(k), k)))
+        raise ValueError(
+            f"SGLANG_SIM_DDTREE_TABLE has no row for budget {budget} (it has {have}); add "
+            "one, or run a budget it has"
+        )
+    try:
+        step_ms, accept = float(row["step_ms"]), float(row["accept"])
+    except (TypeError, KeyError, ValueError):
+        raise ValueError(
+            f"SGLANG_SIM_DDTREE_TABLE row for budget {budget} needs numbers step_ms and "
+            f"accept, got {row!r}"
+        ) from None
+    block = int(resolved.get("speculative_num_draft_tokens") or 0) or int(
+        resolved.get("speculative_dflash_block_size") or 0
+    )
+    cap = min(budget, block - 1) + 1 if block else budget + 1
+    if not (step_ms > 0 and 1 <= accept <= cap):
+        raise ValueError(
+            f"SGLANG_SIM_DDTREE_TABLE row for budget {budget} ({step_ms:g} ms, {accept:g} "
+            f"tokens a step) is impossible: step time must be positive and tokens a step "
+            f"between 1 and {cap} (at most min(budget, block size - 1) drafts, plus the bonus "
+            "token)"
+        )
+    return step_ms, accept
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if os.environ.get("SGLANG_SIM_CRASH_ON_START") == "1":
+        print("simulated crash on start", file=sys.stderr)
+        return 1
+    settings = Settings()
+    resolved = args["resolved"]
+    if is_ddtree(resolved) and settings.ddtree_table:
+        try:
+            settings.step_ms, settings.accept = ddtree_row(resolved, settings.ddtree_table)
+        except ValueError as error:
+            print(f"launch_server: error: {error}", file=sys.stderr, flush=True)
+            return 1
+        print(
+            f"DDTree budget {resolved['speculative_ddtree_budget']}: "
+            f"{settings.step_ms:g} ms and {settings.accept:g} tokens per verify step "
+            f"(SGLANG_SIM_DDTREE_TABLE)",
+            flush=True,
+        )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(args, settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

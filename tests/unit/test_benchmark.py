@@ -1,0 +1,895 @@
+"""The benchmark without test hosts: stream parsing, statistics, the losslessness check, chat
+templates, and the modules themselves against the simulator and a local hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from ansible.module_utils import benchmark_client
+from ansible.module_utils.benchmark import (
+    SCHEMA_VERSION,
+    ResponseParser,
+    StreamError,
+    accepted_tokens_per_step,
+    chat_template_of,
+    compare_outputs,
+    completion_tokens,
+    distribution,
+    fill,
+    parse_metrics,
+    render_chat,
+    request_timings,
+    server_delta,
+    special_tokens,
+    startup_record,
+    summarize_level,
+)
+
+import analysis
+from analysis.results import SUPPORTED_SCHEMAS
+from tests.support.hub_server import LocalHub
+from tests.support.modules import assert_unchanged, run_module
+from tests.support.results_tree import LEVEL_SCHEMA, TEMPLATE, check_contract, level_problems
+from tests.support.sim_process import BASE, DFLASH, start
+
+pytestmark = pytest.mark.benchmark
+REPO = Path(__file__).resolve().parents[2]
+
+# -- stream parsing -------------------------------------------------------------------
+
+
+def sse(*payloads: bytes) -> bytes:
+    return b"".join(b"data: " + p + b"\n\n" for p in payloads)
+
+
+def chunked(body: bytes, size: int) -> bytes:
+    out = b""
+    for offset in range(0, len(body), size):
+        piece = body[offset : offset + size]
+        out += b"%x;ext=1\r\n" % len(piece) + piece + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+def chunk_each(pieces: list[bytes], upper: bool = False) -> bytes:
+    """One chunk per piece, as uvicorn writes one per StreamingResponse yield."""
+    size = b"%X" if upper else b"%x"
+    return b"".join(size % len(p) + b"\r\n" + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
+
+
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ndate: Mon, 30 Nov 2026 12:00:00 GMT\r\nserver: uvicorn\r\n"
+    b"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+# Events as SGLang sends them: compact JSON, cumulative text that may hold what looks like
+# framing (CRLF, "data: ", a chunk size, the completion_tokens key), meta_info with the spec
+# fields on the last event only.
+EVENTS = [
+    json.dumps(
+        {
+            "text": text,
+            "output_ids": list(range(n)),
+            "meta_info": {"id": "r1", "completion_tokens": n, **extra},
+        },
+        separators=(",", ":"),
+    ).encode()
+    for text, n, extra in (
+        ("1\r\n", 1, {}),
+        ('1\r\ndata: [DONE]\n\n0\r\n\r\n "completion_tokens":99', 5, {}),
+        ("é" * 300, 9, {"spec_verify_ct": 2, "spec_accept_length": 4.5}),
+    )
+]
+
+
+def feed_all(raw: bytes, cuts: list[int]) -> tuple[ResponseParser, list[bytes]]:
+    parser = ResponseParser()
+    found, start = [], 0
+    for cut in [*cuts, len(raw)]:
+        found += parser.feed(raw[start:cut])
+        start = cut
+    return parser, found
+
+
+@pytest.mark.parametrize("split", [1, 3, 7, 64, 10_000])
+def test_chunked_events_survive_any_split(split):
+    events = [json.dumps({"meta_info": {"completion_tokens": n}}).encode() for n in (1, 4, 7)]
+    body = sse(*events, b"[DONE]")
+    raw = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: text/event-stream"
+        b"\r\n\r\n" + chunked(body, 5)
+    )
+    parser = ResponseParser()
+    found = []
+    for offset in range(0, len(raw), split):
+        found += parser.feed(raw[offset : offset + split])
+    assert found == [*events, b"[DONE]"]
+    assert parser.finished and parser.status == 200
+
+
+def test_uvicorn_framing_parses_at_every_read_boundary():
+    """One chunk per event (uvicorn), cut into two reads at every byte, and into three at a
+    spread of pairs: inside the head, the size line, its CRLF, the event, the chunk's CRLF."""
+    raw = HEAD + chunk_each([b"data: " + e + b"\n\n" for e in EVENTS] + [b"data: [DONE]\n\n"])
+    for cut in range(1, len(raw)):
+        parser, found = feed_all(raw, [cut])
+        assert found == [*EVENTS, b"[DONE]"], cut
+        assert parser.finished
+    for first in range(1, len(raw), 37):
+        for second in range(first + 1, len(raw), 53):
+            assert feed_all(raw, [first, second])[1] == [*EVENTS, b"[DONE]"]
+    assert [completion_tokens(e) for e in EVENTS] == [1, 5, 9]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_events_split_across_chunks_and_chunks_holding_several_events(seed):
+    import random
+
+    rng = random.Random(seed)
+    body = sse(*EVENTS, b"[DONE]")
+    # Chunk boundaries anywhere: mid-event, mid-"data:", between the two newlines, and
+    # chunks spanning several events; hex sizes in either case, extensions on some.
+    pieces, offset = [], 0
+    while offset < len(body):
+        size = rng.choice([1, 2, 5, 17, 64, 400, 5000])
+        pieces.append(body[offset : offset + size])
+        offset += size
+    framed = b""
+    for piece in pieces:
+        size = (b"%X" if rng.random() < 0.5 else b"%x") % len(piece)
+        extension = b";name=value" if rng.random() < 0.3 else b""
+        framed += size + extension + b"\r\n" + piece + b"\r\n"
+    trailer = b"x-trailer: 1\r\n" if seed % 2 else b""
+    raw = HEAD + framed + b"0\r\n" + trailer + b"\r\n"
+    cuts = sorted(rng.sample(range(1, len(raw)), min(40, len(raw) - 1)))
+    parser, found = feed_all(raw, cuts)
+    assert found == [*EVENTS, b"[DONE]"]
+    assert parser.finished
+    # What follows the last chunk (a kept-alive connection's next answer) is not this body.
+    assert parser.feed(b"HTTP/1.1 200 OK\r\n\r\ndata: {}\n\n") == []
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"zz\r\ndata: 1\n\n\r\n",  # not hex
+        b"-a\r\n" + b"x" * 10 + b"\r\n",  # a sign
+        b"0xa\r\n" + b"x" * 10 + b"\r\n",  # a prefix int() would take
+        b"1_0\r\n" + b"x" * 16 + b"\r\n",  # an underscore int() would take
+        b"a\r\n" + b"x" * 10 + b"XX",  # chunk data not followed by CRLF
+        b"1" * 2000,  # a size line that never ends
+    ],
+)
+def test_bad_chunk_framing_is_refused(framing):
+    parser = ResponseParser()
+    with pytest.raises(StreamError):
+        for offset in range(0, len(framing) + len(HEAD), 7):
+            parser.feed((HEAD + framing)[offset : offset + 7])
+
+
+def test_an_endless_event_line_is_refused():
+    parser = ResponseParser()
+    parser.MAX_LINE = 1000
+    parser.feed(HEAD)
+    with pytest.raises(StreamError, match="longer than"):
+        for _ in range(10):
+            parser.feed(b"200\r\n" + b"d" * 512 + b"\r\n")
+
+
+def test_close_delimited_and_error_bodies():
+    parser = ResponseParser()
+    assert parser.feed(b'HTTP/1.1 200 OK\r\n\r\ndata: {"a": 1}\r\n\r\ndata: [DO') == [b'{"a": 1}']
+    assert parser.feed(b"NE]") == []
+    assert parser.close() == [b"[DONE]"]
+    refused = ResponseParser()
+    refused.feed(b'HTTP/1.1 401 Unauthorized\r\nContent-Length: 12\r\n\r\n{"error": 1}')
+    assert refused.status == 401 and refused.finished and bytes(refused.body) == b'{"error": 1}'
+    with pytest.raises(StreamError):
+        ResponseParser().feed(b"SSH-2.0-OpenSSH\r\n\r\n")
+
+
+def test_completion_tokens_ignores_the_key_inside_the_text():
+    text = 'say "completion_tokens": 999 please'
+    event = json.dumps({"text": text, "meta_info": {"completion_tokens": 12}}).encode()
+    assert completion_tokens(event) == 12
+    assert completion_tokens(b'{"text": "no meta"}') is None
+    assert completion_tokens(b'{"meta_info": {"completion_tokens":3}}') == 3
+
+
+# -- statistics -----------------------------------------------------------------------
+
+
+def test_itl_is_per_token_and_tpot_counts_after_the_first_event():
+    # First event at 50 ms with 3 tokens, then 3 tokens every 30 ms, one empty event.
+    events = [(0.050, 3), (0.080, 6), (0.095, 6), (0.110, 9), (0.140, 12)]
+    timings = request_timings(0.0, events, done=0.141)
+    assert timings["ttft_ms"] == pytest.approx(50)
+    assert timings["itl_ms"] == pytest.approx([10.0] * 9)
+    assert timings["tpot_ms"] == pytest.approx(90 / 9)
+    assert timings["e2e_ms"] == pytest.approx(141)
+
+
+def test_distribution_matches_linear_interpolation():
+    values = list(range(1, 101))
+    found = distribution([float(v) for v in values])
+    assert found["mean"] == 50.5 and found["p50"] == 50.5
+    assert found["p90"] == pytest.approx(90.1) and found["p99"] == pytest.approx(99.01)
+    assert distribution([])["count"] == 0
+
+
+def test_accepted_tokens_per_step_leaves_the_prefill_token_out():
+    # ACCEPT=4, 30 tokens: the prefill token, then ceil(29 / 4) = 8 verify steps.
+    assert accepted_tokens_per_step(30, 8) == pytest.approx(29 / 8)
+    assert accepted_tokens_per_step(1, 0) is None  # only the prefill token: no verify step
+    assert accepted_tokens_per_step(5, None) is None
+
+
+def test_summary_weights_accept_length_by_tokens_and_decomposes_speed():
+    # Two speculative requests as SGLang reports them: 100 tokens in 25 verify steps (4 per
+    # step by SGLang's count, 99 / 25 after the prefill token), 10 tokens in 9 steps.
+    requests = [
+        {
+            "ok": True,
+            "output_tokens": 100,
+            "spec_verify_ct": 25,
+            "accept_length": 99 / 25,
+            "spec_accept_length": 4.0,
+            "decode_steps": 25,
+            "decode_ms": 500.0,
+            "ttft_ms": 50,
+            "e2e_ms": 550,
+            "tpot_ms": 5,
+        },
+        {
+            "ok": True,
+            "output_tokens": 10,
+            "spec_verify_ct": 9,
+            "accept_length": 1.0,
+            "spec_accept_length": 10 / 9,
+            "decode_steps": 9,
+            "decode_ms": 180.0,
+            "ttft_ms": 50,
+            "e2e_ms": 230,
+            "tpot_ms": 20,
+        },
+        {"ok": False, "output_tokens": 0, "error": "x"},
+    ]
+    summary = summarize_level(requests, duration_s=1.0, itl_ms=[5.0, 20.0])
+    assert summary["accept_length_mean"] == pytest.approx((100 * 3.96 + 10 * 1) / 110, abs=1e-4)
+    assert summary["spec_accept_length_mean"] == pytest.approx(
+        (100 * 4 + 10 * 10 / 9) / 110, abs=1e-4
+    )
+    # The tokens the verify steps added over the verify steps, summed over requests.
+    assert summary["accepted_tokens_per_step"] == pytest.approx((99 + 9) / 34, abs=1e-4)
+    assert summary["step_ms"] == pytest.approx(680 / 34, abs=1e-4)
+    # The decomposition holds: decode tokens per second = accepted per step / step time.
+    decode_rate = (99 + 9) / 0.680
+    assert summary["accepted_tokens_per_step"] / summary["step_ms"] * 1000 == pytest.approx(
+        decode_rate, rel=1e-3
+    )
+    assert summary["output_tokens_per_s"] == 110
+    assert (summary["requests_ok"], summary["requests_failed"]) == (2, 1)
+    assert summary["effective_concurrency"] == pytest.approx(0.78)
+    plain = summarize_level([{**requests[0], "spec_verify_ct": None}], 1.0, [])
+    assert plain["accepted_tokens_per_step"] == 1.0 and plain["spec_accept_length_mean"] is None
+
+
+def test_server_deltas_and_restarts():
+    text = (
+        "# TYPE sglang:generation_tokens counter\n"
+        'sglang:generation_tokens_total{engine_type="unified",is_streaming="true"} 100.0\n'
+        'sglang:generation_tokens_total{engine_type="unified",is_streaming="false"} 20.0\n'
+        'sglang:spec_verify_calls_total{engine_type="unified"} 40.0\n'
+        'sglang:num_requests_total{is_streaming="true"} 6.0\n'
+        "sglang:other 5\n"
+    )
+    names = (
+        "sglang:generation_tokens_total",
+        "sglang:spec_verify_calls_total",
+        "sglang:num_requests_total",
+    )
+    metrics = parse_metrics(text, names)
+    assert metrics == {
+        "sglang:generation_tokens_total": 120.0,
+        "sglang:spec_verify_calls_total": 40.0,
+        "sglang:num_requests_total": 6.0,
+    }
+    start = {"load_weight": 1.5, "scheduler_e2e": 9.25, "cuda_graph": {"decode": 3.0}}
+    before = {
+        "metrics": {
+            "sglang:generation_tokens_total": 20.0,
+            "sglang:spec_verify_calls_total": 10.0,
+            "sglang:num_requests_total": 1.0,
+        },
+        "startup_time": start,
+    }
+    delta = server_delta(before, {"metrics": metrics, "startup_time": dict(start)})
+    assert not delta["restarted"]
+    assert delta["spec_accept_length"] == pytest.approx(100 / 30, abs=1e-4)
+    # One prefill token per finished request is not a verify step's.
+    assert delta["accepted_tokens_per_step"] == pytest.approx((100 - 5) / 30, abs=1e-4)
+    restarted = {**start, "scheduler_e2e": 9.5}
+    assert server_delta(before, {"metrics": metrics, "startup_time": restarted})["restarted"]
+    went_down = server_delta({"metrics": metrics}, before)
+    assert went_down["restarted"] and went_down["accepted_tokens_per_step"] is None
+
+
+def test_startup_record_keeps_what_sglang_sends_and_nothing_else():
+    info = {
+        "startup_time": {
+            "load_weight": 12.5,
+            "cuda_graph": {"decode": 3.25, "odd": "x"},
+            "note": "not a duration",
+            "flag": True,
+        }
+    }
+    assert startup_record(info) == {"load_weight": 12.5, "cuda_graph": {"decode": 3.25}}
+    assert startup_record({"startup_time": 1700000000.5}) == 1700000000.5
+    assert startup_record({"startup_time": "yesterday"}) is None
+    assert startup_record({"startup_time": {str(i): 1.0 for i in range(40)}}) is None
+    assert startup_record({}) is None and startup_record([]) is None
+
+
+def test_comparison_counts_tokens_from_the_first_divergence():
+    base = [{"index": i, "ok": True, "output_ids": list(range(10))} for i in range(4)]
+    same = compare_outputs(base, [dict(r) for r in base])
+    assert same["mismatch_rate"] == 0 and same["requests_mismatched"] == 0
+    changed = [dict(r) for r in base]
+    changed[1]["output_ids"] = [0, 1, 2, 99, 4, 5, 6, 7, 8, 9]  # diverges at 3: 7 of 10
+    changed[2]["output_ids"] = list(range(8))  # ends early: 2 of 10
+    changed[3] = {"index": 3, "ok": False}
+    changed.append({"index": 0, "ok": True, "outputs_incomplete": True, "output_ids": None})
+    found = compare_outputs(base, changed)
+    assert found["requests_compared"] == 3 and found["requests_mismatched"] == 2
+    assert found["tokens_mismatched"] == 9 and found["tokens_compared"] == 30
+    assert found["first_divergence"] == [3, 8]
+    words = compare_outputs(
+        [{"index": 0, "ok": True, "text": "a b c"}], [{"index": 0, "ok": True, "text": "a x c"}]
+    )
+    assert words["tokens_mismatched"] == 2
+
+
+# -- chat templates --------------------------------------------------------------------
+
+
+def test_chat_template_sources_and_rendering():
+    config = {
+        "chat_template": [
+            {"name": "tool_use", "template": "T"},
+            {"name": "default", "template": TEMPLATE},
+        ],
+        "bos_token": {"content": "<s>"},
+    }
+    template, source = chat_template_of({"tokenizer_config.json": json.dumps(config)})
+    assert source == "tokenizer_config.json" and template == TEMPLATE
+    assert chat_template_of({"chat_template.jinja": "J", "tokenizer_config.json": "{}"}) == (
+        "J",
+        "chat_template.jinja",
+    )
+    assert special_tokens(config) == {"bos_token": "<s>"}
+    rendered = render_chat(TEMPLATE, [{"role": "user", "content": "2+2?"}], {}, {})
+    assert rendered == "<|im_user|>2+2?<|im_end|><|im_assistant|>"
+    marked = "{% generation %}{{ messages[0].content | tojson }}{% endgeneration %}"
+    assert render_chat(marked, [{"role": "user", "content": "é"}], {}, {}) == '"é"'
+    with pytest.raises(Exception, match="no system"):
+        render_chat("{{ raise_exception('no system') }}", [], {}, {})
+
+
+def test_fill_keeps_latex_braces():
+    row = {"question": "1+1?", "turns": ["first", "second"]}
+    assert fill("{question} within \\boxed{}.", row) == "1+1? within \\boxed{}."
+    assert fill("{turns[1]}", row) == "second"
+    with pytest.raises(KeyError):
+        fill("{missing}", row)
+
+
+# -- the modules -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def prompts_file(tmp_path) -> Path:
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": i, "prompt": f"question {i}"}) + "\n" for i in range(6))
+    )
+    return path
+
+
+def bench_args(url: str, prompts: Path, out: Path, config: str, **extra) -> dict:
+    return {
+        "base_url": url,
+        "concurrency": [1, 4],
+        "prompts": str(prompts),
+        "num_prompts": 8,
+        "max_new_tokens": 24,
+        "warmup_requests": 1,
+        "request_timeout": 30,
+        "output_dir": str(out),
+        "run_label": "unit",
+        "config_name": config,
+        **extra,
+    }
+
+
+def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompts_file):
+    process, url = start(
+        [*BASE, *DFLASH], SGLANG_SIM_STEP_MS=10, SGLANG_SIM_ACCEPT=3, SGLANG_SIM_PREFILL_MS=20
+    )
+    # The launch record names the target's folder (with a weights manifest) and a drafter's
+    # folder without one: the level file's provenance has both kinds of weights entry.
+    model = tmp_path / "model"
+    model.mkdir()
+    manifest = {"repo_id": "org/m", "revision": "a" * 40, "verify_mode": "sha256"}
+    manifest.update(verified_at="2026-01-01T00:00:00+00:00", files={"a.safetensors": 1})
+    (model / "kimi-manifest.json").write_text(json.dumps(manifest))
+    argv = ["--model-path", str(model), "--speculative-draft-model-path", str(tmp_path / "d")]
+    (tmp_path / "launch.json").write_text(json.dumps({"config": "dflash", "argv": argv}))
+    records = {"launch": str(tmp_path / "launch.json"), "runtime": str(tmp_path / "absent")}
+    try:
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "provenance.json").write_text(
+            json.dumps({"kit_version": "0.1.0+t", "records": records})
+        )
+        result = run_module(
+            "sglang_benchmark", bench_args(url, prompts_file, tmp_path / "out", "dflash")
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    assert [Path(f).name for f in result["files"]] == ["c1.json", "c4.json"]
+    for level in (1, 4):
+        document = json.loads((tmp_path / "out" / f"c{level}.json").read_text())
+        check_contract(document, "dflash", level)
+        summary = document["summary"]
+        assert summary["requests_ok"] == 8 and summary["requests_failed"] == 0
+        # 24 tokens: the prefill token, then ceil(23 / 3) = 8 verify steps of 10 ms adding
+        # 23 tokens: the decomposition the kit exists to show.
+        steps = math.ceil(23 / 3)
+        assert summary["accepted_tokens_per_step"] == pytest.approx(23 / steps)
+        assert summary["accept_length_mean"] == pytest.approx(23 / steps)
+        # SGLang's own figure counts the prefill token too.
+        assert summary["spec_accept_length_mean"] == pytest.approx(24 / steps)
+        assert summary["step_ms"] == pytest.approx(10, rel=0.25)
+        assert summary["itl_ms"]["mean"] == pytest.approx(10 * steps / 23, rel=0.25)
+        assert summary["tpot_ms"]["mean"] == pytest.approx(10 * steps / 23, rel=0.25)
+        record = document["requests"][0]
+        assert record["output_tokens"] == 24 and len(record["output_ids"]) == 24
+        assert record["spec_verify_ct"] == steps and record["decode_steps"] == steps
+        assert record["spec_accept_length"] == pytest.approx(24 / steps)
+        # The first event is the prefill token; one event per verify step follows.
+        assert record["events"][0][1] == 1 and len(record["events"]) == 1 + steps
+        delta = document["server"]["delta"]
+        assert delta["spec_accept_length"] == pytest.approx(24 / steps)
+        assert delta["accepted_tokens_per_step"] == pytest.approx(23 / steps)
+        assert not delta["restarted"]
+        assert document["server"]["cache"] == "flushed"
+        provenance = document["provenance"]
+        assert provenance["kit_version"] == "0.1.0+t" and provenance["sglang_version"] == "0.5.23"
+        assert provenance["runtime"] is None and "records" not in provenance
+        assert [(w["role"], w["manifest"] is not None) for w in provenance["weights"]] == [
+            ("target", True),
+            ("drafter", False),
+        ]
+        assert provenance["weights"][0]["files"] == 1
+    assert result["ansible_facts"]["sglang_benchmark"]["summaries"]["4"]["requests_ok"] == 8
+
+
+def test_the_client_waits_for_an_idle_server_to_flush_and_says_when_it_was_not():
+    import threading
+
+    module = benchmark_client
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=20)
+    target = module.Target(url, "")
+    busy = {"text": "long", "sampling_params": {"max_new_tokens": 40}}
+
+    def occupy():
+        requests.post(url + "/generate", json=busy, timeout=30)
+
+    try:
+        worker = threading.Thread(target=occupy)
+        worker.start()
+        time.sleep(0.2)
+        # SGLang refuses to flush while a request runs; waiting less than it runs fails...
+        refused = module.flush_cache(target, wait_s=0.3)
+        assert refused == "not flushed (HTTP 400: Timed out waiting for idle state.)"
+        # ...waiting long enough flushes once it is done (40 steps of 20 ms).
+        began = time.monotonic()
+        assert module.flush_cache(target, wait_s=20) == "flushed"
+        assert time.monotonic() - began < 5
+        worker.join(timeout=10)
+        assert module.flush_cache(target, wait_s=1) == "flushed"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_module_fails_when_the_server_crashes_and_keeps_the_level(tmp_path, prompts_file):
+    process, url = start(BASE, SGLANG_SIM_CRASH_AFTER=3, SGLANG_SIM_STEP_MS=5)
+    try:
+        result = run_module("sglang_benchmark", bench_args(url, prompts_file, tmp_path, "ar"))
+    finally:
+        process.kill()
+        process.wait()
+    assert result["failed"]
+    assert "crashed during concurrency 1 of ar" in result["msg"]
+    document = json.loads((tmp_path / "c1.json").read_text())
+    assert document["server"]["crashed"] and document["summary"]["requests_failed"] > 0
+    # The level file of a crash follows the contract too: requests that ran, requests cut
+    # off before any event (their records hold only the first fields), the server's state
+    # after it went away (with the error it gave).
+    check_contract(document, "ar", 1)
+    requests = document["requests"]
+    assert requests[0]["ok"] and "decode_steps" in requests[0]
+    assert [r for r in requests if not r["ok"] and "decode_steps" not in r]
+    assert "error" in document["server"]["after"]
+
+
+def test_module_refuses_bad_input_and_an_absent_server(tmp_path, prompts_file):
+    bad = run_module(
+        "sglang_benchmark",
+        bench_args("http://127.0.0.1:9", prompts_file, tmp_path, "ar", concurrency=[0]),
+    )
+    assert bad["failed"] and "concurrency must be" in bad["msg"]
+    gone = run_module(
+        "sglang_benchmark", bench_args("http://127.0.0.1:9", prompts_file, tmp_path, "ar")
+    )
+    assert gone["failed"] and "does not answer /server_info" in gone["msg"]
+
+
+def test_module_renders_chat_rows_with_the_servers_template(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    argv = [a if a != "/w/t" else str(model) for a in BASE]
+    process, url = start(argv, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(url, chats, tmp_path / "out", "ar", concurrency=[2], num_prompts=2)
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    document = json.loads((tmp_path / "out" / "c2.json").read_text())
+    check_contract(document, "ar", 2)
+    rendered = "<|im_user|>hi<|im_end|><|im_assistant|>"
+    assert document["provenance"]["prompts"]["distinct_prompts"] == 1
+    assert document["requests"][0]["prompt_sha256"] == hashlib.sha256(rendered.encode()).hexdigest()
+
+
+def test_the_api_key_in_server_info_stays_out_of_the_level_file(tmp_path, prompts_file):
+    # SGLang's /server_info holds the key twice: the api_key argument and launch_command.
+    key = "sk-bench-7e1d"
+    process, url = start([*BASE, "--api-key", key], SGLANG_SIM_STEP_MS=2)
+    try:
+        auth = {"Authorization": f"Bearer {key}"}
+        info = requests.get(url + "/server_info", headers=auth, timeout=10).json()
+        assert info["api_key"] == key and key in info["launch_command"]
+        args = bench_args(url, prompts_file, tmp_path, "ar", concurrency=[2], api_key=key)
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    text = (tmp_path / "c2.json").read_text()
+    assert key not in text
+    check_contract(json.loads(text), "ar", 2)
+    server_info = json.loads(text)["provenance"]["server_info"]
+    assert (
+        server_info["api_key"] == "********"
+        and "--api-key ********" in server_info["launch_command"]
+    )
+
+
+# -- the contract ----------------------------------------------------------------------
+
+
+def test_the_schema_is_valid_and_carries_the_writers_version():
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads(LEVEL_SCHEMA.read_text())
+    Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+    assert SCHEMA_VERSION in SUPPORTED_SCHEMAS  # the analysis reads what the writer writes
+
+
+@pytest.fixture(scope="module")
+def written_level(tmp_path_factory) -> bytes:
+    """c2.json as the module writes it against the simulator (AR; the crash test covers
+    failed requests, the simulator test speculative ones)."""
+    folder = tmp_path_factory.mktemp("written")
+    prompts = folder / "gsm8k.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"q {i}"}) + "\n" for i in range(4)))
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(url, prompts, folder, "ar", concurrency=[2], num_prompts=4)
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    return (folder / "c2.json").read_bytes()
+
+
+def rename_requests_ok(document: dict) -> None:
+    document["summary"]["ok_requests"] = document["summary"].pop("requests_ok")
+
+
+# (change, the writer-side helper's line, the analysis' line, whether only --strict reads it)
+MUTATIONS = {
+    "a field renamed": (
+        rename_requests_ok,
+        "summary: 'requests_ok' is a required property",
+        "summary.requests_ok: expected a count (an integer of 0 or more), missing",
+        False,
+    ),
+    "a type changed": (
+        lambda d: d.update(concurrency="2"),
+        "concurrency: '2' is not of type 'integer'",
+        "concurrency: expected an integer of at least 1, found '2'",
+        False,
+    ),
+    "a field added": (
+        lambda d: d["client"].update(gpu_busy=0.5),
+        "client: Additional properties are not allowed ('gpu_busy' was unexpected)",
+        "client.gpu_busy: not a field of schema_version 1 (docs/schema/level.schema.json); a "
+        "writer that adds fields bumps schema_version",
+        False,
+    ),
+    "a request record's type changed": (
+        lambda d: d["requests"][1].update(finish_reason=["length"]),
+        "requests.1.finish_reason: ['length'] is not of type 'string', 'null'",
+        'requests[1].finish_reason: expected a string or null, found ["length"]',
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_mutated_level_fails_the_writers_check_and_the_analysis(
+    written_level, tmp_path, mutation
+):
+    """The writer and the reader hold the same contract: what the module wrote passes both;
+    one field renamed, retyped or added, on either side alone, fails both."""
+    change, writer_line, reader_line, strict = MUTATIONS[mutation]
+    path = tmp_path / "run" / "h1" / "ar" / "gsm8k" / "c2.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(written_level)
+    document = json.loads(written_level)
+    assert level_problems(document) == []
+    assert len(analysis.load(tmp_path / "run", strict=True).levels) == 1
+    change(document)
+    assert writer_line in level_problems(document)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    with pytest.raises(analysis.ResultsError) as caught:
+        analysis.load(tmp_path / "run", strict=strict)
+    assert f"h1/ar/gsm8k/c2.json: {reader_line}" in caught.value.problems
+    if strict:  # by default the analysis reads four fields of each record, not this one
+        assert len(analysis.load(tmp_path / "run").levels) == 1
+
+
+def test_the_command_line_refuses_a_level_that_breaks_the_contract(written_level, tmp_path):
+    path = tmp_path / "run" / "h1" / "ar" / "gsm8k" / "c2.json"
+    path.parent.mkdir(parents=True)
+    document = json.loads(written_level)
+    rename_requests_ok(document)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(tmp_path / "run")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "h1/ar/gsm8k/c2.json: summary.ok_requests: not a field of schema_version 1" in (
+        done.stderr
+    )
+    assert not (tmp_path / "run" / "report").exists()
+
+
+def dataset_rows() -> bytes:
+    rows = [{"question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(5)]
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def test_prompts_are_fetched_pinned_verified_cached_and_rendered(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "chat_template.jinja").write_text(TEMPLATE)
+    own = tmp_path / "own.jsonl"
+    own.write_text(
+        json.dumps({"prompt": "raw text"})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "chat"}]})
+        + "\n"
+    )
+    with LocalHub() as hub:
+        repo = hub.add_dataset("org/math", {"data/test.jsonl": dataset_rows()})
+        args = {
+            "sets": {
+                "math": {
+                    "repo": "org/math",
+                    "revision": "main",
+                    "file": "data/test.jsonl",
+                    "template": "{question} Answer in \\boxed{}.",
+                }
+            },
+            "files": {"own": str(own)},
+            "output_dir": str(tmp_path / "prompts"),
+            "cache_dir": str(tmp_path / "cache"),
+            "model_dir": str(model),
+            "limit": 3,
+            "hf_endpoint": hub.url,
+        }
+        first = run_module("benchmark_prompts", args)
+        assert not first.get("failed"), first
+        assert first["changed"]
+        math = first["sets"]["math"]
+        assert math["source"]["resolved"] == repo.sha and math["prompts"] == 3 and math["rows"] == 5
+        lines = [json.loads(x) for x in (tmp_path / "prompts/math.jsonl").read_text().splitlines()]
+        assert lines[0] == {
+            "id": "math-0",
+            "prompt": "<|im_user|>What is 0 + 0? Answer in \\boxed{}.<|im_end|><|im_assistant|>",
+        }
+        own_lines = (tmp_path / "prompts/own.jsonl").read_text().splitlines()
+        assert [json.loads(x)["prompt"] for x in own_lines] == [
+            "raw text",
+            "<|im_user|>chat<|im_end|><|im_assistant|>",
+        ]
+        # Pinned to the commit: the next run reads the cache and asks the hub nothing.
+        before = len(hub.requests)
+        pinned = {**args, "sets": {"math": {**args["sets"]["math"], "revision": repo.sha}}}
+        second = run_module("benchmark_prompts", pinned)
+        assert_unchanged(second)
+        assert len(hub.requests) == before
+        # A file that is not what the hub says it is never lands in the cache.
+        hub.datasets["org/math"].files["data/test.jsonl"].data = b"tampered\n"
+        fresh = {**args, "cache_dir": str(tmp_path / "cache2")}
+        refused = run_module("benchmark_prompts", fresh)
+        assert refused["failed"] and "is not the hub's" in refused["msg"]
+        assert not list((tmp_path / "cache2").rglob("test.jsonl"))
+
+
+def test_prompts_need_a_chat_template_and_a_known_revision(tmp_path):
+    empty = tmp_path / "model"
+    empty.mkdir()
+    with LocalHub() as hub:
+        hub.add_dataset("org/math", {"data/test.jsonl": dataset_rows()})
+        args = {
+            "sets": {
+                "math": {
+                    "repo": "org/math",
+                    "revision": "main",
+                    "file": "data/test.jsonl",
+                    "template": "{question}",
+                }
+            },
+            "output_dir": str(tmp_path / "p"),
+            "cache_dir": str(tmp_path / "c"),
+            "model_dir": str(empty),
+            "hf_endpoint": hub.url,
+        }
+        missing = run_module("benchmark_prompts", args)
+        assert missing["failed"] and "no chat template in" in missing["msg"]
+        (empty / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+        args["sets"]["math"]["revision"] = "v9"
+        unknown = run_module("benchmark_prompts", args)
+        assert unknown["failed"] and "RevisionNotFound" in unknown["msg"]
+        args["sets"]["math"].update(revision="main", template="{nope}")
+        wrong = run_module("benchmark_prompts", args)
+        assert wrong["failed"] and "check its template" in wrong["msg"]
+
+
+def level_file(folder: Path, config: str, level: int, outputs: list[list[int]], temp=0.0):
+    path = folder / config / "gsm8k" / f"c{level}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    requests = [
+        {"index": i, "ok": True, "prompt_sha256": f"p{i}", "output_ids": ids}
+        for i, ids in enumerate(outputs)
+    ]
+    path.write_text(json.dumps({"settings": {"temperature": temp}, "requests": requests}))
+
+
+def test_lossless_check_flags_configs_that_change_outputs(tmp_path):
+    truth = [list(range(20)) for _ in range(4)]
+    level_file(tmp_path, "ar", 1, truth)
+    level_file(tmp_path, "dflash", 1, truth)
+    level_file(tmp_path, "eagle3", 1, [[0, 99, *range(2, 20)]] * 4)  # diverges at token 1
+    level_file(tmp_path, "ddtree-b32", 1, truth, temp=0.7)
+    level_file(tmp_path, "ddtree-b32", 8, truth)
+    output = tmp_path / "lossless.json"
+    result = run_module("benchmark_lossless", {"results_dir": str(tmp_path), "output": str(output)})
+    assert result["flagged"] == ["eagle3"]
+    assert result["configs"]["dflash"]["mismatch_rate"] == 0
+    assert result["configs"]["eagle3"]["mismatch_rate"] == pytest.approx(19 / 20)
+    report = json.loads(output.read_text())
+    skipped = report["configs"]["ddtree-b32"]["not_checked"]
+    assert {s["reason"] for s in skipped} == {
+        "temperature [0.0, 0.7], not 0",
+        "no ar level to compare with",
+    }
+    again = run_module("benchmark_lossless", {"results_dir": str(tmp_path), "output": str(output)})
+    assert_unchanged(again)
+
+
+def test_lossless_threshold_passes_realistic_drift_and_flags_broken_verification(tmp_path):
+    """Against the simulator: greedy outputs that leave plain decoding's for a few requests,
+    from some token on (as non-bitwise-identical kernels do), pass; gross loss is flagged."""
+    prompts = tmp_path / "gsm8k.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(40)))
+    runs = {
+        "ar": (BASE, {}),
+        "dflash": ([*BASE, *DFLASH], {"SGLANG_SIM_DRIFT": 0.1}),
+        "dflash-broken": ([*BASE, *DFLASH], {"SGLANG_SIM_LOSSY": 0.05}),
+    }
+    for config, (argv, env) in runs.items():
+        process, url = start(argv, SGLANG_SIM_STEP_MS=2, SGLANG_SIM_PREFILL_MS=4, **env)
+        try:
+            out = tmp_path / "host" / config / "gsm8k"
+            args = bench_args(url, prompts, out, config, num_prompts=40, max_new_tokens=32)
+            result = run_module("sglang_benchmark", {**args, "concurrency": [8]})
+        finally:
+            process.kill()
+            process.wait()
+        assert not result.get("failed"), result
+    output = tmp_path / "lossless.json"
+    report = run_module(
+        "benchmark_lossless", {"results_dir": str(tmp_path / "host"), "output": str(output)}
+    )
+    drift, broken = report["configs"]["dflash"], report["configs"]["dflash-broken"]
+    assert report["flagged"] == ["dflash-broken"]
+    assert 0 < drift["mismatch_rate"] < 0.1 and 1 <= drift["requests_mismatched"] <= 10
+    assert broken["mismatch_rate"] > 0.3
+
+
+def test_role_defaults_pin_every_hub_prompt_set_but_mt_bench():
+    import yaml
+
+    defaults = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "roles/benchmark/defaults/main.yml").read_text()
+    )
+    definitions = defaults["benchmark_prompt_set_definitions"]
+    assert set(defaults["benchmark_prompt_sets"]) == set(definitions)
+    for name, spec in definitions.items():
+        assert {"repo", "revision", "file", "template"} <= set(spec), name
+        assert len(spec["revision"]) == 40 or name == "mt-bench", name
+    assert os.path.basename(definitions["gsm8k"]["file"]).endswith(".parquet")
+
+
+def test_the_client_says_when_it_was_the_limit():
+    module = benchmark_client
+
+    def level(cpu_s: float, lag_ms: float, step_s: float = 0.02) -> dict:
+        tracker = module.Tracker(0, 100)
+        tracker.events = [(i * step_s, 3 * (i + 1)) for i in range(10)]
+        return {
+            "trackers": [tracker],
+            "started": 0.0,
+            "ended": 1.0,
+            "wall_s": 1.0,
+            "cpu_s": cpu_s,
+            "lag_ms": [lag_ms] * 100,
+        }
+
+    calm = module.client_report(level(0.1, 0.3), 10)
+    assert not calm["saturated"] and calm["timing_reliable"] and calm["event_gap_ms"] == 20
+    busy = module.client_report(level(0.9, 0.3), 10)
+    assert busy["saturated"] and "client CPU 90%" in busy["saturated_reasons"][0]
+    behind = module.client_report(level(0.4, 6.0), 10)
+    assert behind["saturated"] and not behind["timing_reliable"]
+    # Late but idle: other processes hold the CPU; the client did not limit the server.
+    crowded = module.client_report(level(0.05, 6.0), 10)
+    assert not crowded["saturated"] and not crowded["timing_reliable"]
+    assert "other processes" in crowded["warnings"][0]

@@ -1,0 +1,85 @@
+"""The kit's filter plugins (filter_plugins/kimi_filters.py): what several roles work out alike."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_filters():
+    spec = importlib.util.spec_from_file_location(
+        "kimi_filters", REPO / "filter_plugins" / "kimi_filters.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+filters = load_filters()
+DEFINITIONS = yaml.safe_load((REPO / "group_vars/all/serving.yml").read_text())[
+    "kimi_serving_config_definitions"
+]
+
+
+@pytest.mark.parametrize(
+    ("selected", "needed"),
+    [
+        (["ar"], ["target"]),
+        (["ar", "eagle3", "dflash", "ddtree"], ["target", "eagle3", "dflash"]),
+        (["ddtree", "dflash"], ["target", "dflash"]),
+        (["dflash-tree-backend"], ["target", "dflash"]),
+        ([], ["target"]),
+    ],
+)
+def test_needed_repos_are_the_target_then_each_drafter_once(selected, needed):
+    assert filters.kimi_needed_repos(selected, DEFINITIONS) == needed
+
+
+def test_needed_repos_name_an_unknown_config_and_the_defined_ones():
+    with pytest.raises(AnsibleFilterError, match=r"\['dflsh'\] are not defined.*'dflash'"):
+        filters.kimi_needed_repos(["ar", "dflsh"], DEFINITIONS)
+    with pytest.raises(AnsibleFilterError, match="list of config names"):
+        filters.kimi_needed_repos("dflash", DEFINITIONS)
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "url"),
+    [
+        ("127.0.0.1", 30000, "http://127.0.0.1:30000"),
+        ("0.0.0.0", 30000, "http://127.0.0.1:30000"),  # noqa: S104 - a setting, not bound
+        ("::", "30000", "http://127.0.0.1:30000"),
+        ("", 8080, "http://127.0.0.1:8080"),
+        ("10.1.2.17", 30000, "http://10.1.2.17:30000"),
+        ("fd00::17", 30000, "http://[fd00::17]:30000"),
+        ("gpu-node-17.lab", 30000, "http://gpu-node-17.lab:30000"),
+    ],
+)
+def test_server_url_is_what_the_servers_own_host_connects_to(host, port, url):
+    assert filters.kimi_server_url({"host": host, "port": port}) == url
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"host": "127.0.0.1", "port": 0},
+        {"host": "127.0.0.1", "port": 70000},
+        {"host": "127.0.0.1", "port": "http"},
+        {"host": "127.0.0.1"},
+        {"host": "a b", "port": 1},
+        {"host": "evil/path?x=", "port": 1},
+        "127.0.0.1:30000",
+    ],
+)
+def test_server_url_refuses_what_is_no_host_and_port(settings):
+    with pytest.raises(AnsibleFilterError):
+        filters.kimi_server_url(settings)
+
+
+def test_the_filters_are_registered_under_their_names():
+    assert {"kimi_needed_repos", "kimi_server_url"} <= set(filters.FilterModule().filters())

@@ -1,0 +1,159 @@
+"""gpu_facts: parsing of real and built captures, and its failure paths."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.gpu_topology import build_facts, classify_interconnect
+
+from tests.support.modules import run_module
+
+REPO = Path(__file__).resolve().parents[2]
+CAPTURES = REPO / "tests" / "fixtures" / "gpu-hosts"
+FAKE = REPO / "tests" / "support" / "fakes" / "nvidia_smi.py"
+pytestmark = pytest.mark.preflight
+
+
+@pytest.fixture
+def fake_smi(monkeypatch, tmp_path):
+    """Point the fake nvidia-smi at a capture; returns a function that selects one."""
+    fault = tmp_path / "fault"
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_FAULT_FILE", str(fault))
+
+    def use(capture: str | Path, fault_mode: str | None = None) -> str:
+        path = capture if isinstance(capture, Path) else CAPTURES / capture
+        monkeypatch.setenv("FAKE_NVIDIA_SMI_CAPTURE", str(path))
+        if fault_mode:
+            fault.write_text(fault_mode)
+        return str(FAKE)
+
+    return use
+
+
+def gpu_facts(nvidia_smi: str, **kwargs) -> dict:
+    result = run_module("gpu_facts", {"nvidia_smi_path": nvidia_smi}, **kwargs)
+    assert not result.get("failed"), result.get("msg")
+    assert result["changed"] is False
+    return result["ansible_facts"]["gpu_facts"]
+
+
+def test_real_h200_capture(fake_smi):
+    facts = gpu_facts(fake_smi("h200-x2"))
+    assert facts["count"] == 2
+    assert facts["driver_version"] == "580.159.04"
+    assert facts["cuda_version"] == "13.0"
+    assert facts["interconnect"] == "nvlink"
+    assert facts["links"] == [["X", "NV18"], ["NV18", "X"]]
+    assert facts["models"] == {"NVIDIA H200": 2}
+    assert facts["homogeneous"] is True
+    assert facts["fabric"] == {
+        "state": "Completed",
+        "status": "Success",
+        "per_gpu": ["Completed", "Completed"],
+    }
+    assert facts["p2p"]["read"] == [["X", "OK"], ["OK", "X"]]
+    assert facts["p2p_not_ok"] == {"read": [], "write": [], "nvlink": []}
+    first = facts["devices"][0]
+    assert first["memory_mib"] == 143771
+    assert first["compute_capability"] == "9.0"
+    assert first["pci_bus_id"] == "00000000:00:06.0"
+    assert first["persistence_mode"] is True
+    assert first["mig_enabled"] is False
+    assert (first["pcie_link_gen_current"], first["pcie_link_gen_max"]) == (5, 5)
+    assert (first["pcie_link_width_current"], first["pcie_link_width_max"]) == (16, 16)
+    # sysfs says -1 on that VM and this machine has no such device: topo -m's NUMA affinity.
+    assert [d["numa_node"] for d in facts["devices"]] == [0, 0]
+
+
+def test_built_ct200_capture(fake_smi):
+    facts = gpu_facts(fake_smi("ct200-x8"))
+    assert facts["count"] == 8
+    assert facts["interconnect"] == "pcie"
+    assert facts["nvlink_pairs"] == 0
+    assert facts["models"] == {"NVIDIA RTX PRO 6000 Blackwell Server Edition": 8}
+    assert {d["compute_capability"] for d in facts["devices"]} == {"12.0"}
+    assert {d["memory_mib"] for d in facts["devices"]} == {97887}
+    assert [d["numa_node"] for d in facts["devices"]] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert facts["fabric"]["state"] == "N/A"
+    assert facts["links"][0][4] == "SYS"
+
+
+def test_built_b200_capture(fake_smi):
+    facts = gpu_facts(fake_smi("b200-x8"))
+    assert facts["count"] == 8
+    assert facts["interconnect"] == "nvlink"
+    assert facts["nvlink_pairs"] == facts["gpu_pairs"] == 28
+    assert {d["compute_capability"] for d in facts["devices"]} == {"10.0"}
+    assert {d["memory_mib"] for d in facts["devices"]} == {183359}
+    assert facts["fabric"]["state"] == "Completed"
+    assert facts["p2p_not_ok"]["read"] == []
+
+
+def test_check_mode_gathers_the_same_facts(fake_smi):
+    assert gpu_facts(fake_smi("b200-x8"), check_mode=True)["count"] == 8
+
+
+def test_missing_nvidia_smi_says_what_to_install(tmp_path):
+    result = run_module("gpu_facts", {"nvidia_smi_path": str(tmp_path / "nvidia-smi")})
+    assert result["failed"]
+    assert "nvidia-smi not found" in result["msg"]
+    assert "install the driver" in result["msg"]
+
+
+def test_missing_on_path(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = run_module("gpu_facts", {})
+    assert result["failed"]
+    assert "not found on PATH" in result["msg"]
+
+
+def test_driver_not_loaded(fake_smi):
+    result = run_module("gpu_facts", {"nvidia_smi_path": fake_smi("h200-x2", "no-driver")})
+    assert result["failed"]
+    assert "NVIDIA driver is not loaded" in result["msg"]
+    assert "couldn't communicate with the NVIDIA driver" in result["msg"]
+
+
+def test_no_gpus(fake_smi):
+    result = run_module("gpu_facts", {"nvidia_smi_path": fake_smi("h200-x2", "no-devices")})
+    assert result["failed"]
+    assert "No GPUs found" in result["msg"]
+
+
+def test_mixed_models_and_mig(fake_smi, tmp_path):
+    capture = tmp_path / "mixed"
+    shutil.copytree(CAPTURES / "h200-x2", capture)
+    xml = (capture / "nvidia-smi-q.xml").read_text()
+    second = xml.index('<gpu id="00000000:00:07.0">')
+    tail = xml[second:].replace(
+        "<product_name>NVIDIA H200</product_name>",
+        "<product_name>NVIDIA H100 80GB HBM3</product_name>",
+        1,
+    )
+    tail = tail.replace(
+        "<current_mig>Disabled</current_mig>", "<current_mig>Enabled</current_mig>", 1
+    )
+    (capture / "nvidia-smi-q.xml").write_text(xml[:second] + tail)
+    facts = gpu_facts(fake_smi(capture))
+    assert facts["models"] == {"NVIDIA H200": 1, "NVIDIA H100 80GB HBM3": 1}
+    assert facts["homogeneous"] is False
+    assert facts["mig_enabled_gpus"] == [1]
+
+
+def test_partial_nvlink_counts_as_pcie():
+    links = [["X", "NV4", "SYS"], ["NV4", "X", "SYS"], ["SYS", "SYS", "X"]]
+    assert classify_interconnect(links) == {
+        "interconnect": "pcie",
+        "nvlink_pairs": 1,
+        "gpu_pairs": 3,
+    }
+
+
+def test_single_gpu_needs_no_topology():
+    xml = (CAPTURES / "h200-x2" / "nvidia-smi-q.xml").read_text()
+    first_only = xml[: xml.index('<gpu id="00000000:00:07.0">')] + "</nvidia_smi_log>\n"
+    facts = build_facts(first_only, {"00000000:00:06.0": "9.0"}, None, {}, {})
+    assert facts["count"] == 1
+    assert facts["interconnect"] == "single"

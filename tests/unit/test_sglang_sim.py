@@ -1,0 +1,586 @@
+"""The SGLang simulator behaves as SGLang 0.5.23 does where the kit depends on it: pinned-parser
+argv only, the stream's shape and meta_info, start-up and health, /server_info, /flush_cache,
+/metrics, uvicorn's HTTP framing, and outputs that drift or break under speculation. As the fake
+DDTree pull-request runtime it serves DDTree, each budget as a table row says
+(tests/support/ddtree_tables.py), within the pull request's rules and depth cap."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.sim_process import (
+    BASE,
+    DFLASH,
+    EAGLE,
+    SPEC_FIELDS,
+    start,
+    stop,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.runtime
+
+
+def stream(url: str, prompt: str, tokens: int, **headers) -> list:
+    response = requests.post(
+        f"{url}/generate",
+        json={
+            "text": prompt,
+            "sampling_params": {"max_new_tokens": tokens, "temperature": 0},
+            "stream": True,
+        },
+        headers=headers,
+        stream=True,
+        timeout=30,
+    )
+    events = []
+    for line in response.iter_lines():
+        if line.startswith(b"data: "):
+            data = line[len(b"data: ") :]
+            events.append("[DONE]" if data == b"[DONE]" else json.loads(data))
+    return events
+
+
+def raw_exchange(port: int, request: bytes, until: bytes = b"0\r\n\r\n") -> bytes:
+    """What the server sends for one request, as bytes, until `until` or the close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(request)
+        received = b""
+        while not received.endswith(until):
+            data = connection.recv(65536)
+            if not data:
+                break
+            received += data
+        return received
+
+
+def dechunk(body: bytes) -> list[bytes]:
+    """The chunks of a chunked body, strictly: size line, data, CRLF; the last is empty."""
+    chunks = []
+    while True:
+        line, _, body = body.partition(b"\r\n")
+        size = int(line, 16)
+        chunks.append(body[:size])
+        assert body[size : size + 2] == b"\r\n"
+        body = body[size + 2 :]
+        if size == 0:
+            assert body == b""
+            return chunks
+
+
+def test_rejects_what_the_pinned_parser_rejects():
+    process, _url = start([*BASE, "--mem-fraction-statik", "0.8"])
+    assert process.wait(timeout=20) == 2
+    assert "mem-fraction-statik" in process.stderr.read()
+
+
+def test_the_first_token_comes_from_prefill_and_spec_fields_only_at_the_end():
+    process, url = start(
+        [*BASE, *DFLASH], SGLANG_SIM_STEP_MS=10, SGLANG_SIM_ACCEPT=4, SGLANG_SIM_PREFILL_MS=20
+    )
+    try:
+        tokens = 30
+        events = stream(url, "What is 2 + 2?", tokens)
+        assert events[-1] == "[DONE]"
+        first, *middle, last = events[:-1]
+        # Prefill gives one token; every later event is one verify step of four.
+        steps = math.ceil((tokens - 1) / 4)
+        assert first["meta_info"]["completion_tokens"] == 1
+        assert [e["meta_info"]["completion_tokens"] for e in middle] == [
+            1 + 4 * k for k in range(1, steps)
+        ]
+        assert len(events) == 1 + steps + 1
+        for event in (first, *middle):
+            assert not SPEC_FIELDS & set(event["meta_info"]), event["meta_info"]
+            assert event["meta_info"]["finish_reason"] is None
+        assert "response_sent_to_client_ts" in first["meta_info"]
+        assert "response_sent_to_client_ts" not in middle[0]["meta_info"]
+        meta = last["meta_info"]
+        assert meta["completion_tokens"] == tokens
+        assert meta["finish_reason"] == {"type": "length", "length": tokens}
+        assert meta["spec_verify_ct"] == steps
+        # SGLang's own figure counts the prefill token: completion tokens / verify steps.
+        assert meta["spec_accept_length"] == tokens / steps
+        assert meta["spec_num_correct_drafts"] == 3 * steps
+        assert meta["spec_num_proposed_drafts"] == 7 * steps
+        assert meta["spec_accept_rate"] == pytest.approx(3 / 7)
+        assert meta["spec_correct_drafts_histogram"] == [0, 0, 0, steps]
+        assert {"e2e_latency", "id", "prompt_tokens", "cached_tokens"} <= set(meta)
+        # Cumulative text and ids, one id per token.
+        assert len(last["text"].split()) == tokens and len(last["output_ids"]) == tokens
+        assert middle[0]["output_ids"] == last["output_ids"][:5]
+        # A request that ends with its prefill token ran no verify step: no spec fields.
+        assert not SPEC_FIELDS & set(stream(url, "short", 1)[-2]["meta_info"])
+    finally:
+        stop(process)
+
+
+def test_plain_decoding_streams_one_token_an_event_without_spec_fields():
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=5)
+    try:
+        events = stream(url, "p", 6)
+        assert [e["meta_info"]["completion_tokens"] for e in events[:-1]] == [1, 2, 3, 4, 5, 6]
+        assert not SPEC_FIELDS & set(events[-2]["meta_info"])
+    finally:
+        stop(process)
+
+
+def test_streams_are_chunked_as_uvicorn_sends_them_and_connections_kept_alive():
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=5)
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        body = json.dumps(
+            {"text": "a b c", "sampling_params": {"max_new_tokens": 3}, "stream": True}
+        ).encode()
+        request = (
+            b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        )
+        raw = raw_exchange(port, request)
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        assert lines[0] == "HTTP/1.1 200 OK"
+        assert lines[1].startswith("date: ") and lines[2] == "server: uvicorn"
+        assert "content-type: text/event-stream; charset=utf-8" in lines
+        assert "transfer-encoding: chunked" in lines and "connection: close" in lines
+        assert not any(line.startswith("content-length") for line in lines)
+        chunks = dechunk(rest)
+        # One chunk per event, [DONE] its own, then the empty last chunk.
+        assert len(chunks) == 3 + 2
+        assert all(c.startswith(b"data: {") and c.endswith(b"}\n\n") for c in chunks[:3])
+        assert chunks[3:] == [b"data: [DONE]\n\n", b""]
+        assert b'"completion_tokens":3' in chunks[2]  # compact JSON, as orjson writes it
+
+        # HTTP/1.1 without Connection: close keeps the connection for the next request.
+        with requests.Session() as session:
+            first = session.get(f"{url}/model_info", timeout=5)
+            second = session.post(
+                f"{url}/generate",
+                json={"text": "k", "sampling_params": {"max_new_tokens": 2}},
+                timeout=5,
+            )
+            assert first.status_code == second.status_code == 200
+            assert "connection" not in first.headers
+            assert first.headers["content-length"] == str(len(first.content))
+            assert second.json()["meta_info"]["completion_tokens"] == 2
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            connection.sendall(b"GET /model_info HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+            time.sleep(0.5)
+            both = connection.recv(65536)
+            assert both.count(b"HTTP/1.1 200 OK") == 2
+    finally:
+        stop(process)
+
+
+def test_loading_refuses_connections_and_warmup_comes_before_health():
+    process, url = start(BASE, wait="port", SGLANG_SIM_LOAD_SECONDS=2)
+    try:
+        # The port opened only after loading; the warmup request has not run yet.
+        assert "loading for 2 s" in process.stdout.readline()
+        assert requests.get(f"{url}/health_generate", timeout=5).status_code == 503
+        assert requests.get(f"{url}/health", timeout=5).status_code == 503
+        assert requests.get(f"{url}/server_info", timeout=5).status_code == 200
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            status = requests.get(f"{url}/health_generate", timeout=30).status_code
+            if status == 200:
+                break
+        assert status == 200
+        # A real one-token generation behind it: SGLang checks for output once a second.
+        assert time.monotonic() - began >= 1.0
+        began = time.monotonic()
+        assert requests.get(f"{url}/health", timeout=30).status_code == 200
+        assert time.monotonic() - began >= 1.0
+        metrics = requests.get(f"{url}/metrics", timeout=5).text.splitlines()
+        # The warmup (8 tokens) counts in /metrics; health checks do not.
+        labels = 'engine_type="unified",is_streaming="false",model_name="/w/t"'
+        assert f"sglang:generation_tokens_total{{{labels}}} 8.0" in metrics
+        assert f"sglang:num_requests_total{{{labels}}} 1.0" in metrics
+    finally:
+        stop(process)
+
+
+def test_a_server_that_cannot_generate_never_becomes_healthy():
+    process, url = start(BASE, wait="port", SGLANG_SIM_NO_GENERATE=1)
+    skipped, skipped_url = start(
+        [*BASE, "--skip-server-warmup"],
+        wait="port",
+        SGLANG_SIM_NO_GENERATE=1,
+        SGLANG_HEALTH_CHECK_TIMEOUT=2,
+    )
+    quick, quick_url = start(
+        [*BASE, "--skip-server-warmup"],
+        wait="port",
+        SGLANG_SIM_NO_GENERATE=1,
+        SGLANG_HEALTH_CHECK_TIMEOUT=2,
+        SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION="false",
+    )
+    try:
+        time.sleep(1.5)  # past the warmup's start: it never finishes
+        assert requests.get(f"{url}/health_generate", timeout=5).status_code == 503
+        assert requests.get(f"{url}/model_info", timeout=5).status_code == 200
+        # Up without warmup, the health generation waits for output and gives up.
+        began = time.monotonic()
+        assert requests.get(f"{skipped_url}/health_generate", timeout=30).status_code == 503
+        assert 2.0 <= time.monotonic() - began < 10
+        # With generation off, /health only says the server answers.
+        assert requests.get(f"{quick_url}/health", timeout=5).status_code == 200
+        assert requests.get(f"{quick_url}/health_generate", timeout=30).status_code == 503
+    finally:
+        stop(process, skipped, quick)
+    assert "Health check failed" in skipped.stderr.read()
+
+
+def test_warmup_timeout_kills_the_server():
+    process, _url = start(BASE, wait="port", SGLANG_SIM_NO_GENERATE=1, SGLANG_WARMUP_TIMEOUT=1)
+    assert process.wait(timeout=20) == -9
+    assert "Initialization failed. warmup error" in process.stderr.read()
+
+
+def test_server_info_has_what_sglang_returns():
+    key = "sk-sim-1"
+    process, url = start([*BASE, *DFLASH, "--api-key", key], SGLANG_SIM_STEP_MS=2)
+    auth = {"Authorization": f"Bearer {key}"}
+    try:
+        assert requests.get(f"{url}/server_info", timeout=5).status_code == 401
+        info = requests.get(f"{url}/server_info", headers=auth, timeout=5).json()
+        assert info["version"] == "0.5.23" and info["frontend"] == "python"
+        assert info["model_path"] == info["tokenizer_path"] == info["served_model_name"] == "/w/t"
+        assert info["speculative_algorithm"] == "DFLASH" and info["tp_size"] == 8
+        assert info["launch_command"].startswith("--model-path /w/t ")
+        assert "argv" not in info
+        startup = info["startup_time"]
+        assert set(startup) == {
+            "load_weight",
+            "kv_cache_allocation",
+            "scheduler_e2e",
+            "cuda_graph",
+            "tokenizer_e2e",
+        }
+        assert isinstance(info["internal_states"], list) and info["status"] == "ready"
+        # The deprecated alias answers the same; a restarted server measures a new start.
+        assert requests.get(f"{url}/get_server_info", headers=auth, timeout=5).status_code == 200
+        again, again_url = start([*BASE, *DFLASH], SGLANG_SIM_STEP_MS=2)
+        try:
+            other = requests.get(f"{again_url}/server_info", timeout=5).json()["startup_time"]
+        finally:
+            stop(again)
+        assert other != startup
+        # Health, readiness and metrics stay open; everything else needs the key.
+        assert requests.get(f"{url}/metrics", timeout=5).status_code == 200
+        assert requests.get(f"{url}/ready", timeout=5).status_code == 200
+        refused = requests.post(f"{url}/generate", json={"text": "x"}, timeout=5)
+        assert refused.status_code == 401 and refused.json() == {"error": "Unauthorized"}
+        assert stream(url, "x", 2, Authorization=f"Bearer {key}")[-1] == "[DONE]"
+    finally:
+        stop(process)
+    plain, plain_url = start([*BASE[:-3], "--host", "127.0.0.1"])
+    try:
+        assert "--enable-metrics" not in BASE[:-3]
+        assert requests.get(f"{plain_url}/metrics", timeout=5).status_code == 404
+    finally:
+        stop(plain)
+
+
+def test_flush_cache_refuses_while_requests_run_and_can_wait_for_idle():
+    process, url = start([*BASE, *DFLASH], SGLANG_SIM_STEP_MS=20, SGLANG_SIM_ACCEPT=2)
+    try:
+        assert requests.post(f"{url}/flush_cache", timeout=5).status_code == 200
+        first = stream(url, "same prompt here", 3)
+        again = stream(url, "same prompt here", 3)
+        # The radix cache holds the prompt: all but its last token come from it.
+        assert first[-2]["meta_info"]["cached_tokens"] == 0
+        assert again[-2]["meta_info"]["cached_tokens"] == 2
+        finished = threading.Event()
+
+        def busy():
+            stream(url, "a long one", 60)  # about 30 steps of 20 ms
+            finished.set()
+
+        worker = threading.Thread(target=busy)
+        worker.start()
+        time.sleep(0.2)
+        refused = requests.post(f"{url}/flush_cache", timeout=5)
+        assert (refused.status_code, refused.text) == (400, "Flush cache failed.\n")
+        late = requests.post(f"{url}/flush_cache?timeout=0.1", timeout=5)
+        assert (late.status_code, late.text) == (400, "Timed out waiting for idle state.")
+        waited = requests.post(f"{url}/flush_cache?timeout=20", timeout=30)
+        assert waited.status_code == 200 and waited.text.startswith("Cache flushed.")
+        worker.join(timeout=10)
+        assert finished.is_set()
+        assert stream(url, "same prompt here", 3)[-2]["meta_info"]["cached_tokens"] == 0
+    finally:
+        stop(process)
+
+
+def test_metrics_count_finished_requests_as_sglang_does():
+    process, url = start(
+        [*BASE, *DFLASH], SGLANG_SIM_STEP_MS=5, SGLANG_SIM_ACCEPT=4, SGLANG_SIM_PREFILL_MS=10
+    )
+    try:
+        before = requests.get(f"{url}/metrics", timeout=5).text
+        stream(url, "count me", 21)
+        after = requests.get(f"{url}/metrics", timeout=5).text
+    finally:
+        stop(process)
+
+    def value(text: str, prefix: str) -> float:
+        found = [line for line in text.splitlines() if line.startswith(prefix)]
+        return sum(float(line.rsplit(" ", 1)[1]) for line in found)
+
+    streaming = 'sglang:generation_tokens_total{engine_type="unified",is_streaming="true"'
+    assert value(after, streaming) - value(before, streaming) == 21
+    calls = "sglang:spec_verify_calls_total{"
+    assert value(after, calls) - value(before, calls) == 5  # ceil(20 / 4)
+    requests_line = 'sglang:num_requests_total{engine_type="unified",is_streaming="true"'
+    assert value(after, requests_line) - value(before, requests_line) == 1
+    assert "# TYPE sglang:generation_tokens counter" in after
+
+
+def test_outputs_are_deterministic_drift_a_little_or_break_under_speculation():
+    ar, ar_url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    exact, exact_url = start([*BASE, *EAGLE], SGLANG_SIM_ACCEPT=3, SGLANG_SIM_STEP_MS=2)
+    lossy, lossy_url = start(
+        [*BASE, *EAGLE], SGLANG_SIM_ACCEPT=3, SGLANG_SIM_STEP_MS=2, SGLANG_SIM_LOSSY=0.3
+    )
+    drift, drift_url = start(
+        [*BASE, *EAGLE], SGLANG_SIM_ACCEPT=3, SGLANG_SIM_STEP_MS=2, SGLANG_SIM_DRIFT=0.25
+    )
+    try:
+        prompts = [f"prompt {i}" for i in range(40)]
+        reference = [stream(ar_url, p, 20)[-2]["output_ids"] for p in prompts]
+        assert [stream(exact_url, p, 20)[-2]["output_ids"] for p in prompts] == reference
+        broken = [stream(lossy_url, p, 20)[-2]["output_ids"] for p in prompts]
+        assert sum(a != b for a, b in zip(broken, reference, strict=True)) >= 30
+        drifted = [stream(drift_url, p, 20)[-2]["output_ids"] for p in prompts]
+        changed = [(a, b) for a, b in zip(drifted, reference, strict=True) if a != b]
+        # About a quarter of the answers leave the reference at one token and stay off it.
+        assert 4 <= len(changed) <= 18
+        for candidate, base in changed:
+            first = next(i for i, (x, y) in enumerate(zip(candidate, base, strict=True)) if x != y)
+            assert all(x != y for x, y in zip(candidate[first:], base[first:], strict=True))
+    finally:
+        stop(ar, exact, lossy, drift)
+
+
+def test_load_time_and_crash():
+    process, url = start(BASE, wait="none", SGLANG_SIM_LOAD_SECONDS=30)
+    try:
+        time.sleep(1.5)
+        assert process.poll() is None
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{url}/health", timeout=5)
+    finally:
+        stop(process)
+    process, url = start(BASE, SGLANG_SIM_CRASH_AFTER=1)
+    stream(url, "one", 3)
+    with pytest.raises(requests.RequestException):
+        stream(url, "two", 3)
+    assert process.wait(timeout=10) == 1
+    process, _url = start(BASE, SGLANG_SIM_CRASH_ON_START=1)
+    assert process.wait(timeout=10) == 1
+
+
+def health_args(tmp_path: Path, process: subprocess.Popen, url: str, **extra) -> dict:
+    """server_health's arguments for a simulator watched as the kit's supervisor would."""
+    import os
+
+    pid_file, state_file = tmp_path / "sup.pid", tmp_path / "sup.state.json"
+    pid_file.write_text(str(os.getpid()))
+    state = {"supervisor_pid": os.getpid(), "status": "running", "child_pid": process.pid}
+    state_file.write_text(json.dumps({**state, "restarts": 0}))
+    (tmp_path / "sglang.log").write_text("simulated log line\n")
+    return {
+        "url": url,
+        "manager": "supervisor",
+        "pid_file": str(pid_file),
+        "state_file": str(state_file),
+        "log_file": str(tmp_path / "sglang.log"),
+        "since": time.time(),
+        **extra,
+    }
+
+
+def test_the_deploys_health_wait_fails_a_server_that_loads_but_cannot_generate(tmp_path):
+    from tests.support.modules import run_module
+
+    broken, broken_url = start(BASE, wait="port", SGLANG_SIM_NO_GENERATE=1)
+    working, working_url = start(BASE, wait="port", SGLANG_SIM_STEP_MS=5)
+    loading, loading_url = start(BASE, wait="none", SGLANG_SIM_LOAD_SECONDS=60)
+    try:
+        waiting = run_module("server_health", health_args(tmp_path, loading, loading_url))
+        assert waiting["state"] == "loading" and waiting["http_status"] is None
+
+        loaded = run_module("server_health", health_args(tmp_path, broken, broken_url))
+        assert loaded["state"] == "answering" and loaded["http_status"] == 503
+        args = health_args(tmp_path, broken, broken_url, phase="generate", generate_timeout=3)
+        args["since"] = loaded["checked_at"]
+        polls = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            polls.append(run_module("server_health", args))
+            if polls[-1]["state"] != "answering":
+                break
+            time.sleep(0.5)
+        failed = polls[-1]
+        assert len(polls) > 1 and polls[0]["state"] == "answering"
+        assert failed["state"] == "failed"
+        assert "loaded and the server answers HTTP, but it has not generated" in failed["message"]
+        assert "/health_generate answered HTTP 503" in failed["message"]
+        assert failed["log_tail"] == ["simulated log line"]
+
+        # A server that generates gets through both phases.
+        deadline = time.monotonic() + 30
+        state = "loading"
+        while state != "healthy" and time.monotonic() < deadline:
+            result = run_module(
+                "server_health",
+                health_args(tmp_path, working, working_url, phase="generate", generate_timeout=20),
+            )
+            state = result["state"]
+            assert state in ("answering", "healthy"), result
+        assert state == "healthy"
+    finally:
+        stop(broken, working, loading)
+
+
+# --- DDTree, as the fake DDTree pull-request runtime ---------------------------------------
+
+DDTREE = [
+    "--speculative-algorithm", "DDTREE",
+    "--speculative-draft-model-path", "/w/d",
+    "--speculative-num-draft-tokens", "8",
+    "--speculative-dflash-block-size", "8",
+    "--page-size", "1",
+    "--disable-overlap-schedule",
+]  # fmt: skip
+TREE_BASE = [a if a != "flashinfer" else "triton" for a in BASE]
+
+
+@pytest.fixture(scope="module")
+def git_runtime(tmp_path_factory):
+    from tests.support.fake_sglang import write_package
+
+    return write_package(tmp_path_factory.mktemp("ddtree-runtime"), "0.5.23.dev1", ddtree=True)
+
+
+def test_the_release_refuses_ddtree():
+    process, _url = start([*TREE_BASE, *DDTREE, "--speculative-ddtree-budget", "16"])
+    assert process.wait(timeout=20) == 2
+    assert "sglang 0.5.23 has no --speculative-ddtree-budget" in process.stderr.read()
+    process, _url = start([*TREE_BASE, *DDTREE])
+    assert process.wait(timeout=20) == 2
+    assert "does not know --speculative-algorithm DDTREE" in process.stderr.read()
+
+
+def test_ddtree_runs_each_budget_as_its_table_row_says(git_runtime):
+    """Budget 32 of the healthy sweep: 33 ms and 6.4 tokens a verify step; the verifier sees
+    33 tokens a step, so 32 drafts are proposed per step."""
+    from tests.support.ddtree_tables import HEALTHY, table_env
+
+    table = table_env(HEALTHY)
+    process, url = start(
+        [*TREE_BASE, *DDTREE, "--speculative-ddtree-budget", "32"],
+        runtime=git_runtime,
+        SGLANG_SIM_DDTREE_TABLE=table,
+        SGLANG_SIM_STEP_MS=5,
+        SGLANG_SIM_ACCEPT=2,
+    )
+    try:
+        assert process.poll() is None, process.stderr.read()
+        info = requests.get(f"{url}/server_info", timeout=10).json()
+        assert info["speculative_algorithm"] == "DDTREE"
+        assert info["speculative_ddtree_budget"] == 32
+        assert info["disable_overlap_schedule"] is True
+        events = stream(url, "a prompt for the tree", 321)
+        meta = events[-2]["meta_info"]
+        verify = meta["spec_verify_ct"]
+        assert verify == math.ceil(320 / 6.4) == 50
+        assert meta["spec_num_proposed_drafts"] == verify * 32
+        assert meta["spec_num_correct_drafts"] == 320 - verify
+        assert max(len(meta["spec_correct_drafts_histogram"]) - 1, 0) <= 7  # the depth cap
+    finally:
+        stop(process)
+    # One step of the row's 33 ms (not SGLANG_SIM_STEP_MS's 5) per verify step at least.
+    assert meta["e2e_latency"] >= verify * 0.033
+
+
+def test_ddtree_budget_default_and_the_overlap_it_forces(git_runtime):
+    """No budget: block size - 1 (a chain), and overlap off though argv left it on."""
+    argv = [a for a in [*TREE_BASE, *DDTREE] if a != "--disable-overlap-schedule"]
+    process, url = start(argv, runtime=git_runtime, SGLANG_SIM_STEP_MS=5)
+    try:
+        info = requests.get(f"{url}/server_info", timeout=10).json()
+        assert info["speculative_ddtree_budget"] == 7
+        assert info["disable_overlap_schedule"] is True
+        assert "--disable-overlap-schedule" not in info["launch_command"]
+    finally:
+        stop(process)
+
+
+@pytest.mark.parametrize(
+    "budget, table, message",
+    [
+        (
+            "48",
+            None,
+            "SGLANG_SIM_DDTREE_TABLE has no row for budget 48 (it has 8, 16, 32, 64, 128)",
+        ),
+        ("16", {"16": {"step_ms": 30, "accept": 9.0}}, "between 1 and 8"),
+        ("4", {"4": {"step_ms": 30, "accept": 5.5}}, "between 1 and 5"),
+        ("16", {"16": {"step_ms": 0, "accept": 3}}, "step time must be positive"),
+        ("16", {"16": {"accept": 3}}, "needs numbers step_ms and accept"),
+    ],
+)
+def test_a_table_that_cannot_serve_the_budget_stops_the_server(git_runtime, budget, table, message):
+    from tests.support.ddtree_tables import HEALTHY, table_env
+
+    text = table_env(HEALTHY) if table is None else json.dumps(table)
+    process, _url = start(
+        [*TREE_BASE, *DDTREE, "--speculative-ddtree-budget", budget],
+        wait="none",
+        runtime=git_runtime,
+        SGLANG_SIM_DDTREE_TABLE=text,
+    )
+    assert process.wait(timeout=20) == 1
+    assert message in process.stderr.read()
+
+
+def test_ddtree_keeps_the_pull_requests_launch_rules(git_runtime):
+    process, _url = start(
+        [*TREE_BASE, *DDTREE, "--page-size", "16", "--speculative-ddtree-budget", "16"],
+        wait="none",
+        runtime=git_runtime,
+    )
+    assert process.wait(timeout=20) == 2
+    assert "DDTREE supports only --page-size 1, got 16" in process.stderr.read()
+
+
+def test_the_named_sweeps_have_the_shapes_their_names_claim():
+    """The tests that play these sweeps rely on their shape; a row edited later must not
+    silently turn a collapse into noise or a healthy sweep into a collapse."""
+    from tests.support.ddtree_tables import HEALTHY, HYBRID_COLLAPSE, pairs, tokens_per_s
+
+    assert [kind for _, _, kind in pairs(HEALTHY)] == ["ok", "ok", "ok", "saturation"]
+    assert [kind for _, _, kind in pairs(HYBRID_COLLAPSE)] == [
+        "ok", "collapse", "collapse", "ok"
+    ]  # fmt: skip
+    for table in (HEALTHY, HYBRID_COLLAPSE):
+        assert all(1 <= accept <= 8 for _, accept in table.values())  # K2.6's depth cap
+    healthy = tokens_per_s(HEALTHY)
+    best = max(healthy, key=healthy.get)
+    assert best == 64 and healthy[32] >= 0.97 * healthy[64] > healthy[16]
+    # The collapse: throughput falls with the budget once past 16, though steps get faster.
+    collapse = tokens_per_s(HYBRID_COLLAPSE)
+    assert collapse[16] > collapse[32] > collapse[64] > collapse[128]
+    assert HYBRID_COLLAPSE[64][0] < HYBRID_COLLAPSE[16][0]

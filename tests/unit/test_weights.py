@@ -1,0 +1,433 @@
+"""Weights helpers without hosts: pins, manifest trust, status of a vanished download."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils import weights_worker
+from ansible.module_utils.weights import (
+    bytes_on_disk,
+    inspect_files,
+    partial_files,
+    progress_line,
+    write_manifest,
+)
+
+from tests.support.modules import assert_unchanged, run_module
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.weights
+
+
+def pins(path: Path) -> dict[str, str]:
+    found = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            found[name.lower().replace("_", "-")] = version
+    return found
+
+
+def test_host_tools_are_pinned_as_in_the_one_lock():
+    host = pins(REPO / "roles/weights/files/requirements-host.txt")
+    lock = pins(REPO / "requirements.lock")
+    assert host["huggingface-hub"] == "2.4.0"
+    assert {name: lock.get(name) for name in host} == host
+
+
+def repo(tmp_path: Path) -> tuple[Path, list[dict]]:
+    data = {"a.safetensors": b"a" * 4096, "config.json": b"{}"}
+    for name, content in data.items():
+        (tmp_path / name).write_bytes(content)
+    files = [
+        {
+            "path": "a.safetensors",
+            "size": 4096,
+            "sha256": hashlib.sha256(data["a.safetensors"]).hexdigest(),
+        },
+        {
+            "path": "config.json",
+            "size": 2,
+            "blob_id": hashlib.sha1(b"blob 2\0{}", usedforsecurity=False).hexdigest(),
+        },
+    ]
+    return tmp_path, files
+
+
+def test_manifest_vouches_for_unchanged_files_only(tmp_path):
+    folder, files = repo(tmp_path)
+    first = inspect_files(str(folder), files, "r" * 40, "full", 2)
+    assert first["hashed"] == 2 and not first["stale"] and not first["missing"]
+    write_manifest(str(folder), "o/n", "r" * 40, "full", first["good"])
+    second = inspect_files(str(folder), files, "r" * 40, "full", 2)
+    assert second["hashed"] == 0 and set(second["good"]) == {"a.safetensors", "config.json"}
+    # Another revision: the manifest says nothing about it.
+    assert inspect_files(str(folder), files, "s" * 40, "full", 2)["hashed"] == 2
+    # Same size, new content, new mtime: hashed again and caught.
+    (folder / "a.safetensors").write_bytes(b"b" * 4096)
+    third = inspect_files(str(folder), files, "r" * 40, "full", 2)
+    assert third["stale"] == [{"path": "a.safetensors", "reason": "checksum mismatch"}]
+    forced = inspect_files(str(folder), files, "r" * 40, "full", 2, force_hash=True)
+    assert forced["hashed"] == 2
+
+
+def test_weights_check_module_reports_missing_and_wrong(tmp_path):
+    folder, files = repo(tmp_path)
+    (folder / "config.json").write_bytes(b"{ }")
+    files.append({"path": "gone.bin", "size": 10, "sha256": "0" * 64})
+    result = run_module(
+        "weights_check",
+        {"local_dir": str(folder), "repo_id": "o/n", "revision": "r" * 40, "files": files},
+    )
+    assert result["complete"] is False
+    assert result["missing"] == ["gone.bin"]
+    assert result["stale"][0]["path"] == "config.json"
+    assert result["bytes_missing"] == 12
+
+
+def test_status_notices_a_download_that_died(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    status = tmp_path / "status.json"
+    status.write_text(
+        json.dumps(
+            {
+                "repo_id": "o/n",
+                "state": "downloading",
+                "pid": dead.pid,
+                "bytes_done": 5,
+                "bytes_total": 10,
+            }
+        )
+    )
+    result = run_module("weights_status", {"status_file": str(status)})
+    assert result["done"] and not result["succeeded"] and result["state"] == "gone"
+    assert "ended without finishing" in result["progress"]
+    status.write_text(
+        json.dumps(
+            {
+                "repo_id": "o/n",
+                "state": "downloading",
+                "pid": os.getpid(),
+                "bytes_done": 5 << 30,
+                "bytes_total": 10 << 30,
+                "rate_bytes_per_s": 1 << 30,
+                "eta_s": 5,
+                "files_done": 3,
+                "files_total": 6,
+            }
+        )
+    )
+    running = run_module("weights_status", {"status_file": str(status)})
+    assert not running["done"]
+    assert running["progress"] == (
+        "o/n: downloading 5.0 GiB of 10.0 GiB (50.0%), 1.0 GiB/s, ETA 0m05s, files 3/6, restarts 0"
+    )
+    missing = run_module("weights_status", {"status_file": str(tmp_path / "none.json")})
+    assert missing["state"] == "starting" and not missing["done"]
+
+
+def test_progress_line_without_rate():
+    line = progress_line({"repo_id": "o/n", "state": "checking", "bytes_total": 0})
+    assert "ETA unknown" in line
+
+
+def test_every_module_documents_itself():
+    """DOCUMENTATION, EXAMPLES and RETURN parse for every module (ansible-doc reads them)."""
+    for module in sorted((REPO / "library").glob("*.py")):
+        result = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ansible-doc"),
+                "-M",
+                str(REPO / "library"),
+                "-t",
+                "module",
+                module.stem,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, f"{module.name}: {result.stderr}"
+
+
+TOKEN = "hf_units_token_4b1e"
+
+
+@pytest.fixture
+def gated_hub(monkeypatch, tmp_path):
+    """A gated repo behind the redirecting hub, a token file for it, and a module runner."""
+    from tests.support.hub_server import LocalHub
+
+    # Two files over huggingface_hub's 10 MiB read chunk, so it can resume inside them.
+    data = {
+        "a.safetensors": os.urandom(24 << 20),
+        "b.safetensors": os.urandom(12 << 20),
+        "config.json": b'{"x": 1}',
+    }
+    token_file = tmp_path / "hf-token"
+    token_file.touch(mode=0o600)
+    token_file.write_text(TOKEN)
+    with LocalHub() as hub:
+        hub.valid_tokens.add(TOKEN)
+        hub.add_repo("o/n", data, gated=True, approved_tokens={TOKEN})
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        listing = [
+            {
+                "path": name,
+                "size": len(content),
+                "sha256": hashlib.sha256(content).hexdigest() if len(content) > 1024 else None,
+                "blob_id": hub.repos["o/n"].files[name].git_oid,
+            }
+            for name, content in data.items()
+        ]
+
+        def download(**extra) -> dict:
+            return run_module(
+                "weights_download",
+                {
+                    "repo_id": "o/n",
+                    "revision": hub.repos["o/n"].sha,
+                    "local_dir": str(tmp_path / "w"),
+                    "files": listing,
+                    "python": sys.executable,
+                    "hf_token_file": str(token_file),
+                    "status_file": str(tmp_path / "s" / "status.json"),
+                    "log_file": str(tmp_path / "s" / "download.log"),
+                    "poll_interval": 0.2,
+                    **extra,
+                },
+            )
+
+        yield hub, data, download
+
+
+def landed(tmp_path: Path, data: dict[str, bytes]) -> None:
+    """Every file in place with its content, vouched for by the manifest, no partial left."""
+    for name, content in data.items():
+        assert (tmp_path / "w" / name).read_bytes() == content
+    manifest = json.loads((tmp_path / "w" / "kimi-manifest.json").read_text())
+    assert all(entry["hash_checked"] for entry in manifest["files"].values())
+    assert not list((tmp_path / "w").rglob("*.incomplete"))
+
+
+def no_token_at_storage(hub) -> None:
+    """LFS bodies came from the storage origin, which never saw the token; the hub did."""
+    storage = hub.at_storage()
+    assert storage and all(r.status in (200, 206, 499) for r in storage)
+    assert not any(r.authenticated or r.token_seen for r in storage)
+    assert {r.file for r in hub.fetched() if r.origin == "storage"} == {
+        "a.safetensors",
+        "b.safetensors",
+    }
+    redirects = [r for r in hub.requests if r.status == 302]
+    assert redirects and all(r.authenticated for r in redirects)
+
+
+@pytest.mark.parametrize("xet_disabled", ["1", ""], ids=["plain-http", "huggingface_hub"])
+def test_download_module_both_transfers(tmp_path, monkeypatch, gated_hub, xet_disabled):
+    """Plain HTTP (xet off) and snapshot_download (xet setting left alone) both follow the
+    hub's redirect, keep the token from the storage origin, and land verified files."""
+    hub, data, download = gated_hub
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", xet_disabled)
+    result = download()
+    assert not result.get("failed"), result
+    assert result["bytes_total"] == sum(len(c) for c in data.values())
+    assert result["transfers"] == ["http" if xet_disabled else "hub"]
+    assert result["restarts"] == 0
+    assert 0 < result["download_seconds"] < 60
+    landed(tmp_path, data)
+    no_token_at_storage(hub)
+
+
+def test_plain_http_resumes_at_the_storage_origin(tmp_path, monkeypatch, gated_hub):
+    """The kit's transfer, cut short by the storage origin, is restarted by the watchdog and
+    resumes there with a Range request from where the partial file ends."""
+    from tests.support.hub_server import Stall
+
+    hub, data, download = gated_hub
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    hub.stalls.append(Stall(path="a.safetensors", after_bytes=5 << 20, seconds=0))
+    result = download()
+    assert not result.get("failed"), result
+    assert result["restarts"] == 1 and result["transfers"] == ["http", "http"]
+    landed(tmp_path, data)
+    no_token_at_storage(hub)
+    first, resumed = hub.fetched("a.safetensors")
+    assert first.origin == resumed.origin == "storage"
+    assert (first.range, resumed.range, resumed.status) == (None, f"bytes={5 << 20}-", 206)
+    # The resumed request went through the hub again, which signed a fresh URL.
+    assert [r.range for r in hub.requests if r.status == 302 and r.file == "a.safetensors"] == [
+        None,
+        f"bytes={5 << 20}-",
+    ]
+
+
+def test_default_path_resumes_inside_huggingface_hub(tmp_path, gated_hub):
+    """With the xet setting left alone, a cut on the storage origin is resumed by
+    huggingface_hub itself (from its last 10 MiB chunk), without a watchdog restart."""
+    from tests.support.hub_server import Stall
+
+    hub, data, download = gated_hub
+    hub.stalls.append(Stall(path="a.safetensors", after_bytes=15 << 20, seconds=0))
+    result = download()
+    assert not result.get("failed"), result
+    assert result["restarts"] == 0 and result["transfers"] == ["hub"]
+    landed(tmp_path, data)
+    no_token_at_storage(hub)
+    ranges = [r.range for r in hub.fetched("a.safetensors")]
+    assert ranges == [None, f"bytes={10 << 20}-"]
+
+
+def test_default_path_stall_switches_to_plain_http(tmp_path, gated_hub):
+    """huggingface_hub's download stuck at the storage origin (silent for longer than the
+    stall timeout): the watchdog kills it and the kit's own transfer finishes the repo."""
+    from tests.support.hub_server import Stall
+
+    hub, data, download = gated_hub
+    hub.stalls.append(Stall(path="a.safetensors", after_bytes=3 << 20, seconds=60))
+    result = download(stall_timeout=2)
+    assert not result.get("failed"), result
+    assert result["restarts"] == 1 and result["transfers"] == ["hub", "http"]
+    log = (tmp_path / "s" / "download.log").read_text()
+    assert (
+        log.index("transfer: hub") < log.index("no new bytes for 2s") < log.index("transfer: http")
+    )
+    assert "restart 1/5 with xet off (plain HTTP)" in log
+    landed(tmp_path, data)
+    no_token_at_storage(hub)
+    stuck = [r for r in hub.fetched("a.safetensors") if r.status != 499]
+    agents = [r.headers.get("user-agent") or r.headers.get("User-Agent") for r in stuck]
+    assert "hf_hub/" in agents[0] and agents[-1].startswith("Python-urllib/")
+    # huggingface_hub's partial file has a name of its own: the kit starts the file again.
+    assert stuck[-1].range is None and stuck[-1].status == 200
+
+
+def test_weights_check_records_files_it_verified(tmp_path):
+    """Weights put in place by hand are hashed once, then vouched for by the manifest."""
+    folder, files = repo(tmp_path)
+    args = {"local_dir": str(folder), "repo_id": "o/n", "revision": "r" * 40, "files": files}
+    first = run_module("weights_check", args)
+    assert first["complete"] and first["hashed"] == 2
+    assert first["changed"] and first["manifest_refreshed"]
+    second = run_module("weights_check", args)
+    assert_unchanged(second)
+    assert second["complete"] and second["hashed"] == 0
+    untouched = run_module("weights_check", {**args, "revision": "s" * 40}, check_mode=True)
+    assert_unchanged(untouched)
+    assert untouched["hashed"] == 2
+
+
+# --------------------------------------------------------------------------------------------
+# The download worker (module_utils/weights_worker.py): its pure parts, and the program itself
+# run as the module runs it, in a Python with the standard library alone (-I -S: no Ansible,
+# no huggingface_hub), over its plain HTTP transfer against the local hub.
+
+
+@pytest.mark.parametrize(
+    "x_error_code, status, expected",
+    [
+        ("GatedRepo", 401, (weights_worker.EXIT_AUTH, "gated")),
+        ("GatedRepo", 403, (weights_worker.EXIT_AUTH, "gated")),
+        (None, 401, (weights_worker.EXIT_AUTH, "invalid_token")),
+        ("RevisionNotFound", 404, (weights_worker.EXIT_REVISION, "revision_not_found")),
+        ("RepoNotFound", 404, (weights_worker.EXIT_NOT_FOUND, "not_found")),
+        ("EntryNotFound", 404, None),
+        (None, 500, None),
+    ],
+)
+def test_worker_maps_hub_answers_to_its_exit_codes(x_error_code, status, expected):
+    assert weights_worker.http_failure(x_error_code, status) == expected
+
+
+def test_worker_error_line_is_what_the_module_reads_back():
+    line = weights_worker.error_line(weights_worker.KIND_DISK_FULL, "x" * 5000)
+    assert line.startswith(weights_worker.ERROR_PREFIX)
+    assert len(json.loads(line)["detail"]) == weights_worker.DETAIL_CHARS
+    older = weights_worker.error_line(weights_worker.KIND_GATED, "first")
+    log = [older, "Traceback (most recent call last):", line, "exit"]
+    assert weights_worker.last_error(log)["error"] == "disk_full"
+    assert weights_worker.last_error(["no error here"]) == {}
+    # A cut-off last error line is not mistaken for an older one.
+    assert weights_worker.last_error([older, line[:20]]) == {}
+
+
+def test_worker_partial_files_are_the_ones_the_module_counts(tmp_path):
+    revision = "0123456789abcdef" * 2 + "01234567"
+    suffix = weights_worker.partial_suffix(revision)
+    part = tmp_path / weights_worker.PARTIAL_DIR / f"a.bin{suffix}"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"x" * 10)
+    assert part.name == "a.bin.0123456789ab.kimi.incomplete"
+    assert partial_files(str(tmp_path), revision, "http") == [str(part)]
+    listing = [{"path": "a.bin", "size": 20}]
+    assert bytes_on_disk(str(tmp_path), listing, revision, "http") == (10, 0)
+    # Another revision's partial file is not this download's progress.
+    assert partial_files(str(tmp_path), "f" * 40, "http") == []
+    assert weights_worker.resume_offset(10, 20) == 10
+    assert weights_worker.resume_offset(30, 20) == 0
+    assert weights_worker.resume_offset(30, None) == 30
+    assert weights_worker.resolve_url("http://h:1/", "o/n", "r", "d/f.json") == (
+        "http://h:1/o/n/resolve/r/d/f.json"
+    )
+
+
+def run_worker(spec: dict, endpoint: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            inspect.getsource(weights_worker),
+            json.dumps(spec),
+            weights_worker.PROCESS_MARK,
+        ],
+        env={"PATH": "/usr/bin:/bin", "HF_ENDPOINT": endpoint},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_worker_program_downloads_and_reports_hub_errors(tmp_path):
+    from tests.support.hub_server import LocalHub
+
+    data = {"a.safetensors": os.urandom(3 << 20), "config.json": b'{"x": 1}'}
+    with LocalHub() as hub:
+        hub.add_repo("o/open", data)
+        hub.add_repo("o/gated", data, gated=True)
+        spec = {
+            "repo_id": "o/open",
+            "revision": hub.repos["o/open"].sha,
+            "local_dir": str(tmp_path / "w"),
+            "max_workers": 2,
+            "transfer": "http",
+            "files": [{"path": name, "size": len(content)} for name, content in data.items()],
+            "missing": list(data),
+        }
+        done = run_worker(spec, hub.url)
+        assert done.returncode == 0, done.stderr
+        for name, content in data.items():
+            assert (tmp_path / "w" / name).read_bytes() == content
+        assert not partial_files(str(tmp_path / "w"), spec["revision"], "http")
+
+        cases = [
+            ({"repo_id": "o/gated"}, weights_worker.EXIT_AUTH, "gated"),
+            ({"revision": "f" * 40}, weights_worker.EXIT_REVISION, "revision_not_found"),
+            ({"repo_id": "o/none"}, weights_worker.EXIT_NOT_FOUND, "not_found"),
+        ]
+        for change, code, kind in cases:
+            failed = run_worker({**spec, **change, "local_dir": str(tmp_path / kind)}, hub.url)
+            assert failed.returncode == code, failed.stderr
+            assert weights_worker.last_error(failed.stderr.splitlines())["error"] == kind
