@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible.module_utils.host_helpers import file_sha256, read_json, write_json_atomic
 from ansible.module_utils.weights_worker import PARTIAL_SUFFIX, partial_suffix
 
 MANIFEST = "kimi-manifest.json"
@@ -31,23 +31,6 @@ def file_entries(files: list[dict]) -> dict[str, dict]:
     return {entry["path"]: entry for entry in files}
 
 
-def read_json(path: str) -> dict | None:
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
-def write_json_atomic(path: str, data: dict, mode: int = 0o644) -> None:
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.chmod(temporary, mode)
-    os.replace(temporary, path)
-
-
 def git_blob_sha1(path: str) -> str:
     digest = hashlib.sha1(usedforsecurity=False)
     digest.update(b"blob %d\0" % os.path.getsize(path))
@@ -57,18 +40,10 @@ def git_blob_sha1(path: str) -> str:
     return digest.hexdigest()
 
 
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def hash_matches(path: str, entry: dict) -> tuple[bool, str]:
     """Compare a file with the hub's sha256 (LFS) or git blob id (small files)."""
     if entry.get("sha256"):
-        actual = sha256_file(path)
+        actual = file_sha256(path)
         return actual == entry["sha256"], actual
     if entry.get("blob_id"):
         actual = git_blob_sha1(path)

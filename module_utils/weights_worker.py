@@ -1,6 +1,6 @@
 """The weights download worker: fetches the missing files of one repository revision.
 
-A program, started by library/weights_download.py as
+A program, started by library/weights_download.py (module_utils/weights_transfer.py) as
 `<python> -c <this file's source> SPEC_JSON kimi-weights-worker`, where <python> is the tools
 environment that holds huggingface_hub (not the module's Python, and without Ansible). Ansible
 ships this file inside the module's payload because the module imports it; the module hands its

@@ -431,3 +431,92 @@ def test_worker_program_downloads_and_reports_hub_errors(tmp_path):
             failed = run_worker({**spec, **change, "local_dir": str(tmp_path / kind)}, hub.url)
             assert failed.returncode == code, failed.stderr
             assert weights_worker.last_error(failed.stderr.splitlines())["error"] == kind
+
+
+# The download's logic (module_utils/weights_transfer.py) without a hub.
+
+
+def transfer_params(tmp_path: Path, **extra) -> dict:
+    return {
+        "repo_id": "o/n",
+        "revision": "0" * 40,
+        "local_dir": str(tmp_path / "w"),
+        "files": [{"path": "a.bin", "size": 4}, {"path": "b.bin", "size": None}],
+        "python": sys.executable,
+        "hf_token_file": None,
+        "status_file": str(tmp_path / "s" / "status.json"),
+        "log_file": str(tmp_path / "s" / "download.log"),
+        "verify": "full",
+        "rehash": False,
+        "stall_timeout": 300,
+        "max_restarts": 5,
+        "xet_fallback": True,
+        "max_workers": 8,
+        "hash_workers": 0,
+        "poll_interval": 1.0,
+        **extra,
+    }
+
+
+def test_download_arguments_are_refused_before_anything_is_touched(tmp_path):
+    from ansible.module_utils.weights_transfer import Download, Failure, argument_problem
+
+    assert argument_problem(transfer_params(tmp_path)) is None
+    branch = argument_problem(transfer_params(tmp_path, revision="main"))
+    assert "40-character commit SHA, got 'main'" in branch
+    upper = transfer_params(tmp_path, revision="A" * 40)
+    assert "40-character" in argument_problem(upper)
+    no_python = argument_problem(transfer_params(tmp_path, python=str(tmp_path / "nopython")))
+    assert no_python.endswith("installs huggingface_hub into its tools venv first.")
+    download = Download(transfer_params(tmp_path, revision="main"))
+    with pytest.raises(Failure) as failure:
+        download.run()
+    download.fail(failure.value)
+    assert not (tmp_path / "w").exists()
+    status = json.loads((tmp_path / "s" / "status.json").read_text())
+    assert status["state"] == "failed" and status["message"] == branch
+    assert f"watchdog: failed: {branch}" in (tmp_path / "s" / "download.log").read_text()
+
+
+def test_download_names_incomplete_files_and_picks_the_transfer(tmp_path, monkeypatch):
+    from ansible.module_utils.weights_transfer import Download
+
+    download = Download(transfer_params(tmp_path))
+    (tmp_path / "w").mkdir()
+    assert download.incomplete_files() == ["a.bin"]  # a file of unknown size is never short
+    (tmp_path / "w" / "a.bin").write_bytes(b"abc")
+    assert download.incomplete_files() == ["a.bin"]
+    (tmp_path / "w" / "a.bin").write_bytes(b"abcd")
+    assert download.incomplete_files() == []
+    monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
+    assert download.transfer() == "hub"
+    download.restarts = 1
+    assert download.transfer() == "http"
+    assert Download(transfer_params(tmp_path, xet_fallback=False)).transfer() == "hub"
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    assert Download(transfer_params(tmp_path)).transfer() == "http"
+
+
+def test_only_a_worker_this_module_started_is_killed(tmp_path):
+    from ansible.module_utils.weights_transfer import kill_previous_worker
+
+    def start(*argv: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)", *argv], start_new_session=True
+        )
+
+    pid_file = tmp_path / "worker.pid"
+    other, ours = start("someone-else"), start(weights_worker.PROCESS_MARK)
+    try:
+        pid_file.write_text(f"{other.pid}\n")
+        kill_previous_worker(str(pid_file))
+        assert other.poll() is None
+        pid_file.write_text(f"{ours.pid}\n")
+        kill_previous_worker(str(pid_file))
+        assert ours.wait(timeout=10) != 0
+        pid_file.write_text("not a pid\n")
+        kill_previous_worker(str(pid_file))  # nothing to recognise: nothing happens
+    finally:
+        for process in (other, ours):
+            process.kill()
+            process.wait(timeout=10)
