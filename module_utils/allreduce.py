@@ -15,14 +15,15 @@ import inspect
 import json
 import os
 import re
-import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 
 from ansible.module_utils import allreduce_probe, allreduce_worker
 from ansible.module_utils.allreduce_probe import MARKER as PROBE_MARKER
 from ansible.module_utils.allreduce_probe import TORCH_ERROR
+from ansible.module_utils.host_helpers import kill_process_group
 
 DTYPE_BYTES = 2  # bf16
 BASELINE_SCHEMA = 1
@@ -262,21 +263,19 @@ def group_members(pgid: int) -> list[int]:
 def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> list[int]:
     """SIGTERM the whole process group, SIGKILL what is left after grace_s. Returns the PIDs
     that were in the group when it was signalled."""
-    pgid = proc.pid
-    members = group_members(pgid) or [pgid]
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()
-        if not [pid for pid in group_members(pgid) if pid != pgid] and proc.returncode is not None:
-            break
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
+    members = group_members(proc.pid) or [proc.pid]
+    # The leader is our child: until it is reaped its zombie keeps the group in existence, and
+    # kill_process_group would wait out the whole grace period. Reap it while that waits.
+    reaper = threading.Thread(target=_reap, args=(proc, 2 * grace_s + 1), daemon=True)
+    reaper.start()
+    kill_process_group(proc.pid, grace_s)
+    _reap(proc, grace_s)
     return members
+
+
+def _reap(proc: subprocess.Popen, timeout_s: float) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timeout_s)
 
 
 def run_in_group(

@@ -596,3 +596,69 @@ def test_bad_parameters():
     result = check(sys.executable, iterations=0, min_bytes=3)
     assert result["failed"] is True
     assert "iterations is 0" in result["msg"] and "multiple of 2" in result["msg"]
+
+
+# The module's run (module_utils/allreduce_run.py) and process-group kill, called directly.
+
+
+def test_kill_group_ends_a_group_that_obeys_sigterm_without_waiting_out_the_grace():
+    from ansible.module_utils.allreduce import kill_group
+
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
+    time.sleep(0.3)  # both sleeps started
+    started = time.monotonic()
+    members = kill_group(proc, grace_s=10)
+    assert time.monotonic() - started < 5, "it waited for the leader's zombie"
+    assert proc.pid in members and len(members) == 3
+    assert proc.returncode is not None
+    assert all(process_gone(pid) for pid in members)
+
+
+def test_kill_group_sigkills_what_ignores_sigterm():
+    from ansible.module_utils.allreduce import kill_group
+
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", stubborn], start_new_session=True)
+    time.sleep(0.5)  # the handler is installed
+    started = time.monotonic()
+    kill_group(proc, grace_s=1)
+    assert 0.9 < time.monotonic() - started < 5
+    assert proc.returncode == -9
+
+
+def test_run_arguments_baseline_read_and_write(tmp_path):
+    from ansible.module_utils.allreduce_run import (
+        CheckFailed,
+        read_baseline,
+        resolve_python,
+        validate,
+        write_baseline,
+    )
+
+    params = {"warmup": 0, "iterations": 1, "timeout": 1, "max_drop_percent": 0.0}
+    assert validate({**params, "min_bytes": 32768, "max_bytes": 131072}) == [32768, 65536, 131072]
+    with pytest.raises(CheckFailed) as bad:
+        validate({**params, "warmup": -1, "timeout": 0, "min_bytes": 1, "max_bytes": 2})
+    assert str(bad.value).startswith("warmup is -1; needed: 0 or more; timeout is 0")
+    assert bad.value.fields == {"gpus": 0, "baseline_written": False}
+
+    assert resolve_python("python", lambda name: sys.executable) == sys.executable
+    with pytest.raises(CheckFailed, match="'python' is not on PATH"):
+        resolve_python("python", lambda name: None)
+
+    warnings: list[str] = []
+    path = tmp_path / "state" / "baseline.json"
+    assert read_baseline(str(path), False, warnings.append) is None
+    write_baseline(str(path), {"gpus": 2, "results": []})
+    assert path.read_text() == '{\n  "gpus": 2,\n  "results": []\n}\n'
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert read_baseline(str(path), False, warnings.append) == {"gpus": 2, "results": []}
+    path.write_text("{cut")
+    with pytest.raises(CheckFailed, match="is not JSON"):
+        read_baseline(str(path), False, warnings.append)
+    assert read_baseline(str(path), True, warnings.append) is None
+    assert warnings and warnings[0].endswith("replaced because update_baseline is true.")
+    # A folder that cannot be made (a file is in the way) fails even for root.
+    with pytest.raises(CheckFailed, match="Cannot write the baseline") as failed:
+        write_baseline(str(path / "b.json"), {"gpus": 4})
+    assert failed.value.fields == {"gpus": 4, "baseline_written": False}
