@@ -83,12 +83,13 @@ flags:
 import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_helpers import marked_json  # noqa: E402
 from ansible.module_utils.launch_check import (  # noqa: E402
     errors_of,
-    parse_probe_output,
     probe_argv,
     probe_source,
 )
+from ansible.module_utils.launch_probe import MARKER  # noqa: E402
 
 
 def main() -> None:
@@ -109,7 +110,7 @@ def main() -> None:
     rc, out, err = module.run_command(
         [p["python"], "-c", probe_source(), str(p["timeout"])], data=json.dumps(args)
     )
-    result = parse_probe_output(out)
+    result = marked_json(out, MARKER)
     if result is None:
         module.fail_json(
             msg=(

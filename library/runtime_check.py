@@ -88,6 +88,7 @@ import json  # noqa: E402
 
 from ansible.module_utils import runtime_probe  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_helpers import marked_json  # noqa: E402
 
 
 def main() -> None:
@@ -106,11 +107,10 @@ def main() -> None:
     p = module.params
     # The probe is module_utils/runtime_probe.py: imported above, so Ansible ships it in this
     # module's payload (no file to copy, no parameter naming one), and run from its source in
-    # the environment's own Python, which has no Ansible. Its marker is read back by the same
-    # import's parse_output().
+    # the environment's own Python, which has no Ansible. Its MARKER line is the report.
     probe = inspect.getsource(runtime_probe)
     rc, out, err = module.run_command([p["python"], "-c", probe, p["package"], p["import_name"]])
-    record = runtime_probe.parse_output(out)
+    record = marked_json(out, runtime_probe.MARKER)
     if rc != 0 or record is None:
         module.fail_json(
             msg=(

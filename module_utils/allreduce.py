@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ansible.module_utils import allreduce_probe, allreduce_worker
 from ansible.module_utils.allreduce_probe import MARKER as PROBE_MARKER
 from ansible.module_utils.allreduce_probe import TORCH_ERROR
-from ansible.module_utils.host_helpers import kill_process_group
+from ansible.module_utils.host_helpers import kill_process_group, marked_json
 
 DTYPE_BYTES = 2  # bf16
 BASELINE_SCHEMA = 1
@@ -325,11 +325,7 @@ def tail(text: str, lines: int = 15) -> str:
 
 def parse_probe(result: ProcessResult, python: str) -> dict:
     """The probe's JSON, or an AllreduceError that says what is wrong with the runtime Python."""
-    info = None
-    for line in result.output.splitlines():
-        if line.startswith(PROBE_MARKER):
-            with contextlib.suppress(ValueError):
-                info = json.loads(line[len(PROBE_MARKER) :])
+    info = marked_json(result.output, PROBE_MARKER)
     if info and TORCH_ERROR in info:
         raise AllreduceError(
             f"torch is not importable by {python} ({info[TORCH_ERROR]}). Needed: the runtime "

@@ -5,7 +5,7 @@ A program, run by library/allreduce_check.py as `<runtime python> -c <this file'
 (module_utils/allreduce.py says why it travels that way). It runs in the runtime environment,
 where torch is and Ansible is not: at the top it imports only the standard library, and torch
 inside main(). It prints one line, MARKER + JSON, which module_utils/allreduce.py parse_probe()
-reads with the same MARKER and TORCH_ERROR.
+reads (host_helpers.marked_json) with the same MARKER and TORCH_ERROR.
 """
 
 from __future__ import annotations

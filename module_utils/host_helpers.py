@@ -1,6 +1,6 @@
 """Helpers every module that works on a host needs, written once: files written whole or not at
-all, JSON and text read without raising, file hashes, whether systemd runs the host, a unit's
-state, stopping a process group, and masking secrets.
+all, JSON and text read without raising, a program's marked JSON report, file hashes, whether
+systemd runs the host, a unit's state, stopping a process group, and masking secrets.
 
 Standard library only: modules ship it to hosts with themselves (AnsiballZ), and the hosts'
 Pythons may be 3.10.
@@ -79,6 +79,28 @@ def file_sha256(path: str) -> str:
 
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# A report line longer than this is not one of the kit's programs' reports: refused unread.
+MARKED_JSON_MAX_CHARS = 1 << 20
+
+
+def marked_json(output: str, marker: str, max_chars: int = MARKED_JSON_MAX_CHARS) -> dict | None:
+    """The JSON object a program printed as its report, `marker` + JSON on one line, or None
+    when there is no such line, or the last one is over max_chars, not JSON, or not an object.
+    The last marked line counts: a program reports when it is done, after anything it imported
+    may have printed."""
+    line = None
+    for candidate in output.splitlines():
+        if candidate.startswith(marker):
+            line = candidate
+    if line is None or len(line) - len(marker) > max_chars:
+        return None
+    try:
+        record = json.loads(line[len(marker) :])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def systemd_is_pid1(root: str = "/") -> bool:

@@ -28,18 +28,16 @@ deploy; the module's task has a timeout as well.
 from __future__ import annotations
 
 import inspect
-import json
 import re
 
 from ansible.module_utils import launch_probe
-from ansible.module_utils.launch_probe import MARKER
 from ansible.module_utils.sglang_args import RULES, ArgvError, launch_rule_errors
 
 
 # The probe is module_utils/launch_probe.py, a program of its own so that ruff lints it and tests
 # import it. Importing it here makes Ansible ship it in launch_check's payload (no file to copy,
 # no parameter naming one); it runs from its source in the runtime's Python, which has sglang
-# and no Ansible. Its MARKER is read back below from the same import.
+# and no Ansible. library/launch_check.py reads its MARKER line back with marked_json().
 def probe_source() -> str:
     return inspect.getsource(launch_probe)
 
@@ -69,17 +67,6 @@ def flag_in(message: str, argv: list[str]) -> str | None:
         if candidate in used:
             return candidate
     return candidates[0] if candidates else None
-
-
-def parse_probe_output(stdout: str) -> dict | None:
-    line = next((x for x in stdout.splitlines() if x.startswith(MARKER)), None)
-    if line is None:
-        return None
-    try:
-        result = json.loads(line[len(MARKER) :])
-    except ValueError:
-        return None
-    return result if isinstance(result, dict) else None
 
 
 def errors_of(result: dict, argv: list[str]) -> list[ArgvError]:

@@ -3,9 +3,10 @@
 A program, run by library/launch_check.py as `<runtime python> -c <this file's source> SECONDS`
 with the argv as JSON on stdin (module_utils/launch_check.py says what it checks and why). The
 runtime's Python has sglang and no Ansible: at the top this file imports only the standard
-library, and sglang inside main(). It prints one line, MARKER + JSON; launch_check's
-parse_probe_output() reads it with the same MARKER. SIGALRM ends it after SECONDS with a
-"deadline" report and EXIT_DEADLINE, so a runtime whose import hangs cannot hold the deploy.
+library, and sglang inside main(). It prints one line, MARKER + JSON; library/launch_check.py
+reads it with module_utils/host_helpers.py marked_json() and the same MARKER. SIGALRM ends it
+after SECONDS with a "deadline" report and EXIT_DEADLINE, so a runtime whose import hangs cannot
+hold the deploy.
 """
 
 from __future__ import annotations

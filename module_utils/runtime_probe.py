@@ -4,8 +4,8 @@ A program, run by library/runtime_check.py as
 `<environment's python> -c <this file's source> PACKAGE IMPORT_NAME`, so that the metadata,
 the environment markers and the packaging library are the environment's own. That Python has
 no Ansible: at the top it imports only the standard library, and packaging (or pip's vendored
-copy) inside check_requirements(). It prints one line, MARKER + JSON; parse_output() reads it
-back for the module.
+copy) inside check_requirements(). It prints one line, MARKER + JSON; the module reads it
+back with module_utils/host_helpers.py marked_json().
 """
 
 from __future__ import annotations
@@ -68,18 +68,6 @@ def check_requirements(requires: list[str], installed: dict[str, str]) -> list[d
 
 def report_line(record: dict) -> str:
     return MARKER + json.dumps(record)
-
-
-def parse_output(stdout: str) -> dict | None:
-    """The probe's record from its output, or None when it printed none (or not a record)."""
-    line = next((x for x in stdout.splitlines() if x.startswith(MARKER)), None)
-    if line is None:
-        return None
-    try:
-        record = json.loads(line[len(MARKER) :])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def main(argv: list[str] | None = None) -> None:

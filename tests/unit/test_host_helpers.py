@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -148,3 +149,23 @@ def test_secrets_are_masked_with_ansibles_mask_and_only_secrets():
         "n": [1, {"db_password": "********"}],
     }
     assert helpers.MASK == "********"
+
+
+def test_marked_json_reads_the_last_report_line_and_refuses_what_is_not_one():
+    marker = "REPORT "
+    report = {"ok": True, "values": {"tp_size": 8}}
+    first = marker + json.dumps({"ok": False})
+    said = f"a warning\n{first}\nmore noise\n{marker}{json.dumps(report)}"
+    assert helpers.marked_json(said, marker) == report
+    assert helpers.marked_json("nothing marked\n", marker) is None
+    assert helpers.marked_json(f"  {marker}{json.dumps(report)}", marker) is None  # not at start
+    assert helpers.marked_json(f"{marker}{{cut", marker) is None
+    assert helpers.marked_json(f"{marker}[1, 2]", marker) is None
+    assert helpers.marked_json(f"{marker}null", marker) is None
+    # The last marked line is the report, even when it is broken: no older one stands in.
+    assert helpers.marked_json(f"{marker}{json.dumps(report)}\n{marker}{{cut", marker) is None
+    big = f"{marker}{json.dumps({'x': 'y' * 100})}"
+    assert helpers.marked_json(big, marker, max_chars=200) == {"x": "y" * 100}
+    assert helpers.marked_json(big, marker, max_chars=100) is None
+    huge = marker + json.dumps({"x": "y" * helpers.MARKED_JSON_MAX_CHARS})
+    assert helpers.marked_json(huge, marker) is None

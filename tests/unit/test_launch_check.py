@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import launch_probe
+from ansible.module_utils.host_helpers import marked_json
 from ansible.module_utils.launch_check import (
     errors_of,
     flag_in,
-    parse_probe_output,
     probe_argv,
     probe_source,
 )
@@ -197,6 +197,11 @@ def test_probe_output_is_read_back_with_the_same_marker():
     assert parse_probe_output(line.replace(launch_probe.MARKER, "OTHER ")) is None
     assert parse_probe_output(launch_probe.MARKER + "{cut") is None
     assert parse_probe_output(launch_probe.MARKER + "[1]") is None
+
+
+def parse_probe_output(stdout: str) -> dict | None:
+    """The probe's report, read as library/launch_check.py reads it."""
+    return marked_json(stdout, launch_probe.MARKER)
 
 
 def test_probe_turns_parser_values_into_json():

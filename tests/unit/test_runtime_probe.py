@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import runtime_probe
+from ansible.module_utils.host_helpers import marked_json
 
 from tests.support.modules import run_module
 
@@ -53,7 +54,7 @@ def run_probe(pythonpath: Path, package: str = "demo") -> subprocess.CompletedPr
 def test_probe_checks_the_requirements_the_environment_applies(tmp_path):
     done = run_probe(distribution(tmp_path))
     assert done.returncode == 0, done.stderr
-    record = runtime_probe.parse_output(done.stdout)
+    record = marked_json(done.stdout, runtime_probe.MARKER)
     assert record["version"] == "1.0" and record["import_version"] == "1.0"
     assert record["import_error"] is None and record["python"] == sys.executable
     assert record["packages"]["demo"] == "1.0"
@@ -76,10 +77,10 @@ def test_probe_checks_the_requirements_the_environment_applies(tmp_path):
 
 def test_probe_reports_a_failed_import_and_a_missing_package(tmp_path):
     broken = distribution(tmp_path / "broken", body="raise RuntimeError('no GPU driver')\n")
-    record = runtime_probe.parse_output(run_probe(broken).stdout)
+    record = marked_json(run_probe(broken).stdout, runtime_probe.MARKER)
     assert record["version"] == "1.0"
     assert record["import_error"] == "RuntimeError: no GPU driver"
-    missing = runtime_probe.parse_output(run_probe(tmp_path / "broken", "absent").stdout)
+    missing = marked_json(run_probe(tmp_path / "broken", "absent").stdout, runtime_probe.MARKER)
     assert missing["version"] is None and missing["requirements"] == []
     assert missing["import_error"] == "ModuleNotFoundError: No module named 'absent'"
 
@@ -101,10 +102,10 @@ def test_probe_output_is_read_back_with_the_same_marker():
     record = {"version": "0.5.23", "requirements": []}
     line = runtime_probe.report_line(record)
     assert line.startswith("KIMI-RUNTIME {")
-    assert runtime_probe.parse_output("pip said something\n" + line + "\n") == record
-    assert runtime_probe.parse_output("no marker here") is None
-    assert runtime_probe.parse_output(runtime_probe.MARKER + "{cut") is None
-    assert runtime_probe.parse_output(runtime_probe.MARKER + json.dumps([1])) is None
+    assert marked_json("pip said something\n" + line + "\n", runtime_probe.MARKER) == record
+    assert marked_json("no marker here", runtime_probe.MARKER) is None
+    assert marked_json(runtime_probe.MARKER + "{cut", runtime_probe.MARKER) is None
+    assert marked_json(runtime_probe.MARKER + json.dumps([1]), runtime_probe.MARKER) is None
 
 
 def test_the_module_names_each_unmet_requirement(tmp_path, monkeypatch):
