@@ -25,15 +25,27 @@ def load_module(name: str):
 def run_module(name: str, args: dict, check_mode: bool = False) -> dict:
     """The module's JSON result; `failed` is set when it called fail_json."""
     module = load_module(name)
+    # A module runs in a process of its own: no controller code loaded (once any test imports
+    # some, ansible-core 2.19 sends module warnings to the controller's display instead of the
+    # result) and no warnings yet from an earlier run.
+    from ansible.module_utils import _internal
+    from ansible.module_utils.common import warnings as ansible_warnings
+
+    ansible_warnings._global_warnings.clear()
+    ansible_warnings._global_deprecations.clear()
     if check_mode:
         args = {**args, "_ansible_check_mode": True}
     stdout = io.StringIO()
-    with (
-        patch_module_args(args),
-        contextlib.redirect_stdout(stdout),
-        contextlib.suppress(SystemExit),
-    ):
-        module.main()
+    was_controller, _internal.is_controller = _internal.is_controller, False
+    try:
+        with (
+            patch_module_args(args),
+            contextlib.redirect_stdout(stdout),
+            contextlib.suppress(SystemExit),
+        ):
+            module.main()
+    finally:
+        _internal.is_controller = was_controller
     return json.loads(stdout.getvalue())
 
 
