@@ -73,9 +73,12 @@ syntax: setup
 	  $(BIN)/ansible-playbook --syntax-check -i $$(dirname $$inv) $$pb >/dev/null; \
 	done; done
 
+# make test's pytest runs two workers (pytest-xdist), each taking whole files, so module-scoped
+# test hosts are made once: most of an integration test is waiting on SSH, sleeps of the
+# simulator and server start-ups, which the other worker fills.
 pytest: setup test-deps
 	$(BIN)/python -m tests.support.testhosts down --stale
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 # The launch-command contract against the real parser of the pinned sglang, in a CPU-only venv
 # holding sglang and only what its argument parsing imports (tests/contract/README.md). Every

@@ -16,37 +16,8 @@ description:
     manifest), it writes the manifest and reports changed, so the next run hashes nothing.
     Supports check mode (then it writes nothing).
 version_added: "0.1.0"
-options:
-  local_dir:
-    description: Folder of the repository.
-    type: path
-    required: true
-  repo_id:
-    description: Repository id, written into the manifest.
-    type: str
-    required: true
-  revision:
-    description: 40-character commit SHA the files must belong to.
-    type: str
-    required: true
-  files:
-    description: The hub's file list (path, size, sha256, blob_id) from hub_repo_info.
-    type: list
-    elements: dict
-    required: true
-  verify:
-    description: C(full) hashes files the manifest does not vouch for; C(size) checks sizes.
-    type: str
-    default: full
-    choices: [full, size]
-  rehash:
-    description: Hash every file even when the manifest vouches for it.
-    type: bool
-    default: false
-  hash_workers:
-    description: Files hashed in parallel; 0 means one per CPU.
-    type: int
-    default: 0
+extends_documentation_fragment:
+  - kimi_weights_repository
 author:
   - kimi-deploy-kit maintainers
 """
@@ -93,20 +64,16 @@ hashed:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.weights import inspect_files, write_manifest  # noqa: E402
+from ansible.module_utils.weights import (  # noqa: E402
+    REPOSITORY_OPTIONS,
+    inspect_files,
+    write_manifest,
+)
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "local_dir": {"type": "path", "required": True},
-            "repo_id": {"type": "str", "required": True},
-            "revision": {"type": "str", "required": True},
-            "files": {"type": "list", "elements": "dict", "required": True},
-            "verify": {"type": "str", "default": "full", "choices": ["full", "size"]},
-            "rehash": {"type": "bool", "default": False},
-            "hash_workers": {"type": "int", "default": 0},
-        },
+        argument_spec=REPOSITORY_OPTIONS,
         supports_check_mode=True,
     )
     p = module.params

@@ -25,23 +25,6 @@ description:
     verified before stays on disk and in the manifest.
 version_added: "0.1.0"
 options:
-  repo_id:
-    description: Repository id, owner/name.
-    type: str
-    required: true
-  revision:
-    description: 40-character commit SHA.
-    type: str
-    required: true
-  local_dir:
-    description: Folder the repository is downloaded into.
-    type: path
-    required: true
-  files:
-    description: The hub's file list (path, size, sha256, blob_id) from hub_repo_info.
-    type: list
-    elements: dict
-    required: true
   hf_token_file:
     description: >-
       File on the host holding the Hugging Face token for gated repositories (mode 0600; the
@@ -61,15 +44,6 @@ options:
     description: The child's output and the watchdog's log.
     type: path
     required: true
-  verify:
-    description: C(full) hashes, C(size) checks sizes only.
-    type: str
-    default: full
-    choices: [full, size]
-  rehash:
-    description: Hash every file even when the manifest vouches for it.
-    type: bool
-    default: false
   stall_timeout:
     description: Seconds without new bytes before a restart.
     type: int
@@ -89,14 +63,12 @@ options:
     description: Files downloaded in parallel.
     type: int
     default: 8
-  hash_workers:
-    description: Files hashed in parallel; 0 means one per CPU.
-    type: int
-    default: 0
   poll_interval:
     description: Seconds between progress updates.
     type: float
     default: 1.0
+extends_documentation_fragment:
+  - kimi_weights_repository
 author:
   - kimi-deploy-kit maintainers
 """
@@ -171,27 +143,22 @@ repaired:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.weights import REPOSITORY_OPTIONS  # noqa: E402
 from ansible.module_utils.weights_transfer import Download, Failure  # noqa: E402
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "repo_id": {"type": "str", "required": True},
-            "revision": {"type": "str", "required": True},
-            "local_dir": {"type": "path", "required": True},
-            "files": {"type": "list", "elements": "dict", "required": True},
+            **REPOSITORY_OPTIONS,
             "python": {"type": "path", "required": True},
             "hf_token_file": {"type": "path"},
             "status_file": {"type": "path", "required": True},
             "log_file": {"type": "path", "required": True},
-            "verify": {"type": "str", "default": "full", "choices": ["full", "size"]},
-            "rehash": {"type": "bool", "default": False},
             "stall_timeout": {"type": "int", "default": 300},
             "max_restarts": {"type": "int", "default": 5},
             "xet_fallback": {"type": "bool", "default": True},
             "max_workers": {"type": "int", "default": 8},
-            "hash_workers": {"type": "int", "default": 0},
             "poll_interval": {"type": "float", "default": 1.0},
         },
     )

@@ -27,6 +27,19 @@ HF_STATE = os.path.join(".cache", "huggingface")
 CHUNK = 8 << 20
 
 
+# The argument spec weights_download and weights_check share (doc_fragments/
+# kimi_weights_repository.py documents it).
+REPOSITORY_OPTIONS = {
+    "repo_id": {"type": "str", "required": True},
+    "revision": {"type": "str", "required": True},
+    "local_dir": {"type": "path", "required": True},
+    "files": {"type": "list", "elements": "dict", "required": True},
+    "verify": {"type": "str", "default": "full", "choices": ["full", "size"]},
+    "rehash": {"type": "bool", "default": False},
+    "hash_workers": {"type": "int", "default": 0},
+}
+
+
 def file_entries(files: list[dict]) -> dict[str, dict]:
     return {entry["path"]: entry for entry in files}
 

@@ -27,6 +27,18 @@ def pytest_sessionstart(session):
         testhosts.down_runs(stale_only=True)
 
 
+REAL_SYSCTL = Path("/proc/sys/kernel/numa_balancing")
+
+
+@pytest.fixture(scope="module")
+def real_machine_untouched():
+    """Whatever a test does, this machine's own NUMA balancing stays as it was."""
+    before = REAL_SYSCTL.read_text() if REAL_SYSCTL.exists() else None
+    yield
+    after = REAL_SYSCTL.read_text() if REAL_SYSCTL.exists() else None
+    assert after == before, "a test changed this machine's kernel.numa_balancing"
+
+
 @pytest.fixture
 def make_testhosts():
     """Factory: make_testhosts(["ct200", "h200"]) -> a running TestHostCluster, removed after."""
@@ -67,11 +79,17 @@ if str(REPO / "module_utils") not in ansible.module_utils.__path__:
 
 def downloaded_wheels(requirements: Path, folder: Path) -> Path:
     """The wheels a requirements file pins, downloaded once into folder (again when it changes)."""
+    import fcntl
     import shutil
     import subprocess
 
     stamp = folder / ".requirements"
-    if not stamp.is_file() or stamp.read_text() != requirements.read_text():
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # make test runs pytest-xdist workers side by side: one downloads, the others wait for it.
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.is_file() and stamp.read_text() == requirements.read_text():
+            return folder
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         subprocess.run(
@@ -90,6 +108,7 @@ def downloaded_wheels(requirements: Path, folder: Path) -> Path:
                 str(folder),
             ],
             check=True,
+            timeout=900,
         )
         stamp.write_text(requirements.read_text())
     return folder
@@ -123,3 +142,25 @@ def runtime_wheelhouse(wheelhouse, tmp_path_factory):
             shutil.copy2(wheel, folder)
     build_wheel(folder)
     return folder
+
+
+# Under pytest-xdist (make test) the longest files go first, so that one worker runs the
+# end-to-end deploy while the other goes through everything else; alone, unit tests go first.
+LONGEST_FIRST = (
+    "tests/integration/test_deploy.py",
+    "tests/integration/test_server.py",
+    "tests/integration/test_weights.py",
+    "tests/integration/test_benchmark.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    # The workers collect (and order) the tests the controller hands out.
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: within a rank, collection order

@@ -1,12 +1,7 @@
-"""The deploy-time launch check: argv parsed by the installed runtime's own parser.
-
-Unit tests run the probe (module_utils/launch_check.py) in this Python against the test
-runtimes' packages (tests/support/fake_sglang.py: the release flavour, and the fake DDTree
-pull-request flavour), and against the real sglang 0.5.23 where `make test-contract` built its
-venv. The
-integration test runs the server role over an SSH test host: a flag the user added in
+"""The deploy-time launch check over an SSH test host: a flag the user added in
 kimi_server_settings.extra_args that the runtime does not know fails the deploy naming it, and
-the running server is left as it was.
+the running server is left as it was; the git runtime checks DDTree with its own parser.
+(tests/unit/test_launch_check.py runs the probe itself.)
 """
 
 from __future__ import annotations
@@ -22,27 +17,6 @@ from tests.support.hostprep import put_file
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.runtime
-CONTRACT_PYTHON = REPO / "tests" / ".state" / "contract-venv" / "bin" / "python"
-
-BASE = [
-    "--model-path", "/w/t",
-    "--trust-remote-code",
-    "--tp-size", "8",
-    "--attention-backend", "triton",
-    "--host", "127.0.0.1",
-    "--port", "30000",
-    "--enable-metrics",
-]  # fmt: skip
-DDTREE = [
-    "--speculative-algorithm", "DDTREE",
-    "--speculative-draft-model-path", "/w/d",
-    "--speculative-num-draft-tokens", "8",
-    "--speculative-dflash-block-size", "8",
-    "--page-size", "1",
-    "--disable-overlap-schedule",
-    "--speculative-ddtree-budget", "16",
-]  # fmt: skip
-
 
 HOST = "lc"
 CHECK = "Check the launch with the runtime's own parser"

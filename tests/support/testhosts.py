@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -260,21 +261,28 @@ class TestHostCluster:
         check_prerequisites(systemd=bool(systemd))
         if len(profiles) > 200:
             raise TestHostError("at most 200 test hosts per run")
-        run_id = secrets.token_hex(2)
-        slot = free_subnet_slot()
-        state = RUNS_ROOT / f"{PREFIX}-{run_id}"
-        state.mkdir(parents=True, mode=0o700)
         owner = os.getpid() if owner_pid is None else owner_pid
-        cluster = cls(
-            run_id=run_id,
-            state_dir=str(state),
-            bridge=f"{PREFIX}{run_id}br",
-            subnet=f"{SUBNET_BASE}.{slot}.0/24",
-            gateway=f"{SUBNET_BASE}.{slot}.1",
-            owner_pid=owner,
-            owner_start=process_start_time(owner) if owner else None,
-        )
-        cluster.save()  # recorded first, so an interruption from here on is cleaned up
+        RUNS_ROOT.mkdir(parents=True, exist_ok=True)
+        # Test runs side by side (pytest-xdist workers) take their subnet and name in turn:
+        # a run is recorded before the lock is let go, so the next one sees its slot taken.
+        with open(RUNS_ROOT / ".allocate.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            run_id = secrets.token_hex(2)
+            while (RUNS_ROOT / f"{PREFIX}-{run_id}").exists():
+                run_id = secrets.token_hex(2)
+            slot = free_subnet_slot()
+            state = RUNS_ROOT / f"{PREFIX}-{run_id}"
+            state.mkdir(parents=True, mode=0o700)
+            cluster = cls(
+                run_id=run_id,
+                state_dir=str(state),
+                bridge=f"{PREFIX}{run_id}br",
+                subnet=f"{SUBNET_BASE}.{slot}.0/24",
+                gateway=f"{SUBNET_BASE}.{slot}.1",
+                owner_pid=owner,
+                owner_start=process_start_time(owner) if owner else None,
+            )
+            cluster.save()  # recorded first, so an interruption from here on is cleaned up
         try:
             cluster._start(profiles, names, captures or {}, set(systemd))
         except BaseException:

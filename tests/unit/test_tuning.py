@@ -1,11 +1,9 @@
-"""The tuning stage: host_tuning in-process against fake /proc/sys and /sys trees, its
-module_utils pieces directly, then the role over SSH test hosts (converge, idempotence, check
-mode, restore through teardown.yml, a missing fabric manager).
+"""The tuning stage in-process: host_tuning against fake /proc/sys and /sys trees, and its
+module_utils pieces directly (tests/integration/test_tuning.py runs the role over SSH).
 
 kernel.numa_balancing and cpufreq are not namespaced, so every run here points the module's
-root prefix at a fake tree (tmp_path in-process, /srv on test hosts, which is private to each
-host); the real values of this machine are compared before and after. Test hosts have no GPU
-or torch, so the all-reduce check is turned off (tests/unit/test_allreduce_check.py covers it).
+root prefix at a fake tree in tmp_path; the real values of this machine are compared before
+and after (real_machine_untouched). The all-reduce check: tests/unit/test_allreduce_check.py.
 """
 
 from __future__ import annotations
@@ -62,18 +60,7 @@ REPO = Path(__file__).resolve().parents[2]
 FAKES = REPO / "tests" / "support" / "fakes"
 CAPTURES = REPO / "tests" / "fixtures" / "gpu-hosts"
 DRIVER = "580.159.04"  # of every GPU capture
-pytestmark = pytest.mark.tuning
-
-REAL_SYSCTL = Path("/proc/sys/kernel/numa_balancing")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def real_machine_untouched():
-    """Whatever a test does, this machine's own NUMA balancing stays as it was."""
-    before = REAL_SYSCTL.read_text() if REAL_SYSCTL.exists() else None
-    yield
-    after = REAL_SYSCTL.read_text() if REAL_SYSCTL.exists() else None
-    assert after == before, "a test changed this machine's kernel.numa_balancing"
+pytestmark = [pytest.mark.tuning, pytest.mark.usefixtures("real_machine_untouched")]
 
 
 # --------------------------------------------------------------------------------------------

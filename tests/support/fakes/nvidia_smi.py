@@ -25,7 +25,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 CAPTURE_ENV = "FAKE_NVIDIA_SMI_CAPTURE"
-DEFAULT_CAPTURE = Path(__file__).resolve().parents[2] / "share" / "fake-nvidia-smi"
+DEFAULT_CAPTURE = Path(__file__).resolve().parent.parent / "share" / "fake-nvidia-smi"
 FAULT_FILE = Path(os.environ.get("FAKE_NVIDIA_SMI_FAULT_FILE", "/etc/fake-nvidia-smi/fault"))
 STATE_DIR = Path(os.environ.get("FAKE_NVIDIA_SMI_STATE_DIR", "/etc/fake-nvidia-smi"))
 PERSISTENCE_FILE = "persistence_mode.json"
