@@ -73,12 +73,12 @@ syntax: setup
 	  $(BIN)/ansible-playbook --syntax-check -i $$(dirname $$inv) $$pb >/dev/null; \
 	done; done
 
-# make test's pytest runs two workers (pytest-xdist), each taking whole files, so module-scoped
-# test hosts are made once: most of an integration test is waiting on SSH, sleeps of the
-# simulator and server start-ups, which the other worker fills.
+# make test's pytest runs three workers (pytest-xdist), each taking whole files, so
+# module-scoped test hosts are made once. An integration test mostly waits (SSH, the
+# simulator's steps, server start-ups): on two workers the suite used 0.55 of a core.
 pytest: setup test-deps
 	$(BIN)/python -m tests.support.testhosts down --stale
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 3 --dist loadfile
 
 # The launch-command contract against the real parser of the pinned sglang, in a CPU-only venv
 # holding sglang and only what its argument parsing imports (tests/contract/README.md). Every

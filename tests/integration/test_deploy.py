@@ -33,7 +33,9 @@ from tests.support.hub_server import LocalHub, token_env
 from tests.support.results_tree import TEMPLATE, Sim, implied_speedup_range
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.runtime, pytest.mark.integration]
+# The first test carries the whole deploy, benchmark and report (its fixture): about 8 minutes
+# alone, more while other test files run beside it under make test.
+pytestmark = [pytest.mark.runtime, pytest.mark.integration, pytest.mark.timeout(1500)]
 
 TOKEN = "hf_deploy_good_2b7e41"
 HOSTS = ["ct200-a", "b200-a"]

@@ -177,10 +177,26 @@ def measure(job: dict) -> str:
         json.dumps({"host": job["host"], "config": config, "records": {"launch": str(record)}})
     )
     log = Path(job["work"]) / f"{job['host']}-{config}.log"
-    process = serve(launch, Path(job["runtimes"][kind]), environment, log)
-    url = f"http://127.0.0.1:{port}"
+    # A free port may be taken by another process before the simulator binds it (the quick
+    # run starts six at once, beside other tests): then another port, at most three times.
+    for attempt in range(3):
+        if attempt:
+            port = free_port()
+            launch = next(item for item in launches(port) if item["name"] == config)
+        process = serve(launch, Path(job["runtimes"][kind]), environment, log)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, process)
+            break
+        except RuntimeError as error:
+            process.kill()
+            process.wait()
+            tail = log.read_text(errors="replace")[-2000:]
+            if "address already in use" not in tail.lower() or attempt == 2:
+                problem = f"{job['host']} {config}: {error}; its log ends:\n{tail}"
+                raise RuntimeError(problem) from None
+    record.write_text(json.dumps({**launch, "config": config}) + "\n")
     try:
-        wait_healthy(url, process)
         result = run_module(
             "sglang_benchmark",
             {
