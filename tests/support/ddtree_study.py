@@ -48,6 +48,9 @@ CHAIN_SETTINGS = {
     "dflash-tree-backend": {"SGLANG_SIM_STEP_MS": "29", "SGLANG_SIM_ACCEPT": "4.4"},
 }
 PREFILL_MS = 50
+HOST_PYTHONS = yaml.safe_load((REPO / "group_vars/all/serving.yml").read_text())[
+    "kimi_runtime_pythons"
+]
 PROMPT_SET = "gsm8k-like"
 RENDER_SETTINGS = {
     "model_path": "/opt/kimi/weights/moonshotai/Kimi-K2.6",
@@ -90,7 +93,9 @@ def launches(port: int) -> list[dict]:
     definitions["ddtree"] = {**definitions["ddtree"], "budgets": BUDGETS}
     settings = {
         **RENDER_SETTINGS,
-        "pythons": {"release": sys.executable, "git": sys.executable},
+        # The runtimes' Pythons on a ct200 host (group_vars/all/serving.yml), as the launch
+        # records show them; serve() runs the argv with this Python instead.
+        "pythons": HOST_PYTHONS,
         "port": port,
     }
     selected = ["ar", "dflash", "dflash-tree-backend", "ddtree"]
@@ -99,10 +104,11 @@ def launches(port: int) -> list[dict]:
 
 def serve(launch: dict, runtime: Path, environment: dict, log: Path) -> subprocess.Popen:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(runtime), **environment}
+    argv = list(launch["argv"])
+    if argv and argv[0] in HOST_PYTHONS.values():
+        argv[0] = sys.executable
     with log.open("w") as handle:
-        return subprocess.Popen(
-            launch["argv"], env=env, stdout=handle, stderr=subprocess.STDOUT, text=True
-        )
+        return subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT, text=True)
 
 
 def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 60) -> None:
