@@ -47,7 +47,10 @@ lock:
 	  .lock-venv/bin/python -m pip freeze --all --exclude pip --exclude setuptools --exclude wheel | LC_ALL=C sort -f; } > requirements.lock
 	rm -rf .lock-venv
 
-test: setup test-deps lint syntax pytest
+# Lint and the syntax checks run beside pytest (they need the CPU its waiting leaves idle);
+# each one's output comes out in lines, and any failure fails the target.
+test: setup test-deps
+	$(MAKE) --no-print-directory -j3 --output-sync=line lint syntax pytest
 
 # The inner loop: modules, module_utils, analysis, simulator and hub, without test hosts.
 test-unit: setup

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -505,8 +506,17 @@ def test_only_a_worker_this_module_started_is_killed(tmp_path):
             [sys.executable, "-c", "import time; time.sleep(60)", *argv], start_new_session=True
         )
 
+    def named(process: subprocess.Popen, mark: str) -> None:
+        # Popen returns once exec began; the kernel fills /proc/<pid>/cmdline a moment later.
+        deadline = time.monotonic() + 10
+        cmdline = Path(f"/proc/{process.pid}/cmdline")
+        while mark.encode() not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     pid_file = tmp_path / "worker.pid"
     other, ours = start("someone-else"), start(weights_worker.PROCESS_MARK)
+    named(other, "someone-else")
+    named(ours, weights_worker.PROCESS_MARK)
     try:
         pid_file.write_text(f"{other.pid}\n")
         kill_previous_worker(str(pid_file))
