@@ -114,6 +114,7 @@ from ansible.module_utils.benchmark import (  # noqa: E402
     prompt_of,
     render_chat,
     special_tokens,
+    template_files,
 )
 from ansible.module_utils.host_helpers import atomic_write, file_sha256  # noqa: E402
 
@@ -230,13 +231,7 @@ def read_rows(path: str) -> list[dict]:
 
 
 def load_template(model_dir: str) -> tuple[str, str, dict]:
-    files = {}
-    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
-        try:
-            with open(os.path.join(model_dir, name), encoding="utf-8") as handle:
-                files[name] = handle.read()
-        except OSError:
-            pass
+    files = template_files(model_dir)
     try:
         template, source = chat_template_of(files)
         tokens = special_tokens(json.loads(files.get("tokenizer_config.json") or "{}"))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 
 SCHEMA_VERSION = 1
@@ -475,6 +476,21 @@ def special_tokens(config: dict) -> dict:
         if isinstance(value, str):
             found[name] = value
     return found
+
+
+TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
+
+
+def template_files(folder: str) -> dict[str, str]:
+    """The model folder's files chat_template_of reads, {name: text}, those that can be read."""
+    files = {}
+    for name in TEMPLATE_FILES:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                files[name] = handle.read()
+        except OSError:
+            pass
+    return files
 
 
 def chat_template_of(files: dict) -> tuple[str | None, str]:

@@ -23,6 +23,7 @@ from ansible.module_utils.benchmark import (
     server_delta,
     special_tokens,
     summarize_level,
+    template_files,
 )
 from ansible.module_utils.benchmark_client import (
     Target,
@@ -82,13 +83,7 @@ def render_rows(rows: list[dict], server_info: dict) -> list[str]:
     if all("prompt" in row for row in rows):
         return [row["prompt"] for row in rows]
     folder = server_info.get("tokenizer_path") or server_info.get("model_path") or ""
-    files = {}
-    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
-        try:
-            with open(os.path.join(folder, name), encoding="utf-8") as handle:
-                files[name] = handle.read()
-        except OSError:
-            pass
+    files = template_files(folder)
     template, _source = chat_template_of(files)
     if template is None:
         raise ValueError(
