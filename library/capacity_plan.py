@@ -14,6 +14,9 @@ description:
     the BF16 rest, the vision tower and an optional drafter.
   - The KV pool is what SGLang's static memory fraction leaves after the weights, in tokens.
   - Does not fail when the model does not fit; returns C(fits=false) and a C(reason).
+  - Fails, naming the file, the field, what it holds and what is needed, when a config field
+    the plan reads is missing, not an integer (a boolean is not one), out of its range, or
+    when tp_size does not divide what SGLang splits over ranks.
 version_added: "0.1.0"
 options:
   model_config:
@@ -28,9 +31,17 @@ options:
     type: int
     required: true
   tp_size:
-    description: Tensor-parallel size.
+    description: >-
+      Tensor-parallel size: from 1 to 1024, dividing the attention heads and MLP widths of the
+      target (and drafter) that SGLang splits evenly over ranks; fails naming the field
+      otherwise.
     type: int
     required: true
+  gpu_count:
+    description: >-
+      GPUs the server can span (gpu_facts count, times the nodes of a multi-node server), when
+      known. A tp_size above it gives C(fits=false) with a reason.
+    type: int
   mem_fraction_static:
     description: SGLang's --mem-fraction-static.
     type: float
@@ -118,19 +129,30 @@ import json  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.capacity import KV_DTYPE_BYTES, CapacityError, plan  # noqa: E402
 
+# A config.json is a few KiB; anything this large is not one.
+MAX_CONFIG_BYTES = 16 << 20
+
 
 def read_config(module: AnsibleModule, option: str) -> dict | None:
     path = module.params[option]
     if path is None:
         return None
     try:
-        with open(path) as handle:
-            return json.load(handle)
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ValueError(f"over {MAX_CONFIG_BYTES} bytes")
+        config = json.loads(data)
     except FileNotFoundError:
         module.fail_json(msg=f"{option}: {path} does not exist. Needed: an HF-style config.json.")
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"{option}: {path} is not a readable JSON config ({exc}).")
-    return None
+    if not isinstance(config, dict):
+        module.fail_json(
+            msg=f"{option}: {path} holds a JSON {type(config).__name__}; needed: an HF-style "
+            "config.json (a JSON object). Fix: point it at the model's config.json."
+        )
+    return config
 
 
 def main() -> None:
@@ -140,6 +162,7 @@ def main() -> None:
             "draft_model_config": {"type": "path"},
             "gpu_memory_mib": {"type": "int", "required": True},
             "tp_size": {"type": "int", "required": True},
+            "gpu_count": {"type": "int"},
             "mem_fraction_static": {"type": "float", "required": True},
             "kv_cache_dtype": {
                 "type": "str",
@@ -164,13 +187,11 @@ def main() -> None:
             draft_model_config=draft_config,
             overhead_mib=params["overhead_mib"],
             min_kv_tokens=params["min_kv_tokens"],
+            gpu_count=params["gpu_count"],
+            sources=(params["model_config"], params["draft_model_config"]),
         )
     except CapacityError as exc:
         module.fail_json(msg=str(exc))
-    except KeyError as exc:
-        module.fail_json(
-            msg=f"the config lacks {exc}; needed: a DeepSeek-V3-style config (MLA dimensions)."
-        )
     module.exit_json(changed=False, **result)
 
 

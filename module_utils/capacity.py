@@ -16,6 +16,10 @@ and the plan. The model follows how SGLang lays the model out under tensor paral
   overhead that SGLang never sees: the driver's reserve (637 MiB on an RTX PRO 6000), the
   CUDA context and NCCL's buffers. 3 GiB reproduces the published SGLang KV pool of Kimi
   K2.5 on 8x RTX PRO 6000 (tests/unit/test_capacity.py names the source).
+
+A config.json is outside input: every field read is checked first (an int that is not a bool,
+within bounds far above any released model), and tp_size is checked against what SGLang
+splits evenly over ranks, so a plan never holds a negative, NaN or silently wrong figure.
 """
 
 from __future__ import annotations
@@ -29,13 +33,177 @@ BF16 = 2
 KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
+# Bounds on config fields: far above any released model, low enough that every product
+# below stays exact in a float.
+MAX_WIDTH = 1 << 20  # hidden and intermediate sizes, ranks, head dimensions
+MAX_LAYERS = 4096
+MAX_HEADS = 1 << 16
+MAX_EXPERTS = 1 << 16
+MAX_VOCAB = 1 << 24
+MAX_TP = 1024
+MAX_GPU_MEMORY_MIB = 1 << 24  # 16 TiB on one GPU
+MAX_GPU_COUNT = 1 << 16
+MAX_KV_TOKENS = 1 << 40
+MISSING = object()
+
+
 class CapacityError(Exception):
     pass
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Fields:
+    """Reads one config (or a part of it) and fails naming the file, the field, what was
+    found and what is needed."""
+
+    def __init__(self, config, source: str, prefix: str = ""):
+        self.source, self.prefix = source, prefix
+        if not isinstance(config, dict):
+            raise self.error("", config, "a JSON object")
+        self.config = config
+
+    def error(self, name: str, value, needed: str) -> CapacityError:
+        field = f"{self.prefix}{name}" or "the top level"
+        found = "missing" if value is MISSING else f"{value!r}"
+        return CapacityError(
+            f"{self.source}: {field} is {found}; needed: {needed}. Fix: correct {field} in "
+            f"{self.source} (copy the model's config.json from its hub repository unchanged)."
+        )
+
+    def integer(self, name: str, high: int, low: int = 1, default=MISSING, nullable=False) -> int:
+        value = self.config.get(name, default)
+        if value is None and nullable:
+            return None
+        if not _is_int(value) or not low <= value <= high:
+            raise self.error(name, value, f"an integer from {low} to {high}")
+        return value
+
+    def flag(self, name: str) -> bool:
+        value = self.config.get(name, False)
+        if not isinstance(value, bool):
+            raise self.error(name, value, "true or false")
+        return value
+
+    def part(self, name: str, nullable: bool = True) -> Fields | None:
+        value = self.config.get(name)
+        if value is None and nullable:
+            return None
+        if not isinstance(value, dict):
+            raise self.error(name, value, "a JSON object")
+        return Fields(value, self.source, f"{self.prefix}{name}.")
+
+
+def _check_mla(cfg: Fields) -> None:
+    heads = cfg.integer("num_attention_heads", MAX_HEADS)
+    for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
+        cfg.integer(name, MAX_WIDTH)
+    cfg.integer("q_lora_rank", MAX_WIDTH, nullable=True, default=None)
+    kv_heads = cfg.config.get("num_key_value_heads")
+    if kv_heads is not None:
+        cfg.integer("num_key_value_heads", heads)
+
+
+def check_target(config, source: str = "model_config") -> None:
+    """Every field of a DeepSeek-V3-style target config that the plan reads."""
+    top = Fields(config, source)
+    cfg = top.part("text_config", nullable=True) or top
+    cfg.integer("hidden_size", MAX_WIDTH)
+    layers = cfg.integer("num_hidden_layers", MAX_LAYERS)
+    cfg.integer("vocab_size", MAX_VOCAB)
+    cfg.integer("intermediate_size", MAX_WIDTH)
+    cfg.integer("first_k_dense_replace", layers, low=0, default=0)
+    experts = cfg.integer("n_routed_experts", MAX_EXPERTS, low=0, default=None, nullable=True)
+    # Read (and so checked) even without routed experts: the shared experts use it too.
+    cfg.integer(
+        "moe_intermediate_size",
+        MAX_WIDTH,
+        default=MISSING if experts else None,
+        nullable=not experts,
+    )
+    cfg.integer("n_shared_experts", MAX_EXPERTS, low=0, default=None, nullable=True)
+    _check_mla(cfg)
+    cfg.flag("tie_word_embeddings")
+    quant = cfg.part("quantization_config")
+    if quant:
+        _check_quantization(quant)
+    vision = top.part("vision_config")
+    if vision:
+        vision.integer("hidden_size", MAX_WIDTH)
+        vision.integer("num_hidden_layers", MAX_LAYERS)
+        vision.integer("intermediate_size", MAX_WIDTH)
+        vision.integer("patch_size", 1024, default=14)
+        kernel = vision.config.get("merge_kernel_size", [2, 2])
+        if not (
+            isinstance(kernel, list)
+            and 1 <= len(kernel) <= 3
+            and all(_is_int(k) and 1 <= k <= 64 for k in kernel)
+        ):
+            needed = "a list of 1 to 3 integers from 1 to 64"
+            raise vision.error("merge_kernel_size", kernel, needed)
+
+
+def _check_quantization(quant: Fields) -> None:
+    method = quant.config.get("quant_method")
+    if method != "compressed-tensors":
+        # routed_expert_bytes_per_weight says which methods are modelled.
+        return
+    ignore = quant.config.get("ignore", [])
+    if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
+        raise quant.error("ignore", ignore, "a list of module names or re: patterns")
+    for pattern in ignore:
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as exc:
+                needed = f"a valid regular expression ({exc})"
+                raise quant.error("ignore", pattern, needed) from None
+    groups = quant.part("config_groups")
+    if groups is None:
+        return
+    for name in groups.config:
+        weights = groups.part(name, nullable=False).part("weights", nullable=False)
+        weights.integer("num_bits", 32)
+        weights.integer("group_size", MAX_WIDTH, default=None, nullable=True)
+        symmetric = weights.config.get("symmetric", True)
+        if not isinstance(symmetric, bool):
+            raise weights.error("symmetric", symmetric, "true or false")
+
+
+def check_draft(config, source: str = "draft_model_config") -> None:
+    """Every field of a drafter config (DFlash with GQA layers, or EAGLE-3 with MLA)."""
+    cfg = Fields(config, source)
+    hidden = cfg.integer("hidden_size", MAX_WIDTH)
+    cfg.integer("num_hidden_layers", MAX_LAYERS)
+    cfg.integer("intermediate_size", MAX_WIDTH)
+    cfg.integer("vocab_size", MAX_VOCAB)
+    cfg.integer("draft_vocab_size", MAX_VOCAB, default=None, nullable=True)
+    cfg.integer("num_target_layers", MAX_LAYERS, low=0, default=0)
+    cfg.flag("tie_word_embeddings")
+    if "kv_lora_rank" in config:
+        _check_mla(cfg)
+        return
+    heads = cfg.integer("num_attention_heads", MAX_HEADS)
+    kv_heads = cfg.integer("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise cfg.error(
+            "num_key_value_heads", kv_heads, f"a divisor of num_attention_heads ({heads})"
+        )
+    head_dim = cfg.integer("head_dim", MAX_WIDTH, default=None, nullable=True)
+    if head_dim is None and hidden % heads:
+        raise cfg.error(
+            "head_dim",
+            MISSING,
+            f"a head size, since hidden_size {hidden} is not a multiple of "
+            f"num_attention_heads {heads}",
+        )
+
+
 def text_config(config: dict) -> dict:
     """The language model's part of a multimodal config (or the config itself)."""
-    return config.get("text_config", config)
+    return config.get("text_config") or config
 
 
 def _ignored(name: str, patterns: list[str]) -> bool:
@@ -90,6 +258,7 @@ def _mla_attention(cfg: dict) -> tuple[int, int]:
 
 def target_parameters(config: dict) -> dict[str, dict]:
     """Parameter groups of a DeepSeek-V3-style target: count, bytes per weight, split or not."""
+    check_target(config)
     cfg = text_config(config)
     hidden, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
     vocab = cfg["vocab_size"]
@@ -98,7 +267,7 @@ def target_parameters(config: dict) -> dict[str, dict]:
     dense_layers = layers - moe_layers
     attn_replicated, attn_split = _mla_attention(cfg)
     experts = cfg.get("n_routed_experts") or 0
-    expert_size = 3 * hidden * cfg.get("moe_intermediate_size", 0)
+    expert_size = 3 * hidden * (cfg.get("moe_intermediate_size") or 0)
     groups = {
         "embedding": {"params": vocab * hidden, "bytes": BF16, "split": True},
         "lm_head": {
@@ -153,6 +322,7 @@ def vision_parameters(vision: dict, text_hidden: int) -> int:
 
 def draft_parameters(config: dict) -> dict[str, dict]:
     """Parameter groups of a drafter: DFlash (GQA layers) or EAGLE-3 with MLA layers."""
+    check_draft(config)
     hidden, layers = config["hidden_size"], config["num_hidden_layers"]
     groups: dict[str, dict] = {}
     if "kv_lora_rank" in config:
@@ -182,7 +352,7 @@ def draft_parameters(config: dict) -> dict[str, dict]:
     }
     if not config.get("tie_word_embeddings"):
         groups["lm_head"] = {
-            "params": config.get("draft_vocab_size", config["vocab_size"]) * hidden,
+            "params": (config.get("draft_vocab_size") or config["vocab_size"]) * hidden,
             "bytes": BF16,
             "split": True,
         }
@@ -226,6 +396,126 @@ def draft_kv_bytes_per_token(config: dict, kv_cache_dtype: str, tp_size: int) ->
     return 2 * per_rank * head_dim * layers * size
 
 
+def _divides(tp_size: int, count: int, field: str, source: str, why: str, hint: str) -> None:
+    if count % tp_size:
+        fitting = [n for n in range(1, min(count, MAX_TP) + 1) if count % n == 0][-6:]
+        raise CapacityError(
+            f"tp_size {tp_size} does not divide {source}'s {field} ({count}): {why}. Needed: a "
+            f"tp_size that divides {count} (e.g. {', '.join(map(str, fitting))}). Fix: {hint}"
+        )
+
+
+def check_tp_size(
+    tp_size: int,
+    model_config: dict,
+    draft_model_config: dict | None = None,
+    sources: tuple[str, str] = ("model_config", "draft_model_config"),
+) -> None:
+    """What SGLang splits evenly over TP ranks: attention heads (python/sglang/srt/models/
+    deepseek_v2.py, DeepseekV2AttentionMLA asserts num_heads % attn_tp_size == 0), dense and
+    expert MLP widths (python/sglang/srt/layers/linear.py, divide() in the column-parallel
+    layers), and a GQA drafter's KV heads (QKVParallelLinear: divided when there are as many
+    as ranks, else each replicated over tp_size / num_key_value_heads ranks)."""
+    if not _is_int(tp_size) or not 1 <= tp_size <= MAX_TP:
+        raise CapacityError(
+            f"tp_size {tp_size!r} is out of range; needed: an integer from 1 to {MAX_TP} (the "
+            "GPUs one server spans). Fix: set kimi_tp_size to the number of GPUs, e.g. 8."
+        )
+    fix = "set kimi_tp_size to one of them."
+    target, (target_source, draft_source) = text_config(model_config), sources
+    _divides(
+        tp_size,
+        target["num_attention_heads"],
+        "num_attention_heads",
+        target_source,
+        "SGLang gives every TP rank the same number of attention heads",
+        fix,
+    )
+    dense = min(target.get("first_k_dense_replace", 0), target["num_hidden_layers"])
+    if dense or not target.get("n_routed_experts"):
+        _divides(
+            tp_size,
+            target["intermediate_size"],
+            "intermediate_size",
+            target_source,
+            "the dense MLP is split evenly over TP ranks",
+            fix,
+        )
+    if target.get("n_routed_experts"):
+        _divides(
+            tp_size,
+            target["moe_intermediate_size"],
+            "moe_intermediate_size",
+            target_source,
+            "every expert's MLP is split evenly over TP ranks",
+            fix,
+        )
+    if not draft_model_config:
+        return
+    draft = draft_model_config
+    why = "the drafter's layers are split over the same TP ranks as the target's"
+    _divides(tp_size, draft["num_attention_heads"], "num_attention_heads", draft_source, why, fix)
+    _divides(tp_size, draft["intermediate_size"], "intermediate_size", draft_source, why, fix)
+    if "kv_lora_rank" not in draft:
+        kv_heads = draft["num_key_value_heads"]
+        if kv_heads >= tp_size:
+            _divides(tp_size, kv_heads, "num_key_value_heads", draft_source, why, fix)
+        elif tp_size % kv_heads:
+            raise CapacityError(
+                f"tp_size {tp_size} is not a multiple of {draft_source}'s num_key_value_heads "
+                f"({kv_heads}): with fewer KV heads than ranks SGLang replicates each over "
+                f"tp_size / num_key_value_heads ranks. Needed: a tp_size that is a multiple of "
+                f"{kv_heads} or divides it. Fix: {fix}"
+            )
+
+
+def check_numbers(
+    gpu_memory_mib, mem_fraction_static, overhead_mib, min_kv_tokens, gpu_count
+) -> None:
+    """The plan's own inputs (the module's parameters), each within its range."""
+
+    def bad(name: str, value, needed: str, fix: str) -> CapacityError:
+        return CapacityError(f"{name} is {value!r}; needed: {needed}. Fix: {fix}")
+
+    if not _is_int(gpu_memory_mib) or not 1 <= gpu_memory_mib <= MAX_GPU_MEMORY_MIB:
+        raise bad(
+            "gpu_memory_mib",
+            gpu_memory_mib,
+            f"an integer from 1 to {MAX_GPU_MEMORY_MIB} (MiB of one GPU)",
+            "pass gpu_facts' devices[].memory_mib or the profile's kimi_gpu_memory_mib.",
+        )
+    fraction = mem_fraction_static
+    # NaN fails the comparison too.
+    if isinstance(fraction, bool) or not isinstance(fraction, float | int) or not 0 < fraction < 1:
+        raise bad(
+            "mem_fraction_static",
+            mem_fraction_static,
+            "a number between 0 and 1 (exclusive)",
+            "set kimi_mem_fraction_static, e.g. 0.85.",
+        )
+    if not _is_int(overhead_mib) or not 0 <= overhead_mib < gpu_memory_mib:
+        raise bad(
+            "overhead_mib",
+            overhead_mib,
+            f"an integer from 0 to below gpu_memory_mib ({gpu_memory_mib})",
+            "leave the default (3072) or measure what the driver and CUDA context take.",
+        )
+    if not _is_int(min_kv_tokens) or not 0 <= min_kv_tokens <= MAX_KV_TOKENS:
+        raise bad(
+            "min_kv_tokens",
+            min_kv_tokens,
+            f"an integer from 0 to {MAX_KV_TOKENS}",
+            "leave the default (16384).",
+        )
+    if gpu_count is not None and (not _is_int(gpu_count) or not 1 <= gpu_count <= MAX_GPU_COUNT):
+        raise bad(
+            "gpu_count",
+            gpu_count,
+            f"an integer from 1 to {MAX_GPU_COUNT}, or none when unknown",
+            "pass gpu_facts' count (the GPUs the server's hosts hold together).",
+        )
+
+
 def plan(
     model_config: dict,
     gpu_memory_mib: int,
@@ -235,14 +525,18 @@ def plan(
     draft_model_config: dict | None = None,
     overhead_mib: int = 3072,
     min_kv_tokens: int = 16384,
+    gpu_count: int | None = None,
+    sources: tuple[str, str] = ("model_config", "draft_model_config"),
 ) -> dict:
-    """Weights per GPU, KV bytes per token and the KV pool in tokens, with a fit verdict."""
-    if tp_size < 1:
-        raise CapacityError(f"tp_size must be at least 1, got {tp_size}")
-    if not 0 < mem_fraction_static < 1:
-        raise CapacityError(
-            f"mem_fraction_static must be between 0 and 1, got {mem_fraction_static}"
-        )
+    """Weights per GPU, KV bytes per token and the KV pool in tokens, with a fit verdict.
+    `gpu_count`: the GPUs the server can span (None when unknown); `sources` name the two
+    configs in messages (their paths, when they came from files)."""
+    check_numbers(gpu_memory_mib, mem_fraction_static, overhead_mib, min_kv_tokens, gpu_count)
+    kv_dtype_bytes(kv_cache_dtype)
+    check_target(model_config, sources[0])
+    if draft_model_config is not None:
+        check_draft(draft_model_config, sources[1])
+    check_tp_size(tp_size, model_config, draft_model_config, sources)
     target = target_parameters(model_config)
     weights = bytes_per_gpu(target, tp_size)
     kv_per_token = target_kv_bytes_per_token(model_config, kv_cache_dtype)
@@ -257,7 +551,12 @@ def plan(
     kv_pool = static_budget - weights - draft_weights
     kv_tokens = max(0, int(kv_pool // (kv_per_token + draft_kv)))
     reason = None
-    if kv_pool <= 0:
+    if gpu_count is not None and tp_size > gpu_count:
+        reason = (
+            f"tp_size {tp_size} needs {tp_size} GPUs but {gpu_count} GPUs are there; lower "
+            "tp_size (kimi_tp_size) or use hosts with more GPUs"
+        )
+    elif kv_pool <= 0:
         reason = (
             f"weights need {(weights + draft_weights) / GIB:.1f} GiB per GPU but the static "
             f"budget is {static_budget / GIB:.1f} GiB ({gpu_memory_mib} MiB less "

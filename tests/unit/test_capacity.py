@@ -7,11 +7,13 @@ INT4 group-32 routed experts), so their published memory figures check the K2.6 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.capacity import (
     GIB,
+    CapacityError,
     checkpoint_bytes,
     draft_parameters,
     plan,
@@ -146,12 +148,23 @@ def test_bad_inputs_fail_clearly(tmp_path):
         "capacity_plan",
         {
             "model_config": str(broken),
-            "gpu_memory_mib": 1,
+            "gpu_memory_mib": 97887,
             "tp_size": 1,
             "mem_fraction_static": 0.5,
         },
     )
-    assert incomplete["failed"] and "lacks" in incomplete["msg"]
+    assert incomplete["failed"] and "num_hidden_layers is missing" in incomplete["msg"]
+    broken.write_text("[]")
+    not_object = run_module(
+        "capacity_plan",
+        {
+            "model_config": str(broken),
+            "gpu_memory_mib": 97887,
+            "tp_size": 1,
+            "mem_fraction_static": 0.5,
+        },
+    )
+    assert not_object["failed"] and "a JSON object" in not_object["msg"]
     out_of_range = run_module(
         "capacity_plan",
         {
@@ -162,3 +175,164 @@ def test_bad_inputs_fail_clearly(tmp_path):
         },
     )
     assert out_of_range["failed"] and "between 0 and 1" in out_of_range["msg"]
+
+
+def module_plan(tmp_path, target: dict | None = None, draft: dict | None = None, **params):
+    """capacity_plan through the module, with configs written to files (None: the real ones)."""
+    args = {"gpu_memory_mib": 97887, "tp_size": 8, "mem_fraction_static": 0.85, **params}
+    args["model_config"] = str(K26)
+    if target is not None:
+        args["model_config"] = str(tmp_path / "target.json")
+        Path(args["model_config"]).write_text(json.dumps(target))
+    if draft is not None:
+        args["draft_model_config"] = str(tmp_path / "draft.json")
+        Path(args["draft_model_config"]).write_text(json.dumps(draft))
+    return run_module("capacity_plan", args)
+
+
+@pytest.mark.parametrize("tp_size", [1_000_000, 0, -8, 3, 128, True])
+def test_tp_size_out_of_range_fails(tmp_path, tp_size):
+    result = module_plan(tmp_path, tp_size=tp_size)
+    assert result.get("failed"), f"tp_size={tp_size} gave {result}"
+    assert f"tp_size {tp_size}" in result["msg"]
+    assert "Fix:" in result["msg"]
+
+
+def test_tp_size_that_does_not_divide_the_heads_names_them(tmp_path):
+    result = module_plan(tmp_path, tp_size=3)
+    assert "num_attention_heads" in result["msg"] and "64" in result["msg"]
+    assert str(K26) in result["msg"]
+
+
+def test_tp_size_over_the_gpus_there_does_not_fit(tmp_path):
+    result = module_plan(tmp_path, tp_size=8, gpu_count=2)
+    assert not result.get("failed"), result.get("msg")
+    assert result["fits"] is False
+    assert "tp_size 8" in result["reason"] and "2 GPUs" in result["reason"]
+    assert module_plan(tmp_path, tp_size=8, gpu_count=8)["fits"] is True
+
+
+def test_drafter_kv_heads_must_split_over_tp(tmp_path):
+    # 6 KV heads over 8 ranks: neither divides the other.
+    draft = config(DFLASH) | {"num_attention_heads": 48, "num_key_value_heads": 6}
+    result = module_plan(tmp_path, draft=draft)
+    assert result.get("failed"), result
+    assert "tp_size 8" in result["msg"] and "num_key_value_heads (6)" in result["msg"]
+    assert "draft.json" in result["msg"]
+    ungrouped = module_plan(tmp_path, draft=config(DFLASH) | {"num_key_value_heads": 3})
+    assert ungrouped.get("failed"), ungrouped
+    assert "num_key_value_heads is 3" in ungrouped["msg"]
+
+
+# (field, value) mutations of K2.6's text config that must fail, and why they are wrong.
+BAD_TARGET_FIELDS = [
+    ("num_hidden_layers", -61),
+    ("num_hidden_layers", 0),
+    ("vocab_size", -163840),
+    ("vocab_size", True),
+    ("hidden_size", "7168"),
+    ("hidden_size", 7168.5),
+    ("kv_lora_rank", None),
+    ("n_routed_experts", -384),
+    ("moe_intermediate_size", -2048),
+    ("first_k_dense_replace", -1),
+    ("num_attention_heads", 10**12),
+    ("intermediate_size", [18432]),
+    ("q_lora_rank", False),
+    ("tie_word_embeddings", "no"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_TARGET_FIELDS)
+def test_bad_target_config_field_fails_naming_file_field_and_value(tmp_path, field, value):
+    target = config(K26)
+    target["text_config"][field] = value
+    result = module_plan(tmp_path, target=target)
+    assert result.get("failed"), f"{field}={value!r} gave {result}"
+    message = result["msg"]
+    assert str(tmp_path / "target.json") in message
+    assert field in message and repr(value) in message
+    assert "needed" in message and "Fix:" in message
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("vision_config.num_hidden_layers", -27),
+        ("vision_config.merge_kernel_size", [2, -2]),
+        ("quantization_config.config_groups.group_0.weights.num_bits", -4),
+        ("quantization_config.config_groups.group_0.weights.group_size", "32"),
+        ("quantization_config.ignore", "lm_head"),
+        ("text_config", []),
+    ],
+)
+def test_bad_nested_config_fails_naming_the_field(tmp_path, where, value):
+    target = config(K26)
+    *parents, last = where.split(".")
+    node = target if where.startswith(("vision", "text")) else target["text_config"]
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    result = module_plan(tmp_path, target=target)
+    assert result.get("failed"), f"{where}={value!r} gave {result}"
+    assert last in result["msg"] and "target.json" in result["msg"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("num_hidden_layers", -6), ("vocab_size", 0), ("head_dim", -128), ("num_target_layers", -5)],
+)
+def test_bad_drafter_field_fails(tmp_path, field, value):
+    result = module_plan(tmp_path, draft=config(DFLASH) | {field: value})
+    assert result.get("failed"), f"{field}={value!r} gave {result}"
+    assert field in result["msg"] and "draft.json" in result["msg"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"mem_fraction_static": float("nan")},
+        {"mem_fraction_static": 0.0},
+        {"mem_fraction_static": 1.0},
+        {"gpu_memory_mib": -97887},
+        {"gpu_memory_mib": 0},
+        {"overhead_mib": -1},
+        {"overhead_mib": 97887},
+        {"min_kv_tokens": -1},
+        {"gpu_count": 0},
+    ],
+)
+def test_bad_numbers_fail(tmp_path, params):
+    result = module_plan(tmp_path, **params)
+    assert result.get("failed"), f"{params} gave {result}"
+    assert next(iter(params)) in result["msg"]
+
+
+def test_no_negative_or_nan_result_over_random_configs():
+    """Whatever the config holds, plan() either refuses it or returns finite, non-negative
+    numbers (random mutations of the real config, a fixed seed)."""
+    import random
+
+    rng = random.Random(16)
+    base = config(K26)
+    fields = [k for k, v in base["text_config"].items() if isinstance(v, int | bool)]
+    values = [-(10**9), -1, 0, 1, 2, 7, 10**3, 10**9, 10**15, True, 1.5, "8", None]
+    refused = 0
+    for _ in range(300):
+        target = json.loads(json.dumps(base))
+        for field in rng.sample(fields, 2):
+            target["text_config"][field] = rng.choice(values)
+        try:
+            result = plan(
+                target,
+                gpu_memory_mib=rng.choice([1024, 97887, 10**7]),
+                tp_size=rng.choice([1, 2, 8, 64]),
+                mem_fraction_static=0.85,
+            )
+        except CapacityError:
+            refused += 1
+            continue
+        for key, value in result.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                assert math.isfinite(value) and value >= 0, (key, value, target["text_config"])
+    assert refused > 0
