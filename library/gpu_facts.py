@@ -21,8 +21,18 @@ options:
     description: Name or path of nvidia-smi.
     type: str
     default: nvidia-smi
+  timeout:
+    description: >-
+      Seconds all nvidia-smi calls together may take. At the deadline the running one is
+      killed with every process it started (its whole process group) and the module fails
+      naming the command. Keep it below the task's C(timeout) keyword, which kills only the
+      module and would leave a hung nvidia-smi behind.
+    type: float
+    default: 60
 notes:
-  - A GPU in a bad state can make nvidia-smi hang; bound the task with the C(timeout) keyword.
+  - A GPU in a bad state can make nvidia-smi hang; the C(timeout) option bounds it.
+  - Fails naming the GPU and the field when a GPU's record lacks its name, UUID, PCI bus id,
+    memory size or compute capability.
 author:
   - kimi-deploy-kit maintainers
 """
@@ -110,39 +120,23 @@ ansible_facts:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.gpu_topology import (  # noqa: E402
-    GpuFactsError,
-    build_facts,
-    classify_failure,
-    normalise_bus_id,
-    parse_query_csv,
-    parse_query_xml,
-)
-
-P2P_KINDS = {"read": "r", "write": "w", "nvlink": "n"}
-
-
-def read_numa_nodes(bus_ids: list[str]) -> dict[str, int | None]:
-    nodes: dict[str, int | None] = {}
-    for bus_id in bus_ids:
-        path = f"/sys/bus/pci/devices/{normalise_bus_id(bus_id)}/numa_node"
-        try:
-            with open(path) as handle:
-                value = int(handle.read().strip())
-        except (OSError, ValueError):
-            value = -1
-        # -1 means the platform does not say (single-node machines and most VMs).
-        nodes[bus_id.lower()] = value if value >= 0 else None
-    return nodes
+from ansible.module_utils.gpu_topology import GpuFactsError, gather  # noqa: E402
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "nvidia_smi_path": {"type": "str", "default": "nvidia-smi"},
+            "timeout": {"type": "float", "default": 60},
         },
         supports_check_mode=True,
     )
+    timeout = module.params["timeout"]
+    if not 0 < timeout <= 3600:
+        module.fail_json(
+            msg=f"timeout is {timeout:g}; needed: seconds from above 0 to 3600 for all "
+            "nvidia-smi calls together. Fix: set it below the task's timeout, e.g. 60."
+        )
     requested = module.params["nvidia_smi_path"]
     binary = requested if os.path.sep in requested else module.get_bin_path(requested)
     if not binary or not os.access(binary, os.X_OK):
@@ -159,22 +153,8 @@ def main() -> None:
             )
         )
 
-    def smi(*args: str) -> str:
-        command = [binary, *args]
-        rc, out, err = module.run_command(command, environ_update={"LC_ALL": "C"})
-        if rc != 0:
-            raise classify_failure(rc, out, err, " ".join(command))
-        return out
-
     try:
-        query_xml = smi("-q", "-x")
-        caps_csv = smi("--query-gpu=pci.bus_id,compute_cap", "--format=csv,noheader")
-        compute_caps = parse_query_csv(caps_csv)
-        bus_ids = [d["pci_bus_id"] for d in parse_query_xml(query_xml)["devices"]]
-        multi = len(bus_ids) > 1
-        topo = smi("topo", "-m") if multi else None
-        p2p = {kind: smi("topo", "-p2p", flag) for kind, flag in P2P_KINDS.items()} if multi else {}
-        facts = build_facts(query_xml, compute_caps, topo, p2p, read_numa_nodes(bus_ids))
+        facts = gather(binary, timeout)
     except GpuFactsError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, ansible_facts={"gpu_facts": facts})

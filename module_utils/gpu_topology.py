@@ -1,13 +1,20 @@
 """Parsing of nvidia-smi output into GPU facts (shared by library/gpu_facts.py and the tests).
 
-Pure functions over text: the module runs the commands, these turn what they printed into
-plain data. Formats follow real captures (tests/fixtures/gpu-hosts/h200-x2).
+Pure functions over text turn what the commands printed into plain data (formats follow real
+captures, tests/fixtures/gpu-hosts/h200-x2); gather() runs the commands under one deadline,
+killing a hung nvidia-smi with everything it started. A GPU record that lacks a field the
+kit uses (name, uuid, bus id, memory, compute capability) is a failure naming the GPU, not a
+null that a later stage trips over.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import time
 import xml.etree.ElementTree as ET
+
+from ansible.module_utils.host_helpers import CommandFailed, run_with_deadline
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 NO_DRIVER_MARKERS = (
@@ -17,6 +24,18 @@ NO_DRIVER_MARKERS = (
     "failed to initialize nvml",
 )
 NO_DEVICES_MARKERS = ("no devices were found",)
+COMPUTE_CAPABILITY = re.compile(r"\d{1,3}\.\d{1,3}")
+BUS_ID = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+# Per GPU: the fields later stages read, and what each must hold.
+MAX_MEMORY_MIB = 1 << 24  # 16 TiB
+NEEDED_FIELDS = {
+    "name": ("product_name", "the product name, e.g. NVIDIA H200"),
+    "uuid": ("uuid", "the GPU's UUID"),
+    "pci_bus_id": ("pci/pci_bus_id", "the PCI bus id, as 00000000:18:00.0"),
+    "memory_mib": ("fb_memory_usage/total", f"the memory size, from 1 to {MAX_MEMORY_MIB} MiB"),
+    "compute_capability": ("compute_cap", "the compute capability, e.g. 9.0"),
+}
+P2P_KINDS = {"read": "r", "write": "w", "nvlink": "n"}
 
 
 class GpuFactsError(Exception):
@@ -115,8 +134,9 @@ def parse_query_xml(xml_text: str) -> dict:
     }
 
 
-def parse_query_csv(csv_text: str) -> dict[str, dict[str, str]]:
-    """`--query-gpu=pci.bus_id,compute_cap --format=csv,noheader` keyed by bus id."""
+def parse_query_csv(csv_text: str) -> dict[str, str | None]:
+    """`--query-gpu=pci.bus_id,compute_cap --format=csv,noheader` keyed by bus id; None
+    where nvidia-smi could not read the capability ([N/A])."""
     found = {}
     for line in csv_text.splitlines():
         if not line.strip():
@@ -125,7 +145,7 @@ def parse_query_csv(csv_text: str) -> dict[str, dict[str, str]]:
         if len(parts) != 2:
             raise GpuFactsError(f"unexpected --query-gpu line {line!r}")
         bus_id, compute_cap = parts
-        found[bus_id.lower()] = compute_cap
+        found[bus_id.lower()] = compute_cap if COMPUTE_CAPABILITY.fullmatch(compute_cap) else None
     return found
 
 
@@ -207,6 +227,47 @@ def summarise_fabric(devices: list[dict]) -> dict:
     }
 
 
+def check_devices(devices: list[dict], parsed: dict) -> None:
+    """Every GPU record holds what later stages read; fails naming the GPU and the field."""
+    for device in devices:
+        for field, (source, needed) in NEEDED_FIELDS.items():
+            value = device.get(field)
+            if field == "memory_mib":
+                good = isinstance(value, int) and 1 <= value <= MAX_MEMORY_MIB
+            elif field == "pci_bus_id":
+                good = isinstance(value, str) and BUS_ID.fullmatch(value) is not None
+            else:
+                good = isinstance(value, str) and value != ""
+            if not good:
+                command = (
+                    "nvidia-smi --query-gpu=pci.bus_id,compute_cap"
+                    if source == "compute_cap"
+                    else f"nvidia-smi -q -x ({source})"
+                )
+                raise GpuFactsError(
+                    f"GPU {device['index']} ({device.get('pci_bus_id') or 'bus id unknown'}): "
+                    f"{field} is missing or unreadable ({value!r} from `{command}`); needed: "
+                    f"{needed}. Fix: run `nvidia-smi -q -i {device['index']}` by hand; a GPU "
+                    "that reports fields as N/A or not at all is usually in a bad state (look "
+                    "for Xid errors in `dmesg`, then reset the GPU or reboot the host)."
+                )
+    for field in ("driver_version", "cuda_version"):
+        if not parsed[field]:
+            raise GpuFactsError(
+                f"`nvidia-smi -q -x` reports no {field}. Needed: the driver's {field}. Fix: run "
+                "`nvidia-smi` by hand and repair the driver installation."
+            )
+
+
+def _check_square(matrix: list[list[str]], count: int, command: str) -> None:
+    if len(matrix) != count or any(len(row) != count for row in matrix):
+        raise GpuFactsError(
+            f"`{command}` printed a {len(matrix)}-row GPU table for {count} GPUs. Needed: one "
+            "row and one column per GPU that `nvidia-smi -q -x` lists. Fix: run it by hand; "
+            "a GPU missing from the topology is usually in a bad state."
+        )
+
+
 def build_facts(
     query_xml: str,
     compute_caps: dict[str, str],
@@ -223,9 +284,14 @@ def build_facts(
             "`lspci | grep -i nvidia` and that the GPUs are not bound to another driver."
         )
     topo = parse_topo_matrix(topo_matrix) if topo_matrix and len(devices) > 1 else None
+    if topo:
+        _check_square(topo["links"], len(devices), "nvidia-smi topo -m")
     for device in devices:
         bus = device["pci_bus_id"] or ""
         device["compute_capability"] = compute_caps.get(bus.lower())
+    check_devices(devices, parsed)
+    for device in devices:
+        bus = device["pci_bus_id"]
         numa = numa_nodes.get(bus.lower())
         if numa is None and topo and device["index"] < len(topo["numa_affinity"]):
             numa = topo["numa_affinity"][device["index"]]
@@ -235,6 +301,8 @@ def build_facts(
         models[device["name"]] = models.get(device["name"], 0) + 1
     links = topo["links"] if topo else [["X"]]
     p2p_matrices = {kind: parse_topo_p2p(text) for kind, text in p2p.items()}
+    for kind, matrix in p2p_matrices.items():
+        _check_square(matrix, len(devices), f"nvidia-smi topo -p2p {P2P_KINDS.get(kind, kind)}")
     facts = {
         "count": len(devices),
         "driver_version": parsed["driver_version"],
@@ -251,3 +319,60 @@ def build_facts(
     }
     facts.update(classify_interconnect(links))
     return facts
+
+
+def read_numa_nodes(bus_ids: list[str], sysfs: str = "/sys/bus/pci/devices") -> dict:
+    """Each GPU's NUMA node from sysfs; None where the platform does not say (-1 on
+    single-node machines and most VMs) or the bus id is not one (check_devices says so)."""
+    nodes: dict[str, int | None] = {}
+    for bus_id in bus_ids:
+        try:
+            with open(f"{sysfs}/{normalise_bus_id(bus_id)}/numa_node") as handle:
+                value = int(handle.read(64).strip())
+        except (OSError, ValueError):
+            value = -1
+        nodes[bus_id.lower()] = value if value >= 0 else None
+    return nodes
+
+
+def gather(binary: str, timeout_s: float) -> dict:
+    """Run every nvidia-smi command gpu_facts needs within timeout_s in all; a command still
+    running at the deadline is killed with its whole process group (a hung nvidia-smi must
+    not outlive the task as an orphan)."""
+    deadline = time.monotonic() + timeout_s
+    env = {**os.environ, "LC_ALL": "C"}
+
+    def smi(*args: str) -> str:
+        command = [binary, *args]
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise GpuFactsError(
+                f"gpu_facts' timeout={timeout_s:g}s ran out before `{' '.join(command)}`. "
+                "Fix: check why nvidia-smi is slow (`time nvidia-smi -q -x`; a GPU in a bad "
+                "state, or persistence mode off on many GPUs), or raise timeout."
+            )
+        try:
+            rc, out, err = run_with_deadline(
+                command, left, env=env, what=f"what was left of gpu_facts' timeout={timeout_s:g}s"
+            )
+        except CommandFailed as exc:
+            raise GpuFactsError(
+                f"{exc} The timeout covers all of gpu_facts' nvidia-smi calls together. "
+                "A hung nvidia-smi usually means a GPU stuck in the driver. Fix: look for Xid "
+                "errors in `dmesg`, run the command by hand, reset the GPU or reboot the host; "
+                "raise timeout only if the command is merely slow."
+            ) from None
+        if rc != 0:
+            raise classify_failure(rc, out, err, " ".join(command))
+        return out
+
+    query_xml = smi("-q", "-x")
+    compute_caps = parse_query_csv(
+        smi("--query-gpu=pci.bus_id,compute_cap", "--format=csv,noheader")
+    )
+    devices = parse_query_xml(query_xml)["devices"]
+    bus_ids = [d["pci_bus_id"] for d in devices if d["pci_bus_id"]]
+    multi = len(devices) > 1
+    topo = smi("topo", "-m") if multi else None
+    p2p = {kind: smi("topo", "-p2p", flag) for kind, flag in P2P_KINDS.items()} if multi else {}
+    return build_facts(query_xml, compute_caps, topo, p2p, read_numa_nodes(bus_ids))

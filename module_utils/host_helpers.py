@@ -1,6 +1,7 @@
 """Helpers every module that works on a host needs, written once: files written whole or not at
 all, JSON and text read without raising, a program's marked JSON report, file hashes, whether
-systemd runs the host, a unit's state, stopping a process group, and masking secrets.
+systemd runs the host, a unit's state, stopping a process group, running a command under a
+deadline, and masking secrets.
 
 Standard library only: modules ship it to hosts with themselves (AnsiballZ), and the hosts'
 Pythons may be 3.10.
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import tempfile
 import time
 
@@ -159,6 +161,120 @@ def kill_process_group(pgid: int | None, grace_s: float = 10.0) -> None:
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+class CommandFailed(Exception):
+    """A command ran past its deadline (its whole process group was killed) or printed more
+    than it may; the message names the command."""
+
+
+# Time to reap a group leader after SIGKILL; one stuck in the kernel (a GPU hung in the
+# driver) cannot be reaped at all, and the caller must not wait on it for ever.
+REAP_S = 5.0
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group pgid, from /proc (empty without it)."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
+            members.append(int(entry))
+    return sorted(members)
+
+
+def _await_group_gone(pgid: int, within_s: float) -> list[int]:
+    """SIGKILL takes effect asynchronously: wait (bounded) until no member of the group runs.
+    Returns those still running at the end."""
+    end = time.monotonic() + within_s
+    while (left := group_members(pgid)) and time.monotonic() < end:
+        time.sleep(0.01)
+    return left
+
+
+def _wait_unreaped(pid: int, timeout_s: float) -> None:
+    """Wait for pid to exit without reaping it; subprocess.TimeoutExpired at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.001
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(str(pid), timeout_s)
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
+
+
+def run_with_deadline(
+    argv: list[str],
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    max_output_bytes: int = 64 << 20,
+    what: str = "its deadline",
+) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of argv, as AnsibleModule.run_command answers, but bounded:
+    the command runs in a session of its own, and at `timeout_s` its whole process group is
+    killed (SIGTERM, then SIGKILL) and CommandFailed names the command and the deadline
+    (`what` says where the deadline comes from). run_command has no deadline and kills nothing;
+    an Ansible task timeout kills the module and leaves the command running as an orphan.
+    Output goes to unlinked temporary files, so a child that keeps a pipe open cannot block
+    the read; whatever the command leaves running in its group after it exits is killed."""
+    shown = " ".join(argv)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return 127, "", f"`{shown}` could not start: {exc}"
+        try:
+            _wait_unreaped(proc.pid, timeout_s)
+        except BaseException as exc:
+            kill_process_group(proc.pid, grace_s=0)
+            left = _await_group_gone(proc.pid, REAP_S)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0 if left else REAP_S)
+            stuck = (
+                f" Processes {left} did not exit even after SIGKILL (stuck in the kernel, "
+                "typically in a driver call)."
+                if left
+                else ""
+            )
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise CommandFailed(
+                    f"`{shown}` did not finish within {timeout_s:.3g}s ({what}) and was killed "
+                    f"with its whole process group.{stuck}"
+                ) from None
+            raise
+        # The leader is a zombie until reaped, so the group's id cannot name anyone else yet.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _await_group_gone(proc.pid, REAP_S)
+        texts = []
+        for handle in (out, err):
+            handle.seek(0)
+            data = handle.read(max_output_bytes + 1)
+            if len(data) > max_output_bytes:
+                raise CommandFailed(f"`{shown}` printed more than {max_output_bytes} bytes.")
+            texts.append(data.decode("utf-8", errors="replace"))
+    return proc.returncode, texts[0], texts[1]
 
 
 def mask_secrets(value, secrets: list[str] | tuple[str, ...] = ()):

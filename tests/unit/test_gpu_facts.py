@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import time
+import uuid
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.gpu_topology import build_facts, classify_interconnect
+from ansible.module_utils.gpu_topology import GpuFactsError, build_facts, classify_interconnect
 
 from tests.support.modules import run_module
 
@@ -157,3 +161,102 @@ def test_single_gpu_needs_no_topology():
     facts = build_facts(first_only, {"00000000:00:06.0": "9.0"}, None, {}, {})
     assert facts["count"] == 1
     assert facts["interconnect"] == "single"
+
+
+def marked_processes(marker: str) -> list[int]:
+    """PIDs of live processes whose command line holds marker (zombies have exited)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_hanging_nvidia_smi_is_killed_whole_within_the_deadline(fake_smi, monkeypatch):
+    marker = f"gpu-facts-hang-{uuid.uuid4().hex}"
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_HANG_MARKER", marker)
+    smi = fake_smi("h200-x2", "hang")
+    started = time.monotonic()
+    try:
+        result = run_module("gpu_facts", {"nvidia_smi_path": smi, "timeout": 1.5})
+        elapsed = time.monotonic() - started
+        survivors = marked_processes(marker)
+    finally:
+        for pid in marked_processes(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert result["failed"]
+    # The deadline plus the time to kill and reap the group, with room for a loaded machine.
+    assert elapsed < 1.5 + 2.5, elapsed
+    assert survivors == [], f"processes of the hung nvidia-smi survived: {survivors}"
+    assert f"`{smi} -q -x`" in result["msg"]
+    assert "1.5" in result["msg"] and "timeout" in result["msg"]
+
+
+def test_deadline_must_be_positive(fake_smi):
+    for bad in (0, -1):
+        result = run_module("gpu_facts", {"nvidia_smi_path": fake_smi("h200-x2"), "timeout": bad})
+        assert result["failed"]
+        assert "timeout" in result["msg"] and str(bad) in result["msg"]
+
+
+def test_truncated_xml_fails_naming_the_command(fake_smi):
+    result = run_module("gpu_facts", {"nvidia_smi_path": fake_smi("h200-x2", "truncated-xml")})
+    assert result["failed"]
+    assert "-q -x" in result["msg"] and "not XML" in result["msg"]
+
+
+# Each field a GPU record needs downstream (capacity, preflight's checks, the results'
+# provenance), as the -q -x capture holds it.
+NEEDED_FIELDS = {
+    "memory_mib": ("<fb_memory_usage>\n\t\t\t<total>143771 MiB</total>", "<fb_memory_usage>"),
+    "name": ("<product_name>NVIDIA H200</product_name>", ""),
+    "uuid": ("<uuid>GPU-", "<uuid_gone>GPU-"),
+    "pci_bus_id": ("<pci_bus_id>00000000:00:07.0</pci_bus_id>", ""),
+}
+
+
+@pytest.mark.parametrize("field", sorted(NEEDED_FIELDS))
+def test_incomplete_gpu_record_fails_naming_gpu_and_field(fake_smi, tmp_path, field):
+    capture = tmp_path / "partial"
+    shutil.copytree(CAPTURES / "h200-x2", capture)
+    xml = (capture / "nvidia-smi-q.xml").read_text()
+    second = xml.index('<gpu id="00000000:00:07.0">')
+    old, new = NEEDED_FIELDS[field]
+    assert old in xml[second:], f"the capture changed: {old!r} is not in GPU 1's record"
+    tail = xml[second:].replace(old, new, 1)
+    if field == "uuid":
+        tail = tail.replace("</uuid>", "</uuid_gone>", 1)
+    if field == "pci_bus_id":
+        tail = tail.replace('<gpu id="00000000:00:07.0">', "<gpu>", 1)
+    (capture / "nvidia-smi-q.xml").write_text(xml[:second] + tail)
+    result = run_module("gpu_facts", {"nvidia_smi_path": fake_smi(capture)})
+    assert result["failed"], f"succeeded with GPU 1's {field} missing: {result}"
+    assert "GPU 1" in result["msg"] and field in result["msg"]
+
+
+def test_missing_compute_capability_fails_naming_the_gpu(fake_smi, tmp_path):
+    capture = tmp_path / "nocc"
+    shutil.copytree(CAPTURES / "h200-x2", capture)
+    csv = (capture / "query-gpu.csv").read_text().splitlines()
+    # What nvidia-smi prints for a field it cannot read.
+    csv[-1] = csv[-1].replace(", 9.0, ", ", [N/A], ")
+    (capture / "query-gpu.csv").write_text("\n".join(csv) + "\n")
+    result = run_module("gpu_facts", {"nvidia_smi_path": fake_smi(capture)})
+    assert result["failed"], result
+    assert "GPU 1" in result["msg"] and "compute_capability" in result["msg"]
+
+
+def test_topology_with_fewer_rows_than_gpus_fails_clearly(tmp_path):
+    xml = (CAPTURES / "h200-x2" / "nvidia-smi-q.xml").read_text()
+    topo = (CAPTURES / "h200-x2" / "topo-m.txt").read_text()
+    one_row = "\n".join(line for line in topo.splitlines() if not line.startswith("GPU1"))
+    caps = {"00000000:00:06.0": "9.0", "00000000:00:07.0": "9.0"}
+    with pytest.raises(GpuFactsError, match="topo -m"):
+        build_facts(xml, caps, one_row, {}, {})

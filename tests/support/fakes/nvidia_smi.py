@@ -6,7 +6,12 @@ the real commands printed (see tests/fixtures/gpu-hosts/README.md); invocations 
 capture covers fail loudly instead of inventing output.
 
 Faults: a file /etc/fake-nvidia-smi/fault on the test host holding `no-driver` or
-`no-devices` makes every call fail the way the real tool does in that state.
+`no-devices` makes every call fail the way the real tool does in that state. `hang` makes
+every call hang as nvidia-smi does on a GPU stuck in the driver: the process sleeps and starts
+a child that sleeps too and ignores SIGTERM, both with FAKE_NVIDIA_SMI_HANG_MARKER (default
+`fake-nvidia-smi-hang`) in their command lines so a test can find any that survive.
+`truncated-xml` cuts `-q -x` off in the middle of a GPU record, as a killed or crashed
+nvidia-smi leaves it.
 
 Persistence mode: `-pm 0|1` (all GPUs, or those given with `-i`) is kept in
 /etc/fake-nvidia-smi/persistence_mode.json (GPU index to Enabled or Disabled), which overrides
@@ -38,6 +43,13 @@ NO_DRIVER = (
     9,
 )
 NO_DEVICES = ("No devices were found\n", 6)
+HANG_MARKER_ENV = "FAKE_NVIDIA_SMI_HANG_MARKER"
+# A hang is bounded too: whatever the test does, nothing of the fake outlives ten minutes.
+HANG_CHILD = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+HANG_PARENT = (
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]]); time.sleep(600)"
+)
 
 # --query-gpu fields derived from the -q -x capture when query-gpu.csv lacks them:
 # field -> (path below <gpu>, unit shown in the csv header and values).
@@ -202,14 +214,38 @@ def list_gpus() -> str:
     )
 
 
+def hang() -> None:
+    """Become a process that never answers, with a child that outlives a plain SIGTERM."""
+    marker = os.environ.get(HANG_MARKER_ENV, "fake-nvidia-smi-hang")
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-c", HANG_PARENT, HANG_CHILD, marker])  # noqa: S606
+
+
+def truncated_xml() -> str:
+    """-q -x cut off inside the second GPU's record (inside the first on one GPU)."""
+    xml = query_xml()
+    starts = [m.start() for m in re.finditer(r"<gpu id=", xml)]
+    start = starts[1] if len(starts) > 1 else starts[0]
+    cut = xml.index("<fb_memory_usage>", start)
+    return xml[:cut]
+
+
 def main(argv: list[str]) -> int:
     if FAULT_FILE.is_file():
         fault = FAULT_FILE.read_text().strip()
-        message, code = {"no-driver": NO_DRIVER, "no-devices": NO_DEVICES}.get(
-            fault, (f"fake nvidia-smi: unknown fault {fault!r}\n", 2)
-        )
-        sys.stdout.write(message)
-        return code
+        if fault == "hang":
+            hang()
+        if fault == "truncated-xml":
+            if sorted(argv) == ["-q", "-x"]:
+                sys.stdout.write(truncated_xml())
+                return 0
+            fault = ""
+        if fault:
+            message, code = {"no-driver": NO_DRIVER, "no-devices": NO_DEVICES}.get(
+                fault, (f"fake nvidia-smi: unknown fault {fault!r}\n", 2)
+            )
+            sys.stdout.write(message)
+            return code
 
     args = list(argv)
     if sorted(args) in (["-q", "-x"], ["--query", "--xml-format"], ["-qx"]):
