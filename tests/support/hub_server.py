@@ -39,6 +39,15 @@ Errors carry the status codes and X-Error-Code headers the real hub sends, so th
 raises the same exceptions: RepoNotFound, GatedRepo, RevisionNotFound, EntryNotFound, and a
 401 "Invalid credentials in Authorization header" for a bad token.
 
+For fault tests, a hub can misbehave as real ones and attackers do:
+- file names are listed verbatim, in the tree API and in model_info's siblings, and served
+  under /resolve/: a repository added with a file named `../../x`, `/etc/x` or `a\\b` is a
+  malicious listing;
+- `hangs` (URL path prefixes): such a request is read, then never answered (the connection
+  stays open until the hub stops), as a hub that accepts connections and then hangs;
+- `busy` (Busy records): a request answered 429 or 5xx a number of times, optionally with
+  Retry-After, before it is served normally.
+
 Run as a program (`python -m tests.support.hub_server --repo ID --dir DIR`), it serves the
 files of a folder in its own process, for benchmarks whose client must not share the hub's
 interpreter.
@@ -155,6 +164,17 @@ class Stall:
 
 
 @dataclass
+class Busy:
+    """Answer `status` (429 or 5xx), `times` times, to requests whose URL path starts with
+    `prefix`, with a Retry-After header (seconds, or an HTTP date) when one is given."""
+
+    prefix: str
+    status: int
+    times: int = 1
+    retry_after: str | None = None
+
+
+@dataclass
 class LoggedRequest:
     method: str
     path: str
@@ -179,6 +199,9 @@ class LocalHub:
         self.valid_tokens: set[str] = set()
         self.requests: list[LoggedRequest] = []
         self.stalls: list[Stall] = []
+        # URL path prefixes of requests that are read and never answered.
+        self.hangs: list[str] = []
+        self.busy: list[Busy] = []
         # Send LFS files from the storage origin, behind a 302, as the real hub does.
         self.redirect_lfs = redirect_lfs
         # Per-connection send rate for file bodies, in bytes/s; 0 sends as fast as possible.
@@ -325,6 +348,17 @@ class LocalHub:
                     return stall
         return None
 
+    def take_busy(self, path: str) -> Busy | None:
+        with self._lock:
+            for busy in self.busy:
+                if path.startswith(busy.prefix) and busy.times > 0:
+                    busy.times -= 1
+                    return busy
+        return None
+
+    def hangs_on(self, path: str) -> bool:
+        return any(path.startswith(prefix) for prefix in self.hangs)
+
     def fetched(self, path_suffix: str = "") -> list[LoggedRequest]:
         """GET requests that were sent a file body (by the hub, or by the storage origin after
         a redirect), optionally of one file."""
@@ -354,9 +388,12 @@ class LocalHub:
 
 
 class HubError(Exception):
-    def __init__(self, status: int, code: str | None, message: str):
+    def __init__(
+        self, status: int, code: str | None, message: str, headers: dict[str, str] | None = None
+    ):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.headers = headers or {}
 
 
 class FileRequestHandler(BaseHTTPRequestHandler):
@@ -382,7 +419,18 @@ class FileRequestHandler(BaseHTTPRequestHandler):
         # Logged on arrival, so a request the hub is holding shows up while it is held.
         self._entry = self._log_entry(path, url.query)
         status = HTTPStatus.OK
+        hub = self.server_hub
+        if hub.hangs_on(path):
+            # Read, never answered: the client waits until it gives up or the hub stops.
+            hub._stopping.wait()
+            self.close_connection = True
+            self._entry = None
+            return
         try:
+            busy = hub.take_busy(path)
+            if busy:
+                retry = {"Retry-After": busy.retry_after} if busy.retry_after else {}
+                raise HubError(busy.status, None, f"busy ({busy.status}), try again", retry)
             status = self._handle(path, url.query, send_body)
         except HubError as error:
             status = error.status
@@ -662,6 +710,8 @@ class HubRequestHandler(FileRequestHandler):
             if error.code:
                 self.send_header("X-Error-Code", error.code)
             self.send_header("X-Error-Message", error.message)
+            for key, value in error.headers.items():
+                self.send_header(key, value)
         self.end_headers()
         if send_body:
             self.wfile.write(body)
@@ -701,6 +751,8 @@ class StorageRequestHandler(FileRequestHandler):
         self.send_response(error.status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(body)))
+        for key, value in error.headers.items():
+            self.send_header(key, value)
         self.end_headers()
         if send_body:
             self.wfile.write(body)

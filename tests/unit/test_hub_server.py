@@ -200,3 +200,56 @@ def test_redirect_off_serves_everything_from_the_hub(tmp_path, monkeypatch):
         assert len(fetched) == 2 and {r.origin for r in fetched} == {"hub"}
         assert hub.at_storage() == []
         assert all(not r.authenticated for r in hub.requests)
+
+
+# Fault modes for the kit's hardening tests: a malicious listing, a hub that never answers, a
+# busy hub.
+
+EVIL = {"../../escape.txt": b"outside", "/tmp/absolute.txt": b"abs", "config.json": b"{}"}
+
+
+def test_malicious_names_are_listed_and_served_verbatim(hub):
+    hub.add_repo("org/evil", EVIL)
+    sha = hub.repos["org/evil"].sha
+    tree = httpx2.get(f"{hub.url}/api/models/org/evil/tree/{sha}?recursive=true", timeout=10)
+    assert sorted(entry["path"] for entry in tree.json()) == sorted(EVIL)
+    info = httpx2.get(f"{hub.url}/api/models/org/evil/revision/{sha}?blobs=true", timeout=10)
+    assert sorted(s["rfilename"] for s in info.json()["siblings"]) == sorted(EVIL)
+    # The raw path is sent as is (no client-side dot-segment removal) and served.
+    import http.client
+
+    host, port = urlsplit(hub.url).netloc.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.request("GET", f"/org/evil/resolve/{sha}/../../escape.txt")
+    answer = connection.getresponse()
+    assert answer.status == 200 and answer.read() == b"outside"
+    connection.close()
+
+
+def test_a_hanging_hub_accepts_and_never_answers(hub):
+    import time
+
+    hub.hangs.append("/api/")
+    started = time.monotonic()
+    with pytest.raises(httpx2.ReadTimeout):
+        httpx2.get(f"{hub.url}/api/models/org/public", timeout=httpx2.Timeout(10, read=1))
+    assert 1 <= time.monotonic() - started < 5
+    # Logged on arrival (the connection was accepted and the request read), never answered.
+    assert [r.status for r in hub.requests if r.path == "/api/models/org/public"] == [0]
+    # Other paths are served.
+    assert httpx2.get(resolve_url(hub, "org/public", "config.json"), timeout=10).status_code == 200
+
+
+def test_a_busy_hub_answers_429_and_503_then_serves(hub):
+    from tests.support.hub_server import Busy
+
+    hub.busy += [
+        Busy("/api/models/org/public", 429, times=1, retry_after="1"),
+        Busy("/api/models/org/public", 503, times=2),
+    ]
+    url = f"{hub.url}/api/models/org/public"
+    answers = [httpx2.get(url, timeout=10) for _ in range(4)]
+    assert [a.status_code for a in answers] == [429, 503, 503, 200]
+    assert answers[0].headers["Retry-After"] == "1"
+    assert "Retry-After" not in answers[1].headers
+    assert answers[3].json()["id"] == "org/public"
