@@ -11,6 +11,9 @@ description:
   - Files whose size and modification time match a manifest entry of the same revision are
     trusted without hashing, so an intact repository is confirmed in seconds; any other file
     is hashed (C(full)) or size-checked (C(size)).
+  - Refuses a file list whose paths are unsafe (absolute, C(..) components, resolving outside
+    I(local_dir) through a symlink, ...) or whose fields are malformed, naming the entry and the
+    hub (C(HF_ENDPOINT)), repository and revision it came from; nothing is read then.
   - Reports missing files and wrong ones (size or checksum) and never touches the weights.
     When every file is right and some had to be hashed (weights put there by hand, a lost
     manifest), it writes the manifest and reports changed, so the next run hashes nothing.
@@ -66,6 +69,9 @@ import os  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.weights import (  # noqa: E402
     REPOSITORY_OPTIONS,
+    UnsafeListing,
+    check_listing,
+    hub_endpoint,
     inspect_files,
     write_manifest,
 )
@@ -77,6 +83,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    try:
+        check_listing(p["local_dir"], p["files"], hub_endpoint(), p["repo_id"], p["revision"])
+    except UnsafeListing as unsafe:
+        module.fail_json(msg=str(unsafe))
     sizes = {f["path"]: f.get("size") or 0 for f in p["files"]}
     found = inspect_files(
         p["local_dir"],

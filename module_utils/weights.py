@@ -16,13 +16,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.host_helpers import file_sha256, read_json, write_json_atomic
-from ansible.module_utils.weights_worker import PARTIAL_SUFFIX, partial_suffix
+from ansible.module_utils.weights_worker import (
+    DEFAULT_ENDPOINT,
+    MANIFEST,
+    PARTIAL_SUFFIX,
+    partial_suffix,
+    unsafe_message,
+    unsafe_path,
+)
 
-MANIFEST = "kimi-manifest.json"
 HF_STATE = os.path.join(".cache", "huggingface")
 CHUNK = 8 << 20
 
@@ -38,6 +45,60 @@ REPOSITORY_OPTIONS = {
     "rehash": {"type": "bool", "default": False},
     "hash_workers": {"type": "int", "default": 0},
 }
+
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+BLOB_ID = re.compile(r"[0-9a-f]{40}")
+
+
+class UnsafeListing(ValueError):
+    """The hub's file list cannot be used as it is: a path or a field is not what it must be."""
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+
+
+def entry_problem(entry: object) -> str | None:
+    """What is wrong with one listing entry's fields, other than its path, or None."""
+    if not isinstance(entry, dict):
+        return f"an entry is not an object: {str(entry)[:100]!r}"
+    size = entry.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        return f"{entry.get('path')!r} has size {size!r} (needed a whole number >= 0)"
+    for key, form in (("sha256", SHA256), ("blob_id", BLOB_ID)):
+        value = entry.get(key)
+        if value is not None and not (isinstance(value, str) and form.fullmatch(value)):
+            return f"{entry.get('path')!r} has {key} {str(value)[:80]!r} (needed lowercase hex)"
+    return None
+
+
+def check_listing(
+    local_dir: str | None, files: object, endpoint: str, repo_id: str, revision: str
+) -> None:
+    """Raise UnsafeListing unless every entry of the hub's file list is safe to use under
+    local_dir (module_utils/weights_worker.py unsafe_path) and well-formed; the message names
+    the entry and where the listing came from (hub address, repository and revision)."""
+    where = {"repo_id": repo_id, "revision": revision}
+    if not isinstance(files, list):
+        raise UnsafeListing(f"the file list of {repo_id}@{revision} from {endpoint} is not a list")
+    seen = set()
+    for entry in files:
+        problem = entry_problem(entry)
+        if problem:
+            raise UnsafeListing(
+                f"the hub at {endpoint} gave a malformed file list for {repo_id}@{revision}: "
+                f"{problem}. Nothing was touched."
+            )
+        reason = unsafe_path(local_dir, entry.get("path"))
+        if reason:
+            raise UnsafeListing(unsafe_message(entry.get("path"), reason, endpoint, where))
+        if entry["path"] in seen:
+            raise UnsafeListing(
+                f"the hub at {endpoint} listed {entry['path']!r} twice for "
+                f"{repo_id}@{revision}. Nothing was touched."
+            )
+        seen.add(entry["path"])
 
 
 def file_entries(files: list[dict]) -> dict[str, dict]:

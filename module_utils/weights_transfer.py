@@ -20,7 +20,10 @@ from ansible.module_utils import weights_worker
 from ansible.module_utils.host_helpers import kill_process_group, write_json_atomic
 from ansible.module_utils.host_inspect import disk_space
 from ansible.module_utils.weights import (
+    UnsafeListing,
     bytes_on_disk,
+    check_listing,
+    hub_endpoint,
     inspect_files,
     now_iso,
     remove_other_partials,
@@ -32,8 +35,10 @@ from ansible.module_utils.weights_worker import (
     EXIT_DISK_FULL,
     EXIT_NOT_FOUND,
     EXIT_REVISION,
+    EXIT_UNSAFE,
     KIND_INVALID_TOKEN,
     PROCESS_MARK,
+    READ_TIMEOUT_S,
     last_error,
 )
 
@@ -186,6 +191,10 @@ class Download:
             "transfer": transfer,
             "files": [{"path": f["path"], "size": f.get("size")} for f in self.files],
             "missing": self.incomplete_files(),
+            # A request that hangs is given up within the watchdog's window; a busy hub is
+            # waited for within half of it, so the watchdog does not take it for a stall.
+            "timeout_s": min(READ_TIMEOUT_S, self.p["stall_timeout"]),
+            "retry_s": max(1, self.p["stall_timeout"] // 2),
         }
         self.log(f"transfer: {spec['transfer']}")
         log = open(self.p["log_file"], "a")  # noqa: SIM115 - handed to the child
@@ -278,8 +287,9 @@ class Download:
             if self.restarts > self.p["max_restarts"]:
                 incomplete = self.incomplete_files()
                 raise Failure(
-                    f"download of {self.p['repo_id']} gave up after {self.p['max_restarts']} "
-                    f"restarts ({reason}). Incomplete files: {', '.join(incomplete) or 'none'}. "
+                    f"download of {self.p['repo_id']} from {hub_endpoint()} gave up after "
+                    f"{self.p['max_restarts']} restarts ({reason}). Incomplete files: "
+                    f"{', '.join(incomplete) or 'none'}. "
                     f"Log: {self.p['log_file']}. Fix: check the host's connection to the hub, "
                     "then rerun: completed files are kept."
                 )
@@ -315,6 +325,8 @@ class Download:
                 f"revision {self.p['revision']} does not exist in {repo}. Fix: set the "
                 "repository's revision variable to an existing commit."
             )
+        if code == EXIT_UNSAFE:
+            raise Failure(detail)
         if code == EXIT_NOT_FOUND:
             raise Failure(f"{repo} was not found on the hub. Fix: check the repository id.")
 
@@ -330,6 +342,16 @@ class Download:
         problem = argument_problem(self.p)
         if problem:
             raise Failure(problem)
+        try:
+            check_listing(
+                self.p["local_dir"],
+                self.files,
+                hub_endpoint(),
+                self.p["repo_id"],
+                self.p["revision"],
+            )
+        except UnsafeListing as unsafe:
+            raise Failure(str(unsafe)) from unsafe
         os.makedirs(self.p["local_dir"], exist_ok=True)
         kill_previous_worker(self.pid_file)
         self.publish(state="checking")

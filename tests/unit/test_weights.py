@@ -530,3 +530,271 @@ def test_only_a_worker_this_module_started_is_killed(tmp_path):
         for process in (other, ours):
             process.kill()
             process.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------------------------
+# A malicious hub listing (issue 16, defect 2): no entry is written, read or deleted outside
+# the repository's folder, and the refusal names the entry and where the listing came from.
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("config.json", None),
+        ("sub/dir/model.safetensors", None),
+        (".gitattributes", None),
+        ("../../x", "a '..' component"),
+        ("a/../../x", "a '..' component"),
+        ("/etc/passwd", "an absolute path"),
+        ("a\\..\\x", "a backslash"),
+        ("a\0b", "a NUL byte"),
+        ("", "empty"),
+        ("a//b", "an empty component"),
+        ("a/./b", "a '.' component"),
+        ("a/", "an empty component"),
+        ("kimi-manifest.json", "the kit's own"),
+        (".cache/huggingface/download/x.metadata", "the kit's own"),
+        ("x" * 300, "longer than"),
+        ("link/escape.txt", "resolves outside"),
+        ("inside/ok.txt", None),
+    ],
+)
+def test_unsafe_listing_paths_are_named(tmp_path, path, reason):
+    local = tmp_path / "w"
+    (local / "real").mkdir(parents=True)
+    (local / "link").symlink_to(tmp_path)  # a symlink inside the folder pointing outside
+    (local / "inside").symlink_to(local / "real")  # one that stays inside is fine
+    found = weights_worker.unsafe_path(str(local), path)
+    if reason is None:
+        assert found is None
+    else:
+        assert found is not None and reason in found
+    # Without a folder (the controller's listing check), only the name is judged.
+    if reason != "resolves outside":
+        assert (weights_worker.unsafe_path(None, path) is None) == (reason is None)
+
+
+def test_listing_entries_are_type_checked(tmp_path):
+    from ansible.module_utils.weights import UnsafeListing, check_listing
+
+    where = {"endpoint": "http://hub.test", "repo_id": "o/n", "revision": "r" * 40}
+    good = [{"path": "a", "size": 1, "sha256": "0" * 64, "blob_id": None}]
+    check_listing(str(tmp_path), good, **where)
+    for bad in (
+        [{"path": 5, "size": 1}],
+        [{"path": "a", "size": -1}],
+        [{"path": "a", "size": "12"}],
+        [{"path": "a", "size": 1, "sha256": "zz"}],
+        [{"path": "a", "size": 1, "blob_id": 7}],
+        ["a"],
+        [{"path": "a", "size": 1}, {"path": "a", "size": 1}],
+    ):
+        with pytest.raises(UnsafeListing) as refused:
+            check_listing(str(tmp_path), bad, **where)
+        assert "http://hub.test" in str(refused.value) and "o/n@" in str(refused.value)
+
+
+EVIL_DATA = {"config.json": b'{"x": 1}', "../../escape.txt": b"written outside"}
+
+
+def evil_listing(hub, repo_id: str) -> list[dict]:
+    return [
+        {
+            "path": f.path,
+            "size": f.size,
+            "sha256": f.sha256 if f.is_lfs else None,
+            "blob_id": f.git_oid,
+        }
+        for f in hub.repos[repo_id].files.values()
+    ]
+
+
+def test_worker_refuses_a_listing_that_escapes_its_folder(tmp_path):
+    from tests.support.hub_server import LocalHub
+
+    with LocalHub() as hub:
+        hub.add_repo("o/evil", EVIL_DATA)
+        spec = {
+            "repo_id": "o/evil",
+            "revision": hub.repos["o/evil"].sha,
+            "local_dir": str(tmp_path / "a" / "w"),
+            "max_workers": 2,
+            "transfer": "http",
+            "files": [{"path": name, "size": len(data)} for name, data in EVIL_DATA.items()],
+            "missing": list(EVIL_DATA),
+        }
+        done = run_worker(spec, hub.url)
+    assert not (tmp_path / "escape.txt").exists()
+    assert done.returncode == weights_worker.EXIT_UNSAFE, done.stderr
+    error = weights_worker.last_error(done.stderr.splitlines())
+    assert error["error"] == weights_worker.KIND_UNSAFE_PATH
+    assert "'../../escape.txt'" in error["detail"] and hub.url in error["detail"]
+    assert [r for r in hub.requests if r.file] == []  # nothing was fetched
+
+
+@pytest.mark.parametrize("transfer", ["1", ""], ids=["plain-http", "huggingface_hub"])
+@pytest.mark.parametrize(
+    "entry", ["../../escape.txt", "link/escape.txt"], ids=["dotdot", "symlink"]
+)
+def test_download_module_refuses_a_malicious_listing(tmp_path, monkeypatch, transfer, entry):
+    from tests.support.hub_server import LocalHub
+
+    data = {"config.json": b'{"x": 1}', entry: b"written outside"}
+    local = tmp_path / "a" / "w"
+    local.mkdir(parents=True)
+    (local / "link").symlink_to(tmp_path)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", transfer)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    with LocalHub() as hub:
+        hub.add_repo("o/evil", data)
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        sha = hub.repos["o/evil"].sha
+        result = run_module(
+            "weights_download",
+            {
+                "repo_id": "o/evil",
+                "revision": sha,
+                "local_dir": str(local),
+                "files": evil_listing(hub, "o/evil"),
+                "python": sys.executable,
+                "status_file": str(tmp_path / "s" / "status.json"),
+                "log_file": str(tmp_path / "s" / "download.log"),
+                "poll_interval": 0.2,
+                "max_restarts": 0,
+            },
+        )
+    assert not (tmp_path / "escape.txt").exists()
+    assert result.get("failed"), result
+    assert f"{entry!r}" in result["msg"] and hub.url in result["msg"]
+    assert f"o/evil@{sha}" in result["msg"]
+    assert not (local / "kimi-manifest.json").exists()
+
+
+def test_weights_check_refuses_a_listing_that_points_outside(tmp_path):
+    """A file outside the folder that matches the listing is not vouched for."""
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"abcd")
+    (tmp_path / "w").mkdir()
+    files = [{"path": "../outside.bin", "size": 4, "sha256": hashlib.sha256(b"abcd").hexdigest()}]
+    result = run_module(
+        "weights_check",
+        {"local_dir": str(tmp_path / "w"), "repo_id": "o/n", "revision": "r" * 40, "files": files},
+    )
+    assert result.get("failed"), result
+    assert "'../outside.bin'" in result["msg"] and "o/n@" + "r" * 40 in result["msg"]
+    assert not (tmp_path / "w" / "kimi-manifest.json").exists()
+
+
+def test_hub_repo_info_refuses_a_malicious_listing(monkeypatch):
+    from tests.support.hub_server import LocalHub
+
+    with LocalHub() as hub:
+        hub.add_repo("o/evil", EVIL_DATA)
+        hub.add_repo("o/fine", {"config.json": b"{}"})
+        result = run_module(
+            "hub_repo_info",
+            {
+                "repos": {"target": {"repo_id": "o/fine"}, "dflash": {"repo_id": "o/evil"}},
+                "endpoint": hub.url,
+            },
+        )
+    assert not result.get("failed"), result
+    assert result["repos"]["target"]["access"] == "ok"
+    evil = result["repos"]["dflash"]
+    assert evil["access"] == "unsafe_listing" and evil["files"] == []
+    assert "'../../escape.txt'" in evil["message"] and hub.url in evil["message"]
+    assert "o/evil@main" in evil["message"]
+
+
+# --------------------------------------------------------------------------------------------
+# Hub queries have deadlines and retry a busy hub (issue 16, defect 3).
+
+
+def hub_info(hub, deadline: float, timeout: float = 1, **repos) -> tuple[dict, float]:
+    started = time.monotonic()
+    result = run_module(
+        "hub_repo_info",
+        {
+            "repos": repos or {"target": {"repo_id": "o/n"}},
+            "endpoint": hub.url,
+            "timeout": timeout,
+            "deadline": deadline,
+        },
+    )
+    return result, time.monotonic() - started
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("prefix", ["/api/models/o/n/revision", "/api/models/o/n/auth-check"])
+def test_hub_repo_info_gives_up_on_a_silent_hub_by_its_deadline(prefix):
+    from tests.support.hub_server import LocalHub
+
+    with LocalHub() as hub:
+        hub.add_repo("o/n", {"config.json": b"{}"})
+        hub.hangs.append(prefix)
+        result, elapsed = hub_info(hub, deadline=3)
+    assert elapsed < 6, elapsed
+    assert not result.get("failed"), result
+    repo = result["repos"]["target"]
+    assert repo["access"] == "unreachable"
+    assert hub.url in repo["message"] and "could not be reached" in repo["message"]
+    assert "no answer within" in repo["message"]
+
+
+@pytest.mark.timeout(60)
+def test_hub_repo_info_retries_a_busy_hub_within_its_deadline():
+    from tests.support.hub_server import Busy, LocalHub
+
+    with LocalHub() as hub:
+        hub.add_repo("o/n", {"config.json": b"{}"})
+        hub.busy += [
+            Busy("/api/models/o/n/revision", 429, times=1, retry_after="1"),
+            Busy("/api/models/o/n/revision", 503, times=2),
+            Busy("/api/models/o/n/auth-check", 502, times=1),
+        ]
+        result, elapsed = hub_info(hub, deadline=20)
+        asked = [r.status for r in hub.requests if r.path.startswith("/api/models/o/n/revision")]
+    assert result["repos"]["target"]["access"] == "ok", result
+    assert asked == [429, 503, 503, 200]
+    assert 1 <= elapsed < 15  # the Retry-After second was honoured
+    with LocalHub() as hub:
+        hub.add_repo("o/n", {"config.json": b"{}"})
+        # Asked to come back later than the deadline allows: it stops at once and says so.
+        hub.busy.append(Busy("/api/models/o/n/revision", 429, times=5, retry_after="3600"))
+        result, elapsed = hub_info(hub, deadline=5)
+    repo = result["repos"]["target"]
+    assert elapsed < 3, elapsed
+    assert repo["access"] == "unreachable" and hub.url in repo["message"]
+    assert "429" in repo["message"] and "3600" in repo["message"]
+
+
+@pytest.mark.timeout(60)
+def test_worker_retries_a_busy_hub_and_gives_up_on_a_silent_one(tmp_path):
+    from tests.support.hub_server import Busy, LocalHub
+
+    data = {"a.safetensors": os.urandom(1 << 20), "config.json": b'{"x": 1}'}
+    with LocalHub() as hub:
+        hub.add_repo("o/n", data)
+        spec = {
+            "repo_id": "o/n",
+            "revision": hub.repos["o/n"].sha,
+            "local_dir": str(tmp_path / "w"),
+            "max_workers": 2,
+            "transfer": "http",
+            "files": [{"path": name, "size": len(content)} for name, content in data.items()],
+            "missing": list(data),
+            "timeout_s": 1,
+            "retry_s": 10,
+        }
+        hub.busy += [Busy("/o/n/resolve/", 503, times=2), Busy("/repos/", 429, 1, "1")]
+        done = run_worker(spec, hub.url)
+        assert done.returncode == 0, done.stderr
+        for name, content in data.items():
+            assert (tmp_path / "w" / name).read_bytes() == content
+        hub.hangs.append("/o/n/resolve/")
+        started = time.monotonic()
+        silent = run_worker({**spec, "local_dir": str(tmp_path / "w2")}, hub.url)
+        elapsed = time.monotonic() - started
+    assert silent.returncode not in (0, None)
+    assert elapsed < 10, elapsed
+    assert hub.url in silent.stderr and "timed out" in silent.stderr
