@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.gpu_topology import GpuFactsError, build_facts, classify_interconnect
+from ansible.module_utils.host_helpers import run_with_deadline
 
 from tests.support.modules import run_module
 
@@ -260,3 +262,25 @@ def test_topology_with_fewer_rows_than_gpus_fails_clearly(tmp_path):
     caps = {"00000000:00:06.0": "9.0", "00000000:00:07.0": "9.0"}
     with pytest.raises(GpuFactsError, match="topo -m"):
         build_facts(xml, caps, one_row, {}, {})
+
+
+def test_a_child_left_behind_after_a_normal_exit_is_killed_and_does_not_block():
+    """What nvidia-smi answers is read once it exits, even when something it started still
+    holds its output open; that leftover is killed with the group."""
+    marker = f"gpu-facts-leftover-{uuid.uuid4().hex}"
+    leaver = (
+        "import subprocess, sys; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', sys.argv[1]]); "
+        "print('answered')"
+    )
+    started = time.monotonic()
+    try:
+        rc, out, _err = run_with_deadline([sys.executable, "-c", leaver, marker], 10)
+        elapsed = time.monotonic() - started
+        survivors = marked_processes(marker)
+    finally:
+        for pid in marked_processes(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert (rc, out) == (0, "answered\n")
+    assert elapsed < 5, elapsed
+    assert survivors == []
