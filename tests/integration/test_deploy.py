@@ -38,6 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.runtime, pytest.mark.integration, pytest.mark.timeout(1500)]
 
 TOKEN = "hf_deploy_good_2b7e41"
+# The server's API key, handed over as a vault-like vars file (never as extra vars, which
+# ansible-runner writes into its own env/extravars).
+API_KEY = "sk-kimi-e2e-7f3a9c51e2d4"
 HOSTS = ["ct200-a", "b200-a"]
 SYSTEMD_HOST = "b200-a"
 RUN = "e2e"
@@ -117,6 +120,9 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
     from tests.support.ansible_run import run_playbook
 
     secrets = tmp_path_factory.mktemp("secrets")
+    key_file = secrets / "server-key.yml"
+    key_file.touch(mode=0o600)
+    key_file.write_text(json.dumps({"kimi_server_api_key": API_KEY}))
     source = tmp_path_factory.mktemp("sglang-source")
     git = build_git_source(source)
     for name in HOSTS:
@@ -142,6 +148,7 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
             tmp_path_factory.mktemp(name),
             extravars={**extravars, **more},
             envvars={**token_env(TOKEN, secrets), "HF_HUB_DISABLE_XET": "1"},
+            vars_files=[key_file],
         )
 
     first = run("deploy-1")
@@ -182,6 +189,9 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
     pids_after_benchmark = {name: server_pid(cluster, name) for name in HOSTS}
     second = run("deploy-2")
     return {
+        "secrets": secrets,
+        "key_file": key_file,
+        "report_dir": report.parent,
         "first": first,
         "second": second,
         "pids": pids,
@@ -349,21 +359,23 @@ def test_second_deploy_changes_nothing_and_keeps_the_servers(cluster, deploy):
     assert {actions[h]["action"] for h in HOSTS} == {"none"}
 
 
-def test_plan_lists_what_deploy_runs(cluster, deploy, tmp_path):
+def test_plan_lists_what_deploy_runs(cluster, deploy):
     from tests.support.ansible_run import run_playbook
 
     extravars = deploy["extravars"]
-    plan_dir = tmp_path / "plan"
-    (tmp_path / "runner").mkdir()
+    # Kept for the secrets scan, which reads what plan wrote as well.
+    plan_dir = deploy["report_dir"] / "plan"
+    (deploy["report_dir"] / "plan-runner").mkdir()
     run = run_playbook(
         "plan.yml",
         cluster.inventory,
-        tmp_path / "runner",
+        deploy["report_dir"] / "plan-runner",
         extravars={
             **extravars,
             "plan_output_dir": str(plan_dir),
             "plan_state_dir": extravars["weights_controller_state_dir"],
         },
+        vars_files=[deploy["key_file"]],
     )
     assert run.rc == 0, run.stdout
     for host in HOSTS:
@@ -372,6 +384,44 @@ def test_plan_lists_what_deploy_runs(cluster, deploy, tmp_path):
         deployed = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
         assert launches["dflash"]["argv"] == deployed["argv"]
         assert launches["dflash"]["environment"] == deployed["environment"]
+
+
+def test_no_secret_reaches_a_file_others_can_read(cluster, deploy):
+    """The HF token and the API key, and anything anyone can compute from them (unkeyed hashes,
+    base64, the server's old launch hash), are in no file readable by other users: not on the
+    controller (ansible-runner's records of every run, results, report, plan, the controller
+    state) and not on the hosts (everything they wrote, journals included). Root-only files are
+    where secrets belong; the files the secrets came from are excepted."""
+    from tests.support.secret_scan import derived_forms, legacy_launch_hash, scan
+
+    assert deploy["first"].rc == 0, deploy["first"].stdout
+    secrets = {"HF token": derived_forms(TOKEN), "API key": derived_forms(API_KEY)}
+    for host in HOSTS:
+        launch = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
+        old = legacy_launch_hash(launch["argv"], launch["environment"], API_KEY)
+        secrets["API key"][f"old launch hash ({host})"] = old.encode()
+    # The API key did reach the hosts, and only into root-only files.
+    for host in HOSTS:
+        mode = cluster.ssh(host, "stat -c %a /etc/kimi/sglang-secrets.yaml").stdout.strip()
+        assert mode == "600", (host, mode)
+    controller = [
+        *(deploy[name].private_dir for name in ("first", "bench", "second")),
+        deploy["results"],
+        deploy["report_dir"],
+        Path(deploy["extravars"]["weights_controller_state_dir"]),
+    ]
+    hosts = [Path(host.state_dir) / part for host in cluster.hosts for part in ("upper", "tmp")]
+    leaks, read = scan(controller + hosts, secrets, exclude=[deploy["secrets"]])
+    assert read > 200, f"only {read} files were read: the scan looked in the wrong places"
+    assert not leaks, "\n".join(map(str, leaks))
+    # What lives only inside the hosts (their own /run: pid files, the systemd journal).
+    for host in HOSTS:
+        found = cluster.ssh(
+            host,
+            "find /run -xdev -type f \\( -perm -o=r -o -perm -g=r \\) -print0 "
+            f"| xargs -0r grep -l -a -i -F -e {TOKEN} -e {API_KEY} || true",
+        ).stdout.split()
+        assert not found, (host, found)
 
 
 def test_systemd_runs_the_fabric_manager_and_restarts_a_killed_server(cluster, deploy):

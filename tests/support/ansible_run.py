@@ -72,7 +72,10 @@ def run_playbook(
     check: bool = False,
     limit: str | None = None,
     verbosity: int = 0,
+    vars_files: list[Path] | None = None,
 ) -> PlaybookRun:
+    """`vars_files` are handed over as `-e @FILE`: for secrets, which ansible-runner would
+    otherwise write into its env/extravars file."""
     playbook = Path(playbook)
     if not playbook.is_absolute():
         playbook = REPO / playbook
@@ -87,6 +90,7 @@ def run_playbook(
         **(envvars or {}),
     }
     cmdline = ["--check", "--diff"] if check else []
+    cmdline += [f"-e @{path}" for path in vars_files or ()]
     # Inherited rather than given as envvars (written to env/envvars). ansible-runner still
     # records the whole environment in artifacts/<id>/command, so tests hand tokens over in a
     # file (tests.support.hub_server.token_env), never in the environment.
