@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ansible.module_utils import allreduce_probe, allreduce_worker
 from ansible.module_utils.allreduce_probe import MARKER as PROBE_MARKER
 from ansible.module_utils.allreduce_probe import TORCH_ERROR
-from ansible.module_utils.host_helpers import kill_process_group, marked_json
+from ansible.module_utils.host_helpers import group_members, kill_process_group, marked_json
 
 DTYPE_BYTES = 2  # bf16
 BASELINE_SCHEMA = 1
@@ -236,28 +236,6 @@ class ProcessResult:
     timed_out: bool
     killed_pids: list[int]
     elapsed_s: float
-
-
-def group_members(pgid: int) -> list[int]:
-    """PIDs in process group pgid (Linux /proc; empty where /proc is not there)."""
-    members = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return sorted(members)
 
 
 def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> list[int]:

@@ -473,47 +473,51 @@ def check_numbers(
     gpu_memory_mib, mem_fraction_static, overhead_mib, min_kv_tokens, gpu_count
 ) -> None:
     """The plan's own inputs (the module's parameters), each within its range."""
-
-    def bad(name: str, value, needed: str, fix: str) -> CapacityError:
-        return CapacityError(f"{name} is {value!r}; needed: {needed}. Fix: {fix}")
-
-    if not _is_int(gpu_memory_mib) or not 1 <= gpu_memory_mib <= MAX_GPU_MEMORY_MIB:
-        raise bad(
+    memory_ok = _is_int(gpu_memory_mib) and 1 <= gpu_memory_mib <= MAX_GPU_MEMORY_MIB
+    fraction = mem_fraction_static
+    checks = [
+        (
             "gpu_memory_mib",
             gpu_memory_mib,
+            memory_ok,
             f"an integer from 1 to {MAX_GPU_MEMORY_MIB} (MiB of one GPU)",
             "pass gpu_facts' devices[].memory_mib or the profile's kimi_gpu_memory_mib.",
-        )
-    fraction = mem_fraction_static
-    # NaN fails the comparison too.
-    if isinstance(fraction, bool) or not isinstance(fraction, float | int) or not 0 < fraction < 1:
-        raise bad(
+        ),
+        (
             "mem_fraction_static",
-            mem_fraction_static,
+            fraction,
+            # NaN fails the comparison too.
+            not isinstance(fraction, bool)
+            and isinstance(fraction, float | int)
+            and 0 < fraction < 1,
             "a number between 0 and 1 (exclusive)",
             "set kimi_mem_fraction_static, e.g. 0.85.",
-        )
-    if not _is_int(overhead_mib) or not 0 <= overhead_mib < gpu_memory_mib:
-        raise bad(
+        ),
+        (
             "overhead_mib",
             overhead_mib,
+            memory_ok and _is_int(overhead_mib) and 0 <= overhead_mib < gpu_memory_mib,
             f"an integer from 0 to below gpu_memory_mib ({gpu_memory_mib})",
             "leave the default (3072) or measure what the driver and CUDA context take.",
-        )
-    if not _is_int(min_kv_tokens) or not 0 <= min_kv_tokens <= MAX_KV_TOKENS:
-        raise bad(
+        ),
+        (
             "min_kv_tokens",
             min_kv_tokens,
+            _is_int(min_kv_tokens) and 0 <= min_kv_tokens <= MAX_KV_TOKENS,
             f"an integer from 0 to {MAX_KV_TOKENS}",
             "leave the default (16384).",
-        )
-    if gpu_count is not None and (not _is_int(gpu_count) or not 1 <= gpu_count <= MAX_GPU_COUNT):
-        raise bad(
+        ),
+        (
             "gpu_count",
             gpu_count,
+            gpu_count is None or (_is_int(gpu_count) and 1 <= gpu_count <= MAX_GPU_COUNT),
             f"an integer from 1 to {MAX_GPU_COUNT}, or none when unknown",
             "pass gpu_facts' count (the GPUs the server's hosts hold together).",
-        )
+        ),
+    ]
+    for name, value, ok, needed, fix in checks:
+        if not ok:
+            raise CapacityError(f"{name} is {value!r}; needed: {needed}. Fix: {fix}")
 
 
 def plan(

@@ -154,16 +154,7 @@ def test_bad_inputs_fail_clearly(tmp_path):
         },
     )
     assert incomplete["failed"] and "num_hidden_layers is missing" in incomplete["msg"]
-    broken.write_text("[]")
-    not_object = run_module(
-        "capacity_plan",
-        {
-            "model_config": str(broken),
-            "gpu_memory_mib": 97887,
-            "tp_size": 1,
-            "mem_fraction_static": 0.5,
-        },
-    )
+    not_object = module_plan(tmp_path, target=[])
     assert not_object["failed"] and "a JSON object" in not_object["msg"]
     out_of_range = run_module(
         "capacity_plan",
@@ -177,7 +168,7 @@ def test_bad_inputs_fail_clearly(tmp_path):
     assert out_of_range["failed"] and "between 0 and 1" in out_of_range["msg"]
 
 
-def module_plan(tmp_path, target: dict | None = None, draft: dict | None = None, **params):
+def module_plan(tmp_path, target: dict | list | None = None, draft: dict | None = None, **params):
     """capacity_plan through the module, with configs written to files (None: the real ones)."""
     args = {"gpu_memory_mib": 97887, "tp_size": 8, "mem_fraction_static": 0.85, **params}
     args["model_config"] = str(K26)
