@@ -143,6 +143,20 @@ Environment (all optional):
     SGLANG_SIM_DDTREE_TABLE   DDTree behaviour per budget, JSON {"<budget>": {"step_ms": ..,
                               "accept": ..}} (accept: tokens per verify step, bonus included);
                               without it a DDTree server uses SGLANG_SIM_STEP_MS and _ACCEPT
+Faults no SGLang release makes on purpose, but a dying server, a broken proxy or a bug can (for
+the benchmark client's tests; off unless set):
+    SGLANG_SIM_FAULT          cut_event: the stream stops in the middle of its second event
+                              (a chunk announced whole, half of it sent, then the connection
+                              closed), as when the server dies mid-write;
+                              meta_info_string / meta_info_list: every event's meta_info is sent
+                              as a JSON string of the object / a one-element list holding it;
+                              endless_line: after the head, one `data:` line that never ends,
+                              SGLANG_SIM_ENDLESS_MIB (default 20) MiB of it in 64 KiB chunks,
+                              then the connection is closed (bounded here, not by the client);
+                              echo_headers: 400 with a JSON error body that echoes the
+                              request's headers, Authorization included, raw and base64
+    SGLANG_SIM_FAULT_AT       which client /generate request the fault hits, counted as
+                              SGLANG_SIM_CRASH_AFTER counts (default 1; 0: every request)
 SGLang's own SGLANG_HEALTH_CHECK_TIMEOUT, SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION,
 SGLANG_WARMUP_TIMEOUT and SGLANG_TIMEOUT_KEEP_ALIVE are honoured as SGLang honours them.
 """
@@ -150,6 +164,7 @@ SGLANG_WARMUP_TIMEOUT and SGLANG_TIMEOUT_KEEP_ALIVE are honoured as SGLang honou
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import email.utils
 import hashlib
@@ -173,6 +188,7 @@ FLUSHED = (
     "Cache flushed.\nPlease check backend logs for more details. "
     "(When there are running or waiting requests, the operation will not be performed.)\n"
 )
+FAULTS = {"", "cut_event", "meta_info_string", "meta_info_list", "endless_line", "echo_headers"}
 GRAPH_PHASES = (
     "prefill",
     "decode",
@@ -210,6 +226,9 @@ class Settings:
     truth_dir: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_TRUTH_DIR", ""))
     reuse_port: bool = field(default_factory=lambda: os.environ.get("SGLANG_SIM_REUSE_PORT") == "1")
     ddtree_table: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_DDTREE_TABLE", ""))
+    fault: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_FAULT", ""))
+    fault_at: int = field(default_factory=lambda: int(env_float("SGLANG_SIM_FAULT_AT", 1)))
+    endless_mib: float = field(default_factory=lambda: env_float("SGLANG_SIM_ENDLESS_MIB", 20))
     # SGLang's own environment variables, with its defaults (srt/environ.py, http_server.py).
     health_check_timeout: float = field(
         default_factory=lambda: int(env_float("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
@@ -338,6 +357,7 @@ class Request:
     first_token_time: float = 0.0
     finished_time: float = 0.0
     sent_first: bool = False
+    fault: str = ""  # SGLANG_SIM_FAULT, when it hits this request
 
     @property
     def prompt_tokens(self) -> int:
@@ -613,6 +633,10 @@ class Simulator:
         if not request.sent_first:
             request.sent_first = True
             out["meta_info"]["response_sent_to_client_ts"] = time.time()
+        if request.fault == "meta_info_string":
+            out["meta_info"] = json.dumps(out["meta_info"])
+        elif request.fault == "meta_info_list":
+            out["meta_info"] = [out["meta_info"]]
         return out
 
     def internal_state(self) -> dict:
@@ -771,18 +795,26 @@ class Simulator:
             stream=bool(body.get("stream")),
         )
 
-    async def generate(self, body: dict, reply: Http, arrival: float | None) -> None:
+    async def generate(
+        self, body: dict, reply: Http, arrival: float | None, headers: dict | None = None
+    ) -> None:
         self.generate_count += 1
         crash_after = self.settings.crash_after
         if crash_after and self.generate_count > crash_after:
             print("simulated crash", file=sys.stderr, flush=True)
             os._exit(1)
+        at = self.settings.fault_at
+        fault = self.settings.fault if at in (0, self.generate_count) else ""
+        if fault == "echo_headers":
+            await reply.respond(400, echo_headers(headers or {}), "application/json")
+            return
         try:
             request = self.request_of(body)
         except (ValueError, TypeError) as error:
             message = {"error": {"message": str(error), "code": 400}}
             await reply.respond(400, json.dumps(message).encode(), "application/json")
             return
+        request.fault = fault
         if arrival is not None:
             request.created = arrival
         self.submit(request)
@@ -811,12 +843,19 @@ class Simulator:
             }
             self.truth.append(truth)
         await reply.start_stream(200, "text/event-stream; charset=utf-8")
+        if request.fault == "endless_line":
+            await reply.endless_line(self.settings.endless_mib)
+        sent = 0
         while True:
             await request.changed.wait()
             # Everything queued since the last event goes out as one, with the latest state.
             request.changed.clear()
             finished = request.finished
-            await reply.chunk(b"data: " + compact(self.output(request, finished)) + b"\n\n")
+            event = b"data: " + compact(self.output(request, finished)) + b"\n\n"
+            sent += 1
+            if request.fault == "cut_event" and sent == 2:
+                await reply.cut(event)
+            await reply.chunk(event)
             if truth is not None:
                 truth["events"].append((time.perf_counter(), len(request.tokens)))
             if finished:
@@ -829,6 +868,19 @@ class Simulator:
                 with open(path, "a", encoding="utf-8") as handle:
                     handle.write(json.dumps(truth) + "\n")
         await reply.end_stream()
+
+
+def echo_headers(headers: dict) -> bytes:
+    """An error body that echoes the request's headers (SGLANG_SIM_FAULT=echo_headers), as a
+    debugging proxy or error middleware might: Authorization first, raw and base64."""
+    auth = headers.get("authorization", "")
+    echoed = {"authorization": auth, **{k: v for k, v in headers.items() if k != "authorization"}}
+    error = {
+        "message": "Bad request",
+        "authorization_b64": base64.b64encode(auth.encode()).decode(),
+        "request_headers": echoed,
+    }
+    return compact({"error": error})
 
 
 def compact(data) -> bytes:
@@ -872,6 +924,24 @@ class Http:
     async def end_stream(self) -> None:
         self.writer.write(b"0\r\n\r\n")
         await self.writer.drain()
+
+    async def cut(self, event: bytes) -> None:
+        """SGLANG_SIM_FAULT=cut_event: the event's chunk announced whole, half of it sent, the
+        connection closed."""
+        self.writer.write(b"%x\r\n" % len(event) + event[: len(event) // 2])
+        await self.writer.drain()
+        self.writer.close()
+        raise ConnectionResetError("simulated cut inside an event")
+
+    async def endless_line(self, mib: float) -> None:
+        """SGLANG_SIM_FAULT=endless_line: a `data:` line that does not end, `mib` MiB of it,
+        then the connection closed."""
+        await self.chunk(b'data: {"text":"')
+        piece = b"a" * (64 << 10)
+        for _ in range(int(mib * 16)):
+            await self.chunk(piece)
+        self.writer.close()
+        raise ConnectionResetError("simulated endless line")
 
 
 class Stamped(asyncio.StreamReader):
@@ -941,7 +1011,7 @@ async def dispatch(simulator: Simulator, method, path, query, headers, body, rep
             detail = {"detail": [{"loc": ["body"], "msg": "a JSON object is required"}]}
             await reply.respond(422, compact(detail), "application/json")
             return
-        await simulator.generate(data, reply, arrival)
+        await simulator.generate(data, reply, arrival, headers)
     elif path == "/generate":
         await reply.respond(405, b'{"detail":"Method Not Allowed"}', "application/json")
     else:
@@ -1083,6 +1153,9 @@ def main(argv: list[str] | None = None) -> int:
         print("simulated crash on start", file=sys.stderr)
         return 1
     settings = Settings()
+    if settings.fault not in FAULTS:
+        print(f"SGLANG_SIM_FAULT must be one of {sorted(FAULTS)}", file=sys.stderr, flush=True)
+        return 1
     resolved = args["resolved"]
     if is_ddtree(resolved) and settings.ddtree_table:
         try:

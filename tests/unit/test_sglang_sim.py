@@ -181,6 +181,67 @@ def test_streams_are_chunked_as_uvicorn_sends_them_and_connections_kept_alive():
         stop(process)
 
 
+def generate_request(tokens: int, key: str = "") -> bytes:
+    body = json.dumps(
+        {"text": "a b c", "sampling_params": {"max_new_tokens": tokens}, "stream": True}
+    ).encode()
+    auth = f"Authorization: Bearer {key}\r\n".encode() if key else b""
+    return (
+        b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + auth
+        + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+def test_fault_modes_hit_the_request_they_are_set_for():
+    """SGLANG_SIM_FAULT: each fault as bytes on the wire, on the request SGLANG_SIM_FAULT_AT
+    names and no other."""
+    faults = {
+        "cut_event": {},
+        "meta_info_string": {},
+        "meta_info_list": {},
+        "endless_line": {"SGLANG_SIM_ENDLESS_MIB": 1},
+        "echo_headers": {},
+    }
+    for fault, env in faults.items():
+        argv = [*BASE, "--api-key", "sk-sim-fault-key"] if fault == "echo_headers" else BASE
+        process, url = start(
+            argv, wait="port", SGLANG_SIM_FAULT=fault, SGLANG_SIM_FAULT_AT=2, **env
+        )
+        port = int(url.rsplit(":", 1)[1])
+        try:
+            request = generate_request(4, "sk-sim-fault-key" if fault == "echo_headers" else "")
+            clean = raw_exchange(port, request)
+            hit = raw_exchange(port, request)
+            after = raw_exchange(port, request)
+        finally:
+            stop(process)
+        for whole in (clean, after):
+            assert dechunk(whole.partition(b"\r\n\r\n")[2])[-2] == b"data: [DONE]\n\n"
+        head, _, body = hit.partition(b"\r\n\r\n")
+        if fault == "cut_event":
+            # The second event's chunk announced whole, half of it sent, then the close.
+            size_line, _, rest = body.split(b"\r\n", 2)[2].partition(b"\r\n")
+            assert 0 < len(rest) < int(size_line, 16) and b"[DONE]" not in body
+        elif fault.startswith("meta_info_"):
+            events = [json.loads(c[6:]) for c in dechunk(body)[:-2]]
+            kind = str if fault == "meta_info_string" else list
+            assert events and all(isinstance(e["meta_info"], kind) for e in events)
+        elif fault == "endless_line":
+            line = b"".join(dechunk(body + b"0\r\n\r\n"))
+            assert line.startswith(b'data: {"text":"') and b"\n" not in line
+            assert len(line) >= 1 << 20
+        else:
+            assert head.startswith(b"HTTP/1.1 400")
+            error = json.loads(body)["error"]
+            assert error["request_headers"]["authorization"] == "Bearer sk-sim-fault-key"
+            assert error["authorization_b64"] == "QmVhcmVyIHNrLXNpbS1mYXVsdC1rZXk="
+    process, _url = start(BASE, wait="none", SGLANG_SIM_FAULT="nonsense")
+    assert process.wait(timeout=20) == 1
+    assert "SGLANG_SIM_FAULT must be one of" in process.stderr.read()
+
+
 def test_loading_refuses_connections_and_warmup_comes_before_health():
     process, url = start(BASE, wait="port", SGLANG_SIM_LOAD_SECONDS=2)
     try:
