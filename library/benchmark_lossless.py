@@ -70,6 +70,7 @@ flagged:
 import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import stat  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.benchmark import SCHEMA_VERSION, compare_outputs  # noqa: E402
@@ -96,9 +97,60 @@ def levels(results_dir: str) -> dict:
     return found
 
 
+# Largest level file read (the analysis reads the same files with the same default bound).
+MAX_LEVEL_BYTES = 2 << 30
+
+
 def load(path: str) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    """One level file, read only when it is a regular file (a FIFO would hang, /dev/zero
+    never end) of at most MAX_LEVEL_BYTES, with the fields the comparison reads checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        data = handle.read(MAX_LEVEL_BYTES + 1)
+    if len(data) > MAX_LEVEL_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_LEVEL_BYTES >> 30} GiB")
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"{path}: not JSON ({str(error)[:200]})") from None
+    problem = level_problem(document)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
+    return document
+
+
+def level_problem(document) -> str | None:
+    """What keeps a level document from being compared, or None."""
+    if not isinstance(document, dict):
+        return f"expected an object, found {type(document).__name__}"
+    settings = document.get("settings", {})
+    if not isinstance(settings, dict):
+        return "settings: expected an object"
+    temperature = settings.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, type(None))):
+        return "settings.temperature: expected a number"
+    requests = document.get("requests", [])
+    if not isinstance(requests, list):
+        return "requests: expected a list"
+    for number, record in enumerate(requests):
+        where = f"requests[{number}]"
+        if not isinstance(record, dict):
+            return f"{where}: expected an object, found {type(record).__name__}"
+        ids = record.get("output_ids")
+        if ids is not None and not (
+            isinstance(ids, list)
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+        ):
+            return f"{where}.output_ids: expected a list of token ids or null"
+        if record.get("text") is not None and not isinstance(record["text"], str):
+            return f"{where}.text: expected a string or null"
+        for name in ("index", "prompt_sha256"):
+            value = record.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, str, type(None))):
+                return f"{where}.{name}: expected an integer or a string"
+    return None
 
 
 def check(results_dir: str, reference: str, threshold: float) -> dict:

@@ -83,6 +83,12 @@ options:
     description: Bearer token for a server started with an API key.
     type: str
     default: ""
+  hf_token:
+    description:
+      - The Hugging Face token of the deploy. The benchmark never sends it; it only masks it
+        (as O(api_key)) in every file and message it writes.
+    type: str
+    default: ""
   request_timeout:
     description: Seconds one request may take from connecting to its last event.
     type: float
@@ -109,10 +115,15 @@ options:
     required: true
 notes:
   - Bounded everywhere - every request by O(request_timeout), every level by the request
-    timeout times the number of request waves plus a minute, every stream by its event count.
-  - The server's C(/server_info) can hold the API key among its arguments; the copy kept in
-    C(provenance) masks every field whose name says key, token, secret or password, and any
-    occurrence of O(api_key).
+    timeout times the number of request waves plus a minute, every stream by its event count,
+    every event by 16 MiB, every C(/server_info) and C(/metrics) answer by 8 MiB.
+  - A stream that ends before C(data: [DONE]) - the connection closed or the chunked body
+    ended, in the middle of an event or between events - loses its request, and the level is
+    marked C(crashed). A field of the wrong type in an event fails only that request.
+  - Every level file is masked as a whole before it is written - every field whose name says
+    key, token, secret or password, and every occurrence of O(api_key) and O(hf_token) and of
+    their base64 forms (an error body that echoes the request's Authorization header) - and so
+    are the module's messages.
 author:
   - kimi-deploy-kit maintainers
 """
@@ -153,6 +164,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.benchmark_client import masked, secret_forms  # noqa: E402
 from ansible.module_utils.benchmark_level import run_benchmark  # noqa: E402
 
 
@@ -167,6 +179,7 @@ def main() -> None:
             "temperature": {"type": "float", "default": 0.0},
             "warmup_requests": {"type": "int", "default": 2},
             "api_key": {"type": "str", "default": "", "no_log": True},
+            "hf_token": {"type": "str", "default": "", "no_log": True},
             "request_timeout": {"type": "float", "default": 600},
             "output_dir": {"type": "path", "required": True},
             "run_label": {"type": "str", "default": ""},
@@ -191,7 +204,8 @@ def main() -> None:
     try:
         result = run_benchmark(p, fail)
     except (OSError, ValueError) as error:
-        module.fail_json(msg=f"Benchmark of {p['config_name']} failed: {error}")
+        shown = masked(str(error), secret_forms([p["api_key"], p["hf_token"]]))
+        module.fail_json(msg=f"Benchmark of {p['config_name']} failed: {shown}")
     module.exit_json(
         changed=True,
         files=result["files"],

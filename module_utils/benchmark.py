@@ -45,18 +45,22 @@ class StreamError(Exception):
 class ResponseParser:
     """Incremental parser of one HTTP/1.1 response whose body is server-sent events.
 
-    feed(data) returns the `data:` payloads completed by that data (bytes, without the
-    `data:` prefix). status and headers are set once the head is in; body holds the body
-    of a non-200 response (for the error message); finished is set when the body has ended
-    (last chunk, Content-Length reached); a close-delimited body ends with the connection.
+    feed(data) returns the events completed by that data: the `data:` lines of each event
+    (bytes, without the `data:` prefix, joined by newlines), once the blank line that ends
+    the event has arrived. status and headers are set once the head is in; body holds the
+    body of a non-200 response (for the error message); finished is set when the body has
+    ended (last chunk, Content-Length reached); a close-delimited body ends with the
+    connection. inside_event says that the body stopped in the middle of an event: a line
+    not ended, or data lines without the blank line after them.
     """
 
     MAX_HEAD = 65536
     MAX_ERROR_BODY = 4096
     MAX_CHUNK_SIZE_LINE = 1024
     # One event holds the whole output so far (cumulative text and ids): room for very long
-    # answers, a bound against a server that never ends a line.
-    MAX_LINE = 64 << 20
+    # answers, a bound against a server that never ends a line. The client never holds more
+    # of an event than this plus one read.
+    MAX_EVENT = 16 << 20
 
     def __init__(self) -> None:
         self.status: int | None = None
@@ -68,7 +72,13 @@ class ResponseParser:
         self._remaining = 0  # bytes left in the current chunk or the whole body
         self._chunk_state = "size"  # size, data, crlf, trailer
         self._raw = bytearray()  # undecoded chunked framing
-        self._lines = bytearray()  # decoded body not yet cut into lines
+        self._line = bytearray()  # the body's current line, not ended yet
+        self._data: list[bytes] = []  # data lines of the current event
+        self._event_size = 0
+
+    @property
+    def inside_event(self) -> bool:
+        return bool(self._line or self._data)
 
     def feed(self, data: bytes) -> list[bytes]:
         if self.status is None:
@@ -101,17 +111,21 @@ class ResponseParser:
     def _parse_head(self, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        status = parts[1] if len(parts) > 1 else ""
+        if not parts[0].startswith("HTTP/") or not (status.isascii() and status.isdigit()):
             raise StreamError(f"not an HTTP response: {lines[0][:80]!r}")
-        self.status = int(parts[1])
+        self.status = int(status[:3])
         for line in lines[1:]:
             name, _, value = line.partition(":")
             self.headers[name.strip().lower()] = value.strip()
         if "chunked" in self.headers.get("transfer-encoding", "").lower():
             self._mode = "chunked"
         elif "content-length" in self.headers:
+            length = self.headers["content-length"]
+            if not (length.isascii() and length.isdigit()) or len(length) > 15:
+                raise StreamError(f"bad content-length {length[:20]!r}")
             self._mode = "length"
-            self._remaining = int(self.headers["content-length"])
+            self._remaining = int(length)
             self.finished = self._remaining == 0
         else:
             self._mode = "close"
@@ -160,36 +174,54 @@ class ResponseParser:
         return bytes(out)
 
     def _events(self, body: bytes) -> list[bytes]:
-        self._lines += body
-        found = []
+        found: list[bytes] = []
         start = 0
-        buffer = self._lines
         while True:
-            end = buffer.find(b"\n", start)
+            # Only the new bytes are searched: a long line is not scanned again per read.
+            end = body.find(b"\n", start)
             if end < 0:
                 break
-            line = bytes(buffer[start:end]).rstrip(b"\r")
+            if self._line:
+                self._line += body[start:end]
+                line, self._line = bytes(self._line), bytearray()
+            else:
+                line = body[start:end]
             start = end + 1
-            if line.startswith(b"data:"):
-                found.append(line[5:].lstrip(b" "))
-        if start:
-            del buffer[:start]
-        if len(buffer) > self.MAX_LINE:
-            raise StreamError("an event line longer than 64 MiB")
+            self._take(line.rstrip(b"\r"), found)
+        rest = len(body) - start
+        if rest:
+            if self._event_size + len(self._line) + rest > self.MAX_EVENT:
+                raise StreamError(f"an event longer than {self.MAX_EVENT >> 20} MiB")
+            self._line += body[start:]
         return found
 
-    def close(self) -> list[bytes]:
-        """The connection closed: a last line without its newline still counts."""
-        if self._lines and self.status == 200:
-            line = bytes(self._lines).rstrip(b"\r")
-            self._lines = bytearray()
-            if line.startswith(b"data:"):
-                return [line[5:].lstrip(b" ")]
-        return []
+    def _take(self, line: bytes, found: list[bytes]) -> None:
+        """One line of the event stream (the HTML standard's server-sent events)."""
+        if not line:  # a blank line ends the event
+            if self._data:
+                found.append(b"\n".join(self._data))
+            self._data, self._event_size = [], 0
+            return
+        if not line.startswith(b"data:"):
+            return  # comments, event:, id: and retry: carry nothing the benchmark reads
+        value = line[5:]
+        if value[:1] == b" ":
+            value = value[1:]
+        self._event_size += len(value) + 1
+        if self._event_size > self.MAX_EVENT:
+            raise StreamError(f"an event longer than {self.MAX_EVENT >> 20} MiB")
+        self._data.append(value)
+
+    def close(self) -> None:
+        """The connection closed. An event without the blank line that ends it is not one:
+        inside_event stays set, and the caller counts the stream as cut."""
+        self._raw = bytearray()
 
 
 def completion_tokens(payload: bytes) -> int | None:
-    """meta_info.completion_tokens of one event, without decoding the (cumulative) text."""
+    """meta_info.completion_tokens of one event, without decoding the (cumulative) text: a
+    count of at most 13 digits ended by `,` or `}`; None for anything else (the caller
+    decodes the event then, and says what is wrong with it)."""
     index = payload.rfind(_COMPLETION_KEY)
     if index < 0:
         return None
@@ -198,9 +230,14 @@ def completion_tokens(payload: bytes) -> int | None:
     while index < end and payload[index] == 32:  # spaces
         index += 1
     start = index
-    while index < end and payload[index] in _DIGITS:
+    while index < end and payload[index] in _DIGITS and index - start <= 13:
         index += 1
-    if index == start:
+    if index == start or index - start > 13:
+        return None
+    after = index
+    while after < end and payload[after] == 32:
+        after += 1
+    if after >= end or payload[after] not in b",}":
         return None
     return int(payload[start:index])
 

@@ -10,6 +10,7 @@ client itself was the limit; server_state and flush_cache are the server calls a
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
 import ssl
@@ -30,6 +31,7 @@ from ansible.module_utils.benchmark import (
     request_timings,
     startup_record,
 )
+from ansible.module_utils.host_helpers import MASK
 
 METRICS = (
     "sglang:generation_tokens_total",
@@ -50,12 +52,92 @@ LAG_INTERVAL_S = 0.005
 # How long to wait for an idle server to flush its cache before a level, and per request.
 FLUSH_WAIT_S = 60.0
 FLUSH_REQUEST_WAIT_S = 30.0
+# Largest /server_info or /metrics answer read, and the deepest JSON kept from the server.
+MAX_ANSWER = 8 << 20
+MAX_ERROR_ANSWER = 4096
+MAX_JSON_DEPTH = 64
+# A secret shorter than this has no base64 form worth masking: its few characters would
+# match ordinary text.
+MIN_BASE64_SECRET = 8
+
+
+def secret_forms(secrets) -> list[str]:
+    """The secrets as they can appear in what a server echoes: as they are, and the part of
+    their base64 encoding (standard and URL-safe) that only their own bytes decide, at each
+    of the three alignments they can have inside a longer encoded text (an Authorization
+    header echoed encoded). Longest first, so that a form is masked before a part of it."""
+    forms = set()
+    for secret in secrets:
+        if not isinstance(secret, str) or not secret:
+            continue
+        forms.add(secret)
+        raw = secret.encode()
+        if len(raw) < MIN_BASE64_SECRET:
+            continue
+        for offset in range(3):
+            for encode in (base64.b64encode, base64.urlsafe_b64encode):
+                text = encode(b"\0" * offset + raw + b"\0\0").decode()
+                # Characters wholly inside the secret's bits: the first one starts at or
+                # after its first bit, the last one ends at or before its last bit.
+                first = -(-offset * 8 // 6)
+                forms.add(text[first : (offset + len(raw)) * 8 // 6])
+    return sorted(forms, key=len, reverse=True)
+
+
+def masked(text: str, forms: list[str]) -> str:
+    for form in forms:
+        if form in text:
+            text = text.replace(form, MASK)
+    return text
+
+
+def load_json(body: bytes | str, what: str):
+    """JSON from the server; ValueError (naming `what`) for anything that is not, or that
+    nests deeper than the level file keeps."""
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise ValueError(f"{what} nests too deep") from None
+    except ValueError as error:
+        raise ValueError(f"{what} is not JSON ({error})") from None
+    if too_deep(value, MAX_JSON_DEPTH):
+        raise ValueError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def too_deep(value, depth: int) -> bool:
+    if depth < 0:
+        return True
+    if isinstance(value, dict):
+        return any(too_deep(item, depth - 1) for item in value.values())
+    if isinstance(value, list):
+        return any(too_deep(item, depth - 1) for item in value)
+    return False
+
+
+def read_bounded(answer, limit: int, deadline: float, cut: bool = False) -> bytes:
+    """At most `limit` bytes of an HTTP answer before `deadline` (time.monotonic): read in
+    pieces, each within the socket's timeout. Longer: ValueError, or the first `limit` bytes
+    when `cut` (an error body only shown in part)."""
+    out = bytearray()
+    read = getattr(answer, "read1", None) or answer.read
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer did not arrive within its deadline")
+        piece = read(min(1 << 16, limit + 1 - len(out)))
+        if not piece:
+            return bytes(out)
+        out += piece
+        if len(out) > limit:
+            if cut:
+                return bytes(out[:limit])
+            raise ValueError(f"answer longer than {limit} bytes")
 
 
 class Target:
     """Where and how to send requests, from base_url."""
 
-    def __init__(self, base_url: str, api_key: str):
+    def __init__(self, base_url: str, api_key: str, secrets=()):
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url must be http(s)://host[:port][/path], got {base_url!r}")
@@ -70,6 +152,11 @@ class Target:
         self.path = parts.path.rstrip("/")
         self.netloc = parts.netloc.rsplit("@", 1)[-1]
         self.api_key = api_key
+        # What no string the benchmark keeps may hold: the key, the HF token, their base64.
+        self.secrets = secret_forms([api_key, *secrets])
+
+    def mask(self, text: str) -> str:
+        return masked(text, self.secrets)
 
     def request(self, body: dict) -> bytes:
         data = json.dumps(body).encode()
@@ -85,15 +172,21 @@ class Target:
             head.append(f"Authorization: Bearer {self.api_key}")
         return ("\r\n".join(head) + "\r\n\r\n").encode() + data
 
-    def get(self, path: str, timeout: float = 30, method: str = "GET") -> tuple[int, bytes]:
+    def get(
+        self, path: str, timeout: float = 30, method: str = "GET", limit: int = MAX_ANSWER
+    ) -> tuple[int, bytes]:
+        """(status, body) of one call, all of it within `timeout` seconds (plus one socket
+        read); a body over `limit` bytes is a ValueError, an error body is cut to 4 KiB."""
+        deadline = time.monotonic() + timeout
         request = urllib.request.Request(self.base_url + path, method=method)  # noqa: S310
         if self.api_key:
             request.add_header("Authorization", f"Bearer {self.api_key}")
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
-                return answer.status, answer.read(8 << 20)
+                return answer.status, read_bounded(answer, limit, deadline)
         except urllib.error.HTTPError as error:
-            return error.code, error.read(4096)
+            with error:
+                return error.code, read_bounded(error, MAX_ERROR_ANSWER, deadline, cut=True)
 
 
 class Tracker:
@@ -109,14 +202,16 @@ class Tracker:
         "index",
         "last",
         "lost",
+        "mask",
         "max_events",
         "nbytes",
         "start",
     )
 
-    def __init__(self, index: int, max_events: int):
+    def __init__(self, index: int, max_events: int, mask=str):
         self.index = index
         self.max_events = max_events
+        self.mask = mask  # what an error string goes through before it is kept
         self.events: list[tuple[float, int]] = []
         self.first = self.last = None
         self.start = self.end = 0.0
@@ -137,18 +232,18 @@ class Tracker:
         if tokens is None:
             try:
                 data = json.loads(payload)
-            except ValueError:
-                self.error = f"undecodable event: {payload[:120]!r}"
+            except (ValueError, RecursionError):
+                shown = self.mask(payload[:4096].decode("utf-8", "replace"))
+                self.error = f"undecodable event: {shown[:120]!r}"
                 return
             if isinstance(data, dict) and data.get("error"):
-                self.error = f"server error: {str(data['error'])[:300]}"
+                self.error = f"server error: {self.mask(str(data['error']))[:300]}"
                 return
-            tokens = ((data.get("meta_info") if isinstance(data, dict) else None) or {}).get(
-                "completion_tokens"
-            )
-            if tokens is None:
-                self.error = "event without meta_info.completion_tokens"
+            problem = event_problem(data)
+            if problem:
+                self.error = self.mask(problem)
                 return
+            tokens = data["meta_info"]["completion_tokens"]
         if self.first is None:
             self.first = payload
         self.last = payload
@@ -207,25 +302,30 @@ class Stream(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.parse()
-        now = time.perf_counter()
-        for payload in self.parser.close():
-            self.tracker.event(now, payload)
-        self.finish(now, None, lost=exc)
+        self.parser.close()
+        self.finish(time.perf_counter(), lost=exc)
 
     def finish(self, now: float, error: str = "", lost=None) -> None:
         if self.finished.done():
             return
         tracker = self.tracker
         tracker.end = now
+        parser = self.parser
         if error:
-            tracker.error = error
-        elif not tracker.error and self.parser.status not in (None, 200):
-            body = bytes(self.parser.body[:300]).decode("utf-8", "replace")
-            tracker.error = f"HTTP {self.parser.status}: {body}"
-        elif not tracker.error and tracker.done_at is None and not self.parser.finished:
-            # The stream ended early: a reset, or a server that went away mid-answer.
+            tracker.error = tracker.mask(error)
+        elif tracker.error:
+            pass
+        elif parser.status not in (None, 200):
+            body = tracker.mask(bytes(parser.body).decode("utf-8", "replace"))
+            tracker.error = f"HTTP {parser.status}: {body[:300]}"
+        elif tracker.done_at is None:
+            # The stream ended before [DONE] - the connection closed or the body ended, maybe
+            # in the middle of an event: a server that went away mid-answer. A partial event
+            # is no event; the request is lost, which marks the level crashed.
             tracker.lost = True
-            tracker.error = f"connection closed before [DONE] ({lost or 'closed by the server'})"
+            where = "inside an event" if parser.inside_event else "before [DONE]"
+            how = lost or ("the body ended" if parser.finished else "closed by the server")
+            tracker.error = tracker.mask(f"connection closed {where} ({how})")
         self.finished.set_result(None)
         if self.transport is not None:
             self.transport.close()
@@ -261,7 +361,7 @@ async def send(target: Target, payload: bytes, tracker: Tracker, timeout: float)
     except (OSError, asyncio.TimeoutError) as error:  # noqa: UP041
         if not finished.done():
             tracker.lost = True
-            tracker.error = f"cannot connect: {error or 'timed out'}"
+            tracker.error = tracker.mask(f"cannot connect: {error or 'timed out'}")
             tracker.end = time.perf_counter()
             finished.set_result(None)
     try:
@@ -286,7 +386,7 @@ async def run_level(
     max_events: int,
 ) -> dict:
     """Keep `concurrency` requests in flight until every payload was sent once."""
-    trackers = [Tracker(index, max_events) for index in range(len(payloads))]
+    trackers = [Tracker(index, max_events, target.mask) for index in range(len(payloads))]
     cursor = iter(range(len(payloads)))
 
     async def worker():
@@ -348,14 +448,14 @@ def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, li
     try:
         last = json.loads(tracker.last)
         first = json.loads(tracker.first) if tracker.first is not tracker.last else last
-    except ValueError as error:
-        record["error"] = f"undecodable event: {error}"
+    except (ValueError, RecursionError) as error:
+        record["error"] = f"undecodable event: {str(error)[:200]}"
         return record, []
-    meta = last.get("meta_info") if isinstance(last, dict) else None
-    first_meta = first.get("meta_info") if isinstance(first, dict) else None
-    if not isinstance(meta, dict) or not isinstance(first_meta, dict):
-        record["error"] = "event without a meta_info object"
+    problem = event_problem(first) or event_problem(last)
+    if problem:
+        record["error"] = tracker.mask(problem)
         return record, []
+    meta, first_meta = last["meta_info"], first["meta_info"]
     meta = {k: meta.get(k) for k in META_FIELDS}
     first_meta = {k: first_meta.get(k) for k in META_FIELDS}
     for name in ("completion_tokens", "spec_verify_ct", "prompt_tokens", "cached_tokens"):
@@ -384,7 +484,7 @@ def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, li
         decode_ms=round(timings["decode_ms"], 3),
         step_ms=round(timings["decode_ms"] / steps, 4) if steps > 0 else None,
         finish_reason=str(finish.get("type"))[:40] if isinstance(finish, dict) else None,
-        text=last.get("text") if isinstance(last.get("text"), str) else None,
+        text=last.get("text"),
         output_ids=token_ids(last.get("output_ids")),
     )
     ids = record["output_ids"]
@@ -407,6 +507,59 @@ def token_ids(value) -> list[int] | None:
     if isinstance(value, list) and all(counted(item) for item in value):
         return value
     return None
+
+
+# meta_info fields read from the server and what each must be when present (SGLang 0.5.23,
+# tokenizer_manager.py _handle_batch_output, _calculate_spec_decoding_metrics).
+COUNT_FIELDS = (
+    "completion_tokens",
+    "prompt_tokens",
+    "cached_tokens",
+    "spec_verify_ct",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+)
+NUMBER_FIELDS = ("spec_accept_length", "spec_accept_rate")
+
+
+def event_problem(data) -> str | None:
+    """What makes one decoded event unusable, or None: an object whose meta_info is an
+    object with a completion_tokens count, and whose other fields the benchmark reads have
+    their types (counts, non-negative numbers, text a string, output_ids counts)."""
+    if not isinstance(data, dict):
+        return f"event is not a JSON object but {type(data).__name__}"
+    meta = data.get("meta_info")
+    if not isinstance(meta, dict):
+        return f"event without a meta_info object (meta_info is {type(meta).__name__})"
+    if "completion_tokens" not in meta:
+        return "event without meta_info.completion_tokens"
+    if not counted(meta["completion_tokens"]):
+        return f"meta_info.completion_tokens is not a count: {shown(meta['completion_tokens'])}"
+    for name in COUNT_FIELDS:
+        if name in meta and meta[name] is not None and not counted(meta[name]):
+            return f"meta_info.{name} is not a count: {shown(meta[name])}"
+    for name in NUMBER_FIELDS:
+        if name in meta and meta[name] is not None and not number(meta[name]):
+            return f"meta_info.{name} is not a non-negative number: {shown(meta[name])}"
+    histogram = meta.get("spec_correct_drafts_histogram")
+    if histogram is not None and not (
+        isinstance(histogram, list) and all(counted(item) for item in histogram)
+    ):
+        return "meta_info.spec_correct_drafts_histogram is not a list of counts: " + shown(
+            histogram
+        )
+    finish = meta.get("finish_reason")
+    if finish is not None and not isinstance(finish, dict):
+        return f"meta_info.finish_reason is not an object: {shown(finish)}"
+    if data.get("text") is not None and not isinstance(data["text"], str):
+        return f"text is not a string: {shown(data['text'])}"
+    if data.get("output_ids") is not None and token_ids(data["output_ids"]) is None:
+        return f"output_ids is not a list of token ids: {shown(data['output_ids'])}"
+    return None
+
+
+def shown(value) -> str:
+    return repr(value)[:60]
 
 
 META_FIELDS = (
@@ -440,7 +593,7 @@ def server_state(target: Target) -> dict:
     try:
         status, body = target.get("/server_info")
         if status == 200:
-            info = json.loads(body)
+            info = load_json(body, "/server_info")
             if not isinstance(info, dict):
                 raise ValueError("/server_info is not a JSON object")
             state["startup_time"] = startup_record(info)
@@ -452,7 +605,7 @@ def server_state(target: Target) -> dict:
         if status == 200:
             state["metrics"] = parse_metrics(body.decode("utf-8", "replace"), METRICS)
     except (OSError, ValueError) as error:
-        state["error"] = str(error)
+        state["error"] = target.mask(str(error))[:300]
     return state
 
 
@@ -475,11 +628,11 @@ def flush_cache(target: Target, wait_s: float = FLUSH_WAIT_S) -> str:
             status, body = target.get(
                 f"/flush_cache?timeout={wait:.1f}", timeout=wait + 10, method="POST"
             )
-        except OSError as error:
+        except (OSError, ValueError) as error:
             status, body = None, str(error).encode()
         if status == 200:
             return "flushed"
-        last = f"HTTP {status}: {body[:200].decode('utf-8', 'replace').strip()}"
+        last = f"HTTP {status}: {target.mask(body.decode('utf-8', 'replace'))[:200].strip()}"
         if status in (401, 403, 404, 405):
             break  # asking again will not change the answer
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))

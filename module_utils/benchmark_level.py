@@ -29,6 +29,7 @@ from ansible.module_utils.benchmark_client import (
     Target,
     client_report,
     flush_cache,
+    load_json,
     record_of,
     run_level,
     server_state,
@@ -82,7 +83,14 @@ def render_rows(rows: list[dict], server_info: dict) -> list[str]:
     """Prompt text per row; chat rows through the chat template of the server's model."""
     if all("prompt" in row for row in rows):
         return [row["prompt"] for row in rows]
-    folder = server_info.get("tokenizer_path") or server_info.get("model_path") or ""
+    folder = next(
+        (
+            value
+            for value in (server_info.get("tokenizer_path"), server_info.get("model_path"))
+            if isinstance(value, str) and value and "\0" not in value
+        ),
+        "",
+    )
     files = template_files(folder)
     template, _source = chat_template_of(files)
     if template is None:
@@ -153,13 +161,22 @@ def host_provenance(output_dir: str) -> dict:
 
 
 def run_benchmark(params: dict, fail) -> dict:
-    """Every level of `params` (the module's arguments); `fail(msg, **extra)` does not return."""
-    target = Target(params["base_url"], params["api_key"])
+    """Every level of `params` (the module's arguments); `fail(msg, **extra)` does not return.
+
+    Nothing it writes or says holds the API key or the HF token (params hf_token, never
+    sent): error strings are masked where they are made, and each level document as a whole
+    before it is written."""
+    target = Target(params["base_url"], params["api_key"], [params.get("hf_token") or ""])
+    raw_fail = fail
+
+    def fail(msg, **extra):
+        raw_fail(target.mask(msg), **extra)
+
     try:
         status, body = target.get("/server_info")
         if status != 200:
             raise OSError(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
-        server_info = json.loads(body)
+        server_info = load_json(body, "/server_info")
         if not isinstance(server_info, dict):
             raise ValueError(f"/server_info is not a JSON object but {type(server_info).__name__}")
     except (OSError, ValueError) as error:
@@ -185,7 +202,7 @@ def run_benchmark(params: dict, fail) -> dict:
     }
     provenance = {
         **host_provenance(params["output_dir"]),
-        "server_info": mask_secrets(server_info, [params["api_key"]]),
+        "server_info": mask_secrets(server_info, target.secrets),
         "sglang_version": text_or_none(server_info.get("version")),
         "prompts": prompts_info,
     }
@@ -259,7 +276,7 @@ def run_benchmark(params: dict, fail) -> dict:
                 "requests": records,
             }
             path = os.path.join(params["output_dir"], f"c{concurrency}.json")
-            write_json_atomic(path, document)
+            write_json_atomic(path, mask_secrets(document, target.secrets))
             files.append(path)
             summaries[str(concurrency)] = summary
             if document["client"]["saturated"]:

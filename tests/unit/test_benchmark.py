@@ -174,20 +174,28 @@ def test_bad_chunk_framing_is_refused(framing):
             parser.feed((HEAD + framing)[offset : offset + 7])
 
 
-def test_an_endless_event_line_is_refused():
+@pytest.mark.parametrize("line", [b"d" * 512, b"data: x\n" * 64])
+def test_an_endless_event_is_refused(line):
+    # One line that never ends, or data lines without the blank line that ends an event.
     parser = ResponseParser()
-    parser.MAX_LINE = 1000
+    parser.MAX_EVENT = 1000
     parser.feed(HEAD)
     with pytest.raises(StreamError, match="longer than"):
         for _ in range(10):
-            parser.feed(b"200\r\n" + b"d" * 512 + b"\r\n")
+            parser.feed(b"%x\r\n" % len(line) + line + b"\r\n")
 
 
 def test_close_delimited_and_error_bodies():
     parser = ResponseParser()
     assert parser.feed(b'HTTP/1.1 200 OK\r\n\r\ndata: {"a": 1}\r\n\r\ndata: [DO') == [b'{"a": 1}']
     assert parser.feed(b"NE]") == []
-    assert parser.close() == [b"[DONE]"]
+    # A [DONE] whose line or blank line never came is no [DONE]: the stream was cut.
+    parser.close()
+    assert parser.inside_event
+    ended = ResponseParser()
+    assert ended.feed(b"HTTP/1.1 200 OK\r\n\r\ndata: [DONE]\n\n") == [b"[DONE]"]
+    ended.close()
+    assert not ended.inside_event
     refused = ResponseParser()
     refused.feed(b'HTTP/1.1 401 Unauthorized\r\nContent-Length: 12\r\n\r\n{"error": 1}')
     assert refused.status == 401 and refused.finished and bytes(refused.body) == b'{"error": 1}'
