@@ -162,9 +162,15 @@ def fetch(url: str, token: str, timeout: int) -> urllib.request.addinfourl:
 def resolve(endpoint: str, repo: str, revision: str, token: str, timeout: int) -> str:
     quoted = urllib.parse.quote(revision, safe="")
     with fetch(f"{endpoint}/api/datasets/{repo}/revision/{quoted}", token, timeout) as answer:
-        sha = json.loads(answer.read(1 << 22)).get("sha", "")
-    if not SHA.match(sha):
-        raise PromptError(f"{repo}@{revision}: the hub answered no commit ({sha!r})")
+        body = answer.read(1 << 22)
+    try:
+        info = json.loads(body)
+    except (ValueError, RecursionError):
+        info = None
+    sha = info.get("sha") if isinstance(info, dict) else None
+    if not isinstance(sha, str) or not SHA.match(sha):
+        shown = repr(sha if isinstance(info, dict) else body[:80])[:100]
+        raise PromptError(f"{repo}@{revision}: the hub answered no commit ({shown})")
     return sha
 
 
