@@ -17,8 +17,8 @@ description:
     it; a live one fails the task naming it and since when. A holder from another controller
     counts as live.
   - C(break_lock) takes a live lock, with a warning.
-  - Never reports a change: the lock is bookkeeping of the run, not a state of the host, and a
-    second deploy that changes nothing must say so.
+  - Never reports a change, because the lock is bookkeeping of the run, not a state of the
+    host, and a second deploy that changes nothing must say so.
   - Supports check mode (nothing is written; a live holder still fails the task).
 version_added: "0.1.0"
 options:
