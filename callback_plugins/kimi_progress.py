@@ -35,9 +35,10 @@ HOLDER_ENV = "KIMI_RUN_HOLDER"
 
 
 def run_holder(playbook: str, run_id: str) -> dict:
-    """This ansible-playbook process: controller, boot, user, playbook, run id, pid and the
-    pid's start time (a pid reused later has another). Without /proc (not Linux) the start
-    time and boot are unknown, and a lock holder cannot be judged gone from here."""
+    """This ansible-playbook process: controller (hostname, machine id), boot, user,
+    playbook, run id, pid and the pid's start time (a pid reused later has another). Without
+    /proc (not Linux) the start time and boot are unknown, and a lock holder cannot be judged
+    gone from here."""
     pid = os.getpid()
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
@@ -47,12 +48,19 @@ def run_holder(playbook: str, run_id: str) -> dict:
     except (OSError, IndexError, ValueError):
         pid_start, boot_id = 0, "unknown"
     try:
+        # Hostnames repeat across machines: another machine's pids mean nothing here.
+        with open("/etc/machine-id", encoding="ascii") as handle:
+            machine_id = handle.read().strip() or "unknown"
+    except OSError:
+        machine_id = "unknown"
+    try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = str(os.getuid())
     shown = os.path.relpath(playbook) if playbook else "?"
     return {
         "controller": socket.gethostname(),
+        "machine_id": machine_id,
         "boot_id": boot_id,
         "user": user,
         "playbook": os.path.abspath(playbook) if shown.startswith("..") else shown,

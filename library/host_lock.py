@@ -33,8 +33,8 @@ options:
     default: present
   holder:
     description: >-
-      This run: controller, boot_id, user, playbook, run_id (strings), pid and pid_start
-      (the pid's start time in clock ticks since boot).
+      This run: controller (hostname), machine_id, boot_id, user, playbook, run_id
+      (strings), pid and pid_start (the pid's start time in clock ticks since boot).
     type: dict
     required: true
   break_lock:

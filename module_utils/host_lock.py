@@ -2,7 +2,7 @@
 once: two deploys at once kill each other's download workers and write the same partial files.
 
 The holder is an ansible-playbook process on a controller, described by the controller's
-hostname and boot id, the pid and that pid's start time (clock ticks since boot, from
+hostname, machine id and boot id, the pid and that pid's start time (clock ticks since boot, from
 /proc/<pid>/stat), the user, the playbook and a random run id. One run re-enters its own lock
 (a deploy's five stages, the benchmark's server restarts). Whether a holder is gone can be told
 only on its own controller: the host hands the holder back (`same_controller`), the controller
@@ -35,7 +35,7 @@ BREAK_HINT = "-e kimi_break_lock=true"
 # Bounds on what a lock file or the controller may hand over.
 MAX_FIELD = 4096
 MAX_LOCK_BYTES = 64 * 1024
-STRING_FIELDS = ("controller", "user", "playbook", "run_id", "boot_id")
+STRING_FIELDS = ("controller", "machine_id", "user", "playbook", "run_id", "boot_id")
 INT_FIELDS = ("pid", "pid_start")
 
 
@@ -213,7 +213,11 @@ def acquire(
         elif current is not None and current["run_id"] == me["run_id"]:
             return {**result, "acquired": True, "reentered": True, "holder": current}
         elif current is not None:
-            same = current["controller"] == me["controller"]
+            # Hostnames repeat across machines; the machine id tells them apart.
+            same = (current["controller"], current["machine_id"]) == (
+                me["controller"],
+                me["machine_id"],
+            )
             result["same_controller"] = same
             who = describe(current) + age(current, now)
             if break_lock:

@@ -45,6 +45,7 @@ def holder(run_id: str, pid: int | None = None, controller: str = CONTROLLER, **
         "run_id": run_id,
         "pid": pid,
         "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        "machine_id": "a" * 32,
         **extra,
     }
 
@@ -116,6 +117,15 @@ def test_a_holder_on_another_controller_counts_as_live(lock_path):
     said = str(refused.value)
     assert "elsewhere" in said and "4242" in said and "kimi_break_lock=true" in said
     assert "cannot be told from here" in said
+
+
+def test_another_machine_with_this_hostname_is_another_controller(lock_path):
+    # Two machines named alike: this one's /proc says nothing about the other's pids, and
+    # their boot ids differ without either having rebooted.
+    host_lock.acquire(lock_path, holder("b2", machine_id="f" * 32, boot_id="0" * 36))
+    with pytest.raises(host_lock.LockHeld) as refused:
+        host_lock.acquire(lock_path, holder("a1"))
+    assert "cannot be told from here" in str(refused.value)
 
 
 @pytest.mark.parametrize("how", ["exited", "pid reused", "zombie", "controller rebooted"])
