@@ -117,7 +117,7 @@ notes:
   - Bounded everywhere - every request by O(request_timeout), every level by the request
     timeout times the number of request waves plus a minute, every stream by its event count,
     every event by 16 MiB, every C(/server_info) and C(/metrics) answer by 8 MiB.
-  - A stream that ends before C(data: [DONE]) - the connection closed or the chunked body
+  - A stream that ends before its C([DONE]) event - the connection closed or the chunked body
     ended, in the middle of an event or between events - loses its request, and the level is
     marked C(crashed). A field of the wrong type in an event fails only that request.
   - Every level file is masked as a whole before it is written - every field whose name says
