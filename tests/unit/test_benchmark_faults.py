@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -491,3 +492,36 @@ def test_a_hub_answer_that_is_no_commit_is_a_clear_error(answer):
             prompts.resolve(server.url, "org/set", "main", "", 10)
     finally:
         server.close()
+
+
+def test_a_server_answer_that_drips_is_cut_at_its_deadline():
+    """A byte every 50 ms keeps each socket read inside its timeout; the whole answer still
+    has a deadline."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    stop = threading.Event()
+
+    def drip():
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n")
+            for _ in range(200):  # at most 10 s
+                if stop.wait(0.05):
+                    break
+                with contextlib.suppress(OSError):
+                    connection.sendall(b"x")
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    target = benchmark_client.Target(f"http://127.0.0.1:{listener.getsockname()[1]}", "")
+    began = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            target.get("/metrics", timeout=1)
+        assert time.monotonic() - began < 3
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
