@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from analysis.report import OutputError, compare, report
-from analysis.results import ResultsError
+from analysis.results import DEFAULT_MAX_FILE_BYTES, ResultsError
 from analysis.tables import DEFAULT_BAND_EDGES
 
 MAX_HOST_LINES = 6
@@ -22,6 +22,21 @@ def edges(text: str) -> tuple[int, ...]:
     if not values or any(v < 1 for v in values) or list(values) != sorted(set(values)):
         raise argparse.ArgumentTypeError(f"expected ascending levels of at least 1, got {text!r}")
     return values
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size(text: str) -> int:
+    """Bytes: 4294967296, or with a binary unit, 512M, 4G, 1T (K, M, G, T; KiB etc. too)."""
+    number = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = number[-1:] if number[-1:] in _UNITS else ""
+    digits = number[: len(number) - len(unit)]
+    if not digits.isdecimal() or len(digits) > 15 or int(digits) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes like 2147483648, 512M or 4G, got {text!r}"
+        )
+    return int(digits) * _UNITS[unit]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,6 +56,14 @@ def parser() -> argparse.ArgumentParser:
         help="parse every byte of every level file (slower; the default checks the fields used)",
     )
     common.add_argument("--workers", type=int, help="processes reading files (default: CPUs)")
+    common.add_argument(
+        "--max-file-bytes",
+        type=size,
+        default=DEFAULT_MAX_FILE_BYTES,
+        metavar="SIZE",
+        help="largest file read, in bytes or with K, M, G, T (default 2G); a larger one is "
+        "refused by name, as are FIFOs, devices and sockets (links to regular files are read)",
+    )
     common.add_argument(
         "--label",
         default="",
@@ -96,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 strict=args.strict,
                 workers=args.workers,
                 label=args.label,
+                max_file_bytes=args.max_file_bytes,
             )
         else:
             outcome = compare(
@@ -106,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 strict=args.strict,
                 workers=args.workers,
                 label=args.label,
+                max_file_bytes=args.max_file_bytes,
             )
     except (ResultsError, OutputError) as error:
         print(f"analysis {args.command}: {error}", file=sys.stderr)
@@ -126,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  DDTree accepted tokens per step collapse at {len(collapses)} host / prompt set / "
             "level(s): see the ddtree_budget_collapse warnings and the decomposition plot"
+        )
+    unfinished = [w for w in outcome.warnings if w["kind"] == "incomplete_run"]
+    if unfinished:
+        print(
+            f"  incomplete run: {len(unfinished)} incomplete_run warnings (run.json without "
+            "ended_at, or configs and levels it plans that left no file): see the report"
         )
     counts = {s: sum(w["severity"] == s for w in outcome.warnings) for s in ("error", "warning")}
     if counts["error"] or counts["warning"]:

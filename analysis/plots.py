@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from analysis import references, sweep
-from analysis.results import CHAIN_CONTROL, Results, config_order
+from analysis.results import CHAIN_CONTROL, Results, config_order, ratio
 
 DPI = 96
 MAX_PANELS = 10
@@ -857,8 +857,9 @@ def compare_plot(pairs: list[dict]) -> Plot | None:
                 points = []
                 for row in sorted(mine, key=lambda r: r["concurrency"]):
                     a, b = row[f"{name}_a"], row[f"{name}_b"]
-                    if row["config"] == config and a and b is not None:
-                        points.append((row["concurrency"], b / a))
+                    quotient = ratio(b, a) if row["config"] == config else None
+                    if quotient is not None:
+                        points.append((row["concurrency"], quotient))
                 if points:
                     x, y = zip(*points, strict=True)
                     axis.plot(x, y, marker="o", color=palette[config], label=config)

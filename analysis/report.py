@@ -10,6 +10,7 @@ report behind.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import shutil
@@ -18,7 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis import html, plots, sweep, tables
-from analysis.results import SUPPORTED_SCHEMAS, Results, config_order, load
+from analysis.results import (
+    DEFAULT_MAX_FILE_BYTES,
+    SUPPORTED_SCHEMAS,
+    Results,
+    config_order,
+    load,
+    ratio,
+)
 
 MAX_NUMBERED = 1000
 
@@ -47,7 +55,28 @@ class Outcome:
 
 
 def _empty_dir(path: Path) -> bool:
-    return path.is_dir() and not any(path.iterdir())
+    try:
+        return path.is_dir() and not any(path.iterdir())
+    except OSError as error:
+        raise OutputError(_cannot_write(path, error)) from None
+
+
+def _cannot_write(path: Path, error: OSError) -> str:
+    """What went wrong writing under --out, in words: a full disk, no permission, a
+    read-only file system, or the system's own words for anything else."""
+    cause = {
+        errno.ENOSPC: "no space left on the device",
+        errno.EDQUOT: "the disk quota is used up",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.EROFS: "the file system is read-only",
+    }.get(error.errno)
+    words = error.strerror or str(error)
+    why = f"{words} ({cause})" if cause and cause.lower() != words.lower() else words
+    return (
+        f"cannot write {path}: {why}; nothing was left behind. Free some space or choose "
+        "another --out"
+    )
 
 
 def choose_out(parent: Path, out: Path | str | None, name: str) -> Path:
@@ -80,19 +109,20 @@ class Staging:
             self.target.parent.mkdir(parents=True, exist_ok=True)
             self.path.mkdir()
         except OSError as error:
-            raise OutputError(
-                f"cannot write the report under {self.target.parent}: "
-                f"{error.strerror or error}; choose a writable folder with --out"
-            ) from None
+            raise OutputError(_cannot_write(self.target.parent, error)) from None
         return self
 
     def write(self, name: str, content: str | bytes) -> None:
         path = self.path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8")
+        except OSError as error:
+            # Named as it would have been in the target: the staging folder is removed.
+            raise OutputError(_cannot_write(self.target / name, error)) from None
         self.files.append(name)
 
     def __exit__(self, kind, value, traceback):
@@ -232,6 +262,7 @@ def report(
     strict: bool = False,
     workers: int | None = None,
     label: str = "",
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> Outcome:
     """Tables, plots and report.html for one results tree; ResultsError or OutputError when
     it cannot (nothing is written then). A label (e.g. "SIMULATED") leads the title and every
@@ -239,7 +270,7 @@ def report(
     clock = time.perf_counter()
     results_dir = Path(results_dir)
     target = choose_out(results_dir, out, "report")
-    results = load(results_dir, strict=strict, workers=workers)
+    results = load(results_dir, strict=strict, workers=workers, max_file_bytes=max_file_bytes)
     seconds = {"read": time.perf_counter() - clock}
     reference = reference or str(results.run.get("reference_config") or "ar")
     table = tables.rows(results, reference)
@@ -419,14 +450,15 @@ def compare(
     strict: bool = False,
     workers: int | None = None,
     label: str = "",
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> Outcome:
     """Run B against run A: the same configs, prompt sets and concurrency levels side by side.
     A label leads the title and the plot's image, title and caption, as in report()."""
     clock = time.perf_counter()
     run_a, run_b = Path(run_a), Path(run_b)
     target = choose_out(run_b, out, f"compare-{run_a.resolve().name}")
-    results_a = load(run_a, strict=strict, workers=workers)
-    results_b = load(run_b, strict=strict, workers=workers)
+    results_a = load(run_a, strict=strict, workers=workers, max_file_bytes=max_file_bytes)
+    results_b = load(run_b, strict=strict, workers=workers, max_file_bytes=max_file_bytes)
     reference = reference or str(results_b.run.get("reference_config") or "ar")
     table_a = tables.rows(results_a, reference)
     table_b = tables.rows(results_b, reference)
@@ -449,9 +481,7 @@ def compare(
             for name in COMPARED:
                 pair[f"{name}_a"], pair[f"{name}_b"] = row[name], other[name]
             a_value, b_value = row["output_tokens_per_s"], other["output_tokens_per_s"]
-            pair["throughput_ratio"] = (
-                b_value / a_value if a_value and b_value is not None else None
-            )
+            pair["throughput_ratio"] = ratio(b_value, a_value)
             pair["lossless_a"], pair["lossless_b"] = row["lossless"], other["lossless"]
             pairs.append(pair)
     key = ("prompt_set", "config", "concurrency")

@@ -25,7 +25,13 @@ writer's tests validate against: every level file's top level, summary and the r
 request records are validated against it; the request records too under `strict=True`
 (the four fields above are checked either way). What the schema cannot say stays here: the
 file name agrees with `concurrency`, the counts add up, one schema version per tree, one
-file per level, no NaN or Infinity (not JSON).
+file per level, no NaN or Infinity (not JSON) and no number past MAX_MAGNITUDE, nesting
+bounded. On top of the schema the analysis types the provenance fields it reads and keeps
+latencies at least 0 (tightened()); run.json, lossless.json and status.json are held to the
+fields it reads (RUN_SCHEMA, ...). Every problem is one 'file: field: what' line.
+
+Only regular files (or links to one) are read, each at most max_file_bytes (2 GiB unless
+raised): a link to /dev/zero, a FIFO, a socket or a device is refused by name (read_regular).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import json
 import math
 import os
 import re
+import stat
 from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -52,6 +59,17 @@ MAX_FILES = 200_000
 MAX_PROBLEMS = 60
 # Worker processes pay off only on trees big enough to amortise starting them.
 PARALLEL_BYTES = 32 << 20
+# Per file: a level of 100,000 records with their texts is well under 1 GiB; anything far
+# bigger is not a level file (or needs --max-file-bytes).
+DEFAULT_MAX_FILE_BYTES = 2 << 30
+# Report folders are recognised by their report.json; a real one is a few megabytes at most.
+REPORT_JSON_BYTES = 64 << 20
+# No number a level holds comes near this (a petabyte, 31,000 years in ms); past it float
+# arithmetic (sums, ratios, axis limits at 1.25 x the largest) loses integers or overflows.
+MAX_MAGNITUDE = 1e15
+# JSON nesting: the deepest a writer goes is about 6; the report embeds run.json, whose
+# encoding recurses once per level.
+MAX_NESTING = 64
 
 # The module's writer (json.dump, indent=1): top-level keys sit one space in, request
 # records two, their own keys three. JSON strings cannot hold a raw newline, so these byte
@@ -109,6 +127,7 @@ class Results:
     run: dict  # run.json, when there is one
     files: int = 0
     bytes_read: int = 0
+    run_dir: Path | None = None  # run.json's folder, relative to root
 
     @property
     def hosts(self) -> list[str]:
@@ -124,13 +143,24 @@ class Results:
 
 def discover(root: Path) -> dict[str, list[Path]]:
     """Level, lossless, status and run files under root, skipping hidden folders and the
-    analysis's own reports."""
+    analysis's own reports. Linked folders are followed (a run spread over disks), each real
+    folder once, so a link back up the tree is no loop."""
     found: dict[str, list[Path]] = {"level": [], "lossless": [], "status": [], "run": []}
     count = 0
     base_depth = len(root.parts)
-    for folder, dirs, files in os.walk(root):
+    seen: set[tuple[int, int]] = set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
         here = Path(folder)
         depth = len(here.parts) - base_depth
+        try:
+            info = os.stat(here)
+        except OSError:
+            dirs[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
         if depth >= MAX_DEPTH or (here != root and is_report_dir(here, files)):
             dirs[:] = []
             continue
@@ -155,11 +185,88 @@ def discover(root: Path) -> dict[str, list[Path]]:
 def is_report_dir(folder: Path, files: list[str]) -> bool:
     if "report.json" not in files:
         return False
-    try:
-        with open(folder / "report.json", encoding="utf-8") as handle:
-            return json.load(handle).get("kind", "").startswith("analysis.")
-    except (OSError, ValueError, AttributeError):
+    data, problem = read_regular(folder / "report.json", "report.json", REPORT_JSON_BYTES)
+    if problem:
         return False
+    try:
+        return json.loads(data).get("kind", "").startswith("analysis.")
+    except (ValueError, AttributeError, RecursionError):
+        return False
+
+
+# -- reading a file --------------------------------------------------------------------
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def _not_regular(mode: int) -> str | None:
+    for test, words in _NOT_REGULAR:
+        if test(mode):
+            return words
+    return None if stat.S_ISREG(mode) else "not a file"
+
+
+def _size_text(size: int) -> str:
+    return f"{size} bytes"
+
+
+def read_regular(path: Path | str, rel: str, limit: int) -> tuple[bytes | None, str | None]:
+    """(the file's bytes, None), or (None, a 'file: (file): why' problem). Only a regular file
+    (or a link to one) of at most `limit` bytes is read: /dev/zero never ends, a FIFO blocks
+    until someone writes. The file is looked at before it is opened (for the message) and
+    after (through the descriptor: what was opened is what is read); O_NONBLOCK makes the
+    open of a FIFO swapped in between return at once instead of waiting for a writer."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+    def refused(words: str) -> tuple[None, str]:
+        return None, f"{rel}: (file): {words}"
+
+    def not_regular(kind: str) -> tuple[None, str]:
+        return refused(f"{kind}, not a regular file; only regular files (or links to one) are read")
+
+    def too_big(size: int) -> tuple[None, str]:
+        return refused(
+            f"{_size_text(size)}, over the limit of {_size_text(limit)} per file; raise it with "
+            "--max-file-bytes if the file is genuine"
+        )
+
+    try:
+        info = os.stat(path)
+        kind = _not_regular(info.st_mode)
+        if kind:
+            return not_regular(kind)
+        if info.st_size > limit:
+            return too_big(info.st_size)
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        return refused(f"cannot be read: {error.strerror or error}")
+    try:
+        info = os.fstat(descriptor)
+        kind = _not_regular(info.st_mode)
+        if kind:
+            return not_regular(kind)
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "rb", buffering=0, closefd=False) as handle:
+            # One read of the size it has, then chunks while it grows (up to the limit).
+            data = handle.read(min(info.st_size, limit) + 1) or b""
+            while len(data) <= limit:
+                more = handle.read(min(1 << 24, limit + 1 - len(data)))
+                if not more:
+                    break
+                data += more
+    except OSError as error:
+        return refused(f"cannot be read: {error.strerror or error}")
+    finally:
+        os.close(descriptor)
+    if len(data) > limit:
+        return too_big(len(data))  # it grew while being read
+    return data, None
 
 
 # -- the contract ----------------------------------------------------------------------
@@ -173,7 +280,7 @@ def level_validator():
     from jsonschema import Draft202012Validator, validators
 
     with open(LEVEL_SCHEMA, encoding="utf-8") as handle:
-        schema = json.load(handle)
+        schema = tightened(json.load(handle))
     plain_items = Draft202012Validator.VALIDATORS["items"]
     quick: dict[int, tuple] = {}
 
@@ -192,6 +299,67 @@ def level_validator():
 
     checked = validators.extend(Draft202012Validator, {"items": items})
     return checked(schema)
+
+
+# The parts of a level's open provenance the report reads, typed as the writers write them
+# (gpu: module_utils/gpu_topology.py; launch and runtime: the server and runtime stages'
+# records). The schema leaves these open; the analysis cannot show what it cannot read.
+_PROVENANCE_READ = {
+    "profile": {"type": ["string", "null"]},
+    "gpu": {
+        "properties": {
+            "count": {"type": ["integer", "null"], "minimum": 0},
+            "models": {
+                "type": ["object", "null"],
+                "additionalProperties": {"type": "integer", "minimum": 0},
+            },
+        }
+    },
+    "launch": {
+        "properties": {
+            "environment": {"type": ["object", "null"]},
+            # Drawn on a log scale and added to: a count of tree nodes, not any integer.
+            "budget": {"minimum": 1, "maximum": 1_000_000},
+        }
+    },
+    "runtime": {
+        "properties": {
+            "release": {"type": ["object", "null"]},
+            "git": {
+                "type": ["object", "null"],
+                "properties": {"patches": {"type": ["array", "null"]}},
+            },
+        }
+    },
+    "prompt_sets": {"additionalProperties": {"type": "object"}},
+}
+# Latencies cannot be negative: the summary's distributions (the client's loop lag, which
+# shares their shape, may be slightly).
+_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+
+
+def tightened(schema: dict) -> dict:
+    """docs/schema/level.schema.json with what the analysis needs on top: the provenance
+    fields it reads typed, and latencies at least 0. Only constraints the file does not set
+    are added, so a level the analysis reads is always one the contract accepts."""
+    defs = schema["$defs"]
+    _add(defs["provenance"]["properties"], _PROVENANCE_READ)
+    latency = json.loads(json.dumps(defs["stat"]))
+    for name, value in latency["properties"].items():
+        if name != "count":
+            value.setdefault("minimum", 0)
+    defs["latency"] = latency
+    for name in _LATENCIES:
+        defs["summary"]["properties"][name]["$ref"] = "#/$defs/latency"
+    return schema
+
+
+def _add(target: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if key not in target:
+            target[key] = json.loads(json.dumps(value))
+        elif isinstance(value, dict) and isinstance(target[key], dict):
+            _add(target[key], value)
 
 
 _PYTHON_TYPES = {
@@ -249,7 +417,12 @@ def contract_problems(document: dict, rel: str, records: bool) -> list[str]:
     are validated only when `records` (otherwise they are left out)."""
     if not records:
         document = {**document, "requests": []}
-    errors = list(itertools.islice(level_validator().iter_errors(document), MAX_PROBLEMS))
+    return schema_problems(level_validator(), document, rel)
+
+
+def schema_problems(validator, document, rel: str) -> list[str]:
+    """The validator's errors on document as 'file: field: what' lines, at most MAX_PROBLEMS."""
+    errors = list(itertools.islice(validator.iter_errors(document), MAX_PROBLEMS))
     lines: list[str] = []
     for error in sorted(errors, key=lambda e: [str(part) for part in e.absolute_path]):
         for line in _worded(error, rel):
@@ -258,10 +431,20 @@ def contract_problems(document: dict, rel: str, records: bool) -> list[str]:
     return lines
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_:-]+$")
+
+
 def _field(path) -> str:
+    """A JSON path: summary.ttft_ms.p99, requests[3].ok; a key with other characters quoted,
+    gpu.models["NVIDIA H200"], so the path ends where the message's ': ' begins."""
     text = ""
     for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _PLAIN_KEY.match(str(part)):
+            text += f".{part}" if text else str(part)
+        else:
+            text += f"[{json.dumps(str(part))}]"
     return text
 
 
@@ -288,7 +471,15 @@ def _worded(error, rel: str) -> list[str]:
             if name not in known
         ]
     where = where or "(top level)"
-    if error.validator in ("type", "minimum", "exclusiveMinimum", "const", "enum", "pattern"):
+    if error.validator in (
+        "type",
+        "minimum",
+        "exclusiveMinimum",
+        "maximum",
+        "const",
+        "enum",
+        "pattern",
+    ):
         return [f"{rel}: {where}: expected {_expected(schema)}, found {_show(instance)}"]
     return [f"{rel}: {where}: {error.message}"]
 
@@ -317,14 +508,21 @@ def _expected(schema) -> str:
         return "one of " + ", ".join(map(repr, schema["enum"]))
     kinds = schema.get("type", [])
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
-    if kinds == ["integer"] and schema.get("minimum") == 0:
+    if kinds == ["integer"] and schema.get("minimum") == 0 and "maximum" not in schema:
         return "a count (an integer of 0 or more)"
     words = " or ".join(_TYPE_WORDS.get(k, k) for k in kinds if k != "null") or "a value"
-    qualified = "minimum" in schema or "exclusiveMinimum" in schema or "pattern" in schema
+    items = _expected(schema["items"]) if isinstance(schema.get("items"), dict) else ""
+    if kinds == ["array"] and items.startswith(("a ", "an ")):
+        # "a string" -> "a list of strings", "an integer of at least 1" -> "... integers of ..."
+        first, _, rest = items.split(" ", 1)[1].partition(" ")
+        words = f"a list of {first}s" + (f" {rest}" if rest else "")
+    qualified = any(k in schema for k in ("minimum", "exclusiveMinimum", "maximum", "pattern"))
     if "minimum" in schema:
         words += f" of at least {schema['minimum']}"
     if "exclusiveMinimum" in schema:
         words += f" above {schema['exclusiveMinimum']}"
+    if "maximum" in schema:
+        words += (" and" if "minimum" in schema else " of") + f" at most {schema['maximum']}"
     if "pattern" in schema:
         words += f" matching {schema['pattern']}"
     if "null" in kinds:
@@ -335,33 +533,80 @@ def _expected(schema) -> str:
 # -- one level file --------------------------------------------------------------------
 
 
-def _no_constant(name: str):
-    # Python's json reads and writes NaN and Infinity; JSON has no such numbers, and the
-    # schema's "number" cannot refuse them.
-    raise ValueError(f"{name} is not a JSON number")
+def _parse(data: bytes):
+    """json.loads, NaN and Infinity read as floats (so that number_problems names where they
+    are: JSON has no such numbers, and the schema's "number" cannot refuse them)."""
+    return json.loads(data, parse_constant=float)
 
 
-def read_level(path: str, rel: str, strict: bool = False) -> tuple[dict | None, list[str], int]:
-    """(the level's reduced fields, problems, bytes read). Runs in worker processes."""
+def number_problems(document, rel: str, requests: bool = True) -> list[str]:
+    """One 'file: field: what' line per number that is not finite or too large to compute
+    with (MAX_MAGNITUDE; a request's prompt_id, a name, excepted), and per value nested deeper
+    than MAX_NESTING. The request records are left out unless `requests`."""
+    problems: list[str] = []
+    stack = [(document, (), 0)]
+    while stack and len(problems) < MAX_PROBLEMS:
+        value, path, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth >= MAX_NESTING:
+                problems.append(f"{rel}: {_field(path)}: nested more than {MAX_NESTING} deep")
+                continue
+            for key, item in value.items():
+                if not (depth == 0 and key == "requests" and not requests):
+                    stack.append((item, (*path, key), depth + 1))
+        elif isinstance(value, list):
+            if depth >= MAX_NESTING:
+                problems.append(f"{rel}: {_field(path)}: nested more than {MAX_NESTING} deep")
+                continue
+            stack.extend((item, (*path, i), depth + 1) for i, item in enumerate(value))
+        elif (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and not _finite(value)
+            and not (path[:1] == ("requests",) and path[-1] == "prompt_id")
+        ):
+            problems.append(
+                f"{rel}: {_field(path) or '(top level)'}: expected a finite number of "
+                f"magnitude at most {MAX_MAGNITUDE:g}, found {_show(value)}"
+            )
+    return sorted(problems)
+
+
+def _finite(value) -> bool:
+    """A number the analysis can compute with: finite, and at most MAX_MAGNITUDE across."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        return None, [f"{rel}: cannot be read: {error.strerror or error}"], 0
+        return math.isfinite(value) and abs(value) <= MAX_MAGNITUDE
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+def _merged(first: list[str], second: list[str]) -> list[str]:
+    """first, then the lines of second about fields first does not name."""
+    named = {line.split(": ", 2)[1] for line in first}
+    return first + [line for line in second if line.split(": ", 2)[1] not in named]
+
+
+def read_level(
+    path: str, rel: str, strict: bool = False, limit: int = DEFAULT_MAX_FILE_BYTES
+) -> tuple[dict | None, list[str], int]:
+    """(the level's reduced fields, problems, bytes read). Runs in worker processes."""
+    data, problem = read_regular(path, rel, limit)
+    if data is None:
+        return None, [problem], 0
     parsed = None if strict else _fast(data)
     if parsed is None:
         try:
-            document = json.loads(data, parse_constant=_no_constant)
+            document = _parse(data)
         except UnicodeDecodeError as error:
             return (
                 None,
-                [f"{rel}: not UTF-8 text ({error.reason} at byte {error.start})"],
+                [f"{rel}: (file): not UTF-8 text ({error.reason} at byte {error.start})"],
                 len(data),
             )
         except json.JSONDecodeError as error:
             return None, [f"{rel}: {_where(error)}: {_syntax(error)}"], len(data)
-        except ValueError as error:
-            return None, [f"{rel}: not valid JSON: {error}"], len(data)
+        except (ValueError, RecursionError) as error:
+            return None, [f"{rel}: (top level): not valid JSON: {_unparsed(error)}"], len(data)
         if not isinstance(document, dict):
             return None, [f"{rel}: (top level): expected a JSON object"], len(data)
         records = document.get("requests")
@@ -391,14 +636,24 @@ def read_level(path: str, rel: str, strict: bool = False) -> tuple[dict | None, 
         isinstance(version, int)
         and not isinstance(version, bool)
         and version not in SUPPORTED_SCHEMAS
+        and _finite(version)
     ):
         # Named once for the whole tree by load(); its fields are another contract's.
         return {"schema_version": version, "unsupported": True}, [], len(data)
-    problems = contract_problems(document, rel, records=strict)
+    numbers = number_problems(document, rel, requests=strict)
+    if any(line.endswith(" deep") for line in numbers):
+        return None, numbers, len(data)  # the schema's validator recurses as deep
+    problems = _merged(numbers, contract_problems(document, rel, records=strict))
     if problems:
         return None, problems, len(data)
     level, problems = _reduce(document, fields, rel)
     return level, problems, len(data)
+
+
+def _unparsed(error: Exception) -> str:
+    if isinstance(error, RecursionError):
+        return f"nested too deeply to read (more than {MAX_NESTING} levels are never written)"
+    return str(error)
 
 
 def _fast(data: bytes):
@@ -417,8 +672,8 @@ def _fast(data: bytes):
     if not head.endswith(b","):
         return None
     try:
-        document = json.loads(head[:-1] + b"\n}", parse_constant=_no_constant)
-    except ValueError:
+        document = _parse(head[:-1] + b"\n}")
+    except (ValueError, RecursionError):
         return None
     if not isinstance(document, dict):
         return None
@@ -474,12 +729,12 @@ def _float(raw: bytes):
     return value if math.isfinite(value) else _BAD
 
 
-def _syntax(error: json.JSONDecodeError) -> str:
+def _syntax(error: json.JSONDecodeError, fix: str = "run that level again") -> str:
     # A string with no closing quote runs to the end of the file: cut short, too.
     if error.pos >= len(error.doc.rstrip()) or error.msg.startswith("Unterminated string"):
         return (
             f"the JSON ends early (line {error.lineno} column {error.colno}): the file is "
-            "truncated, or was cut while being copied; run that level again"
+            f"truncated, or was cut while being copied; {fix}"
         )
     return f"not valid JSON: {error.msg} (line {error.lineno} column {error.colno})"
 
@@ -501,11 +756,16 @@ def _where(error: json.JSONDecodeError) -> str:
 
 
 def _number(value) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
+
+
+def ratio(numerator, denominator) -> float | None:
+    """numerator / denominator when both are numbers, the denominator is not 0 and the
+    quotient is finite (a tiny denominator can overflow it), else None."""
+    if numerator is None or not denominator:
+        return None
+    value = numerator / denominator
+    return value if math.isfinite(value) else None
 
 
 def _show(value) -> str:
@@ -547,7 +807,10 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
         if not isinstance(ok, bool):
             bad(f"{where}.ok", "true or false", ok)
             continue
-        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or not _finite(tokens):
+            bad(f"{where}.output_tokens", "a count (an integer of 0 or more)", tokens)
+            continue
+        if tokens < 0:
             bad(f"{where}.output_tokens", "a count (an integer of 0 or more)", tokens)
             continue
         if accept_length is not None and (not _number(accept_length) or accept_length < 0):
@@ -639,50 +902,94 @@ def reduce_provenance(provenance: dict) -> dict:
 # -- the other files -------------------------------------------------------------------
 
 
-def read_small(path: Path, rel: str) -> tuple[dict | None, list[str]]:
+_NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}}
+# run.json as roles/benchmark/tasks/main.yml writes it: the fields the analysis reads (the
+# reference config, the run's name and kit, the plan the incomplete_run warnings check).
+RUN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "run_id": {"type": "string"},
+        "kit_version": {"type": "string"},
+        "started_at": {"type": "string"},
+        "ended_at": {"type": "string"},
+        "reference_config": {"type": "string", "minLength": 1},
+        "hosts": _NAMES,
+        "configs": _NAMES,
+        "prompt_sets": _NAMES,
+        "concurrency": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+        "num_prompts": {"type": "integer", "minimum": 1},
+        "max_new_tokens": {"type": "integer", "minimum": 1},
+        "temperature": {"type": "number", "minimum": 0},
+    },
+}
+_RATE = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
+# lossless.json as library/benchmark_lossless.py writes it: the fields the report reads.
+LOSSLESS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "kind": {"const": LOSSLESS_KIND},
+        "reference": {"type": "string"},
+        "threshold": {"type": "number", "minimum": 0, "maximum": 1},
+        "configs": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "broken_verification": {"type": "boolean"},
+                    "mismatch_rate": _RATE,
+                    "request_mismatch_rate": _RATE,
+                    "tokens_compared": {"type": "integer", "minimum": 0},
+                    "not_checked": {"type": ["array", "null"]},
+                },
+                "required": ["broken_verification"],
+            },
+        },
+    },
+    "required": ["configs"],
+}
+# status.json as roles/benchmark/tasks/config.yml writes it (status itself is checked in load).
+STATUS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "config": {"type": "string", "minLength": 1},
+        "error": {"type": ["string", "null"]},
+    },
+}
+
+
+SIDE_FIX = "restore it, or move it out of the results to analyse without it"
+
+
+@functools.cache
+def side_validator(name: str):
+    from jsonschema import Draft202012Validator
+
+    schema = {"run": RUN_SCHEMA, "lossless": LOSSLESS_SCHEMA, "status": STATUS_SCHEMA}[name]
+    return Draft202012Validator(schema)
+
+
+def read_small(
+    path: Path, rel: str, kind: str, limit: int = DEFAULT_MAX_FILE_BYTES
+) -> tuple[dict | None, list[str]]:
+    """A run.json, lossless.json or status.json: (its object, []) or (None, problems)."""
+    data, problem = read_regular(path, rel, limit)
+    if data is None:
+        return None, [problem]
     try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
-    except OSError as error:
-        return None, [f"{rel}: cannot be read: {error.strerror or error}"]
+        value = _parse(data)
     except UnicodeDecodeError:
-        return None, [f"{rel}: not UTF-8 text"]
+        return None, [f"{rel}: (file): not UTF-8 text"]
     except json.JSONDecodeError as error:
-        return None, [f"{rel}: (top level): {_syntax(error)}"]
+        return None, [f"{rel}: (top level): {_syntax(error, SIDE_FIX)}"]
+    except (ValueError, RecursionError) as error:
+        return None, [f"{rel}: (top level): not valid JSON: {_unparsed(error)}"]
     if not isinstance(value, dict):
         return None, [f"{rel}: (top level): expected a JSON object"]
-    return value, []
-
-
-def check_lossless(report: dict, rel: str) -> list[str]:
-    problems = []
-    if report.get("kind", LOSSLESS_KIND) != LOSSLESS_KIND:
-        problems.append(f"{rel}: kind: expected {LOSSLESS_KIND!r}, found {_show(report['kind'])}")
-    configs = report.get("configs")
-    if not isinstance(configs, dict):
-        return [*problems, f"{rel}: configs: expected an object of configs"]
-    for name, entry in configs.items():
-        if not isinstance(entry, dict):
-            problems.append(f"{rel}: configs.{name}: expected an object")
-            continue
-        if not isinstance(entry.get("broken_verification"), bool):
-            problems.append(
-                f"{rel}: configs.{name}.broken_verification: expected true or false, found "
-                f"{_show(entry.get('broken_verification'))}"
-            )
-        rate = entry.get("mismatch_rate")
-        if rate is not None and not _number(rate):
-            problems.append(
-                f"{rel}: configs.{name}.mismatch_rate: expected a number or null, found "
-                f"{_show(rate)}"
-            )
-        compared = entry.get("tokens_compared", 0)
-        if not isinstance(compared, int) or isinstance(compared, bool):
-            problems.append(
-                f"{rel}: configs.{name}.tokens_compared: expected an integer, found "
-                f"{_show(compared)}"
-            )
-    return problems
+    numbers = number_problems(value, rel)
+    if any(line.endswith(" deep") for line in numbers):
+        return None, numbers
+    problems = _merged(numbers, schema_problems(side_validator(kind), value, rel))
+    return (None, problems) if problems else (value, [])
 
 
 # -- the whole tree --------------------------------------------------------------------
@@ -704,8 +1011,14 @@ def _host_of(root: Path, config_dir: Path | None) -> str | None:
     return None
 
 
-def load(root: Path | str, strict: bool = False, workers: int | None = None) -> Results:
-    """Read and validate every result file under root; ResultsError lists every problem."""
+def load(
+    root: Path | str,
+    strict: bool = False,
+    workers: int | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> Results:
+    """Read and validate every result file under root; ResultsError lists every problem.
+    Only regular files (or links to one) of at most max_file_bytes each are read."""
     root = Path(root)
     if not root.is_dir():
         raise ResultsError([f"{root}: not a folder of benchmark results"])
@@ -718,14 +1031,14 @@ def load(root: Path | str, strict: bool = False, workers: int | None = None) -> 
             ],
             root,
         )
-    tasks = [(str(p), str(p.relative_to(root)), strict) for p in found["level"]]
+    tasks = [(str(p), str(p.relative_to(root)), strict, max_file_bytes) for p in found["level"]]
     level_validator()  # compiled once, here, for the worker processes to inherit
     outcomes = _read_all(tasks, workers)
     problems: list[str] = []
     levels: list[Level] = []
     versions: list[tuple[str, int]] = []
     total = 0
-    for (path, rel, _strict), (reduced, issues, size) in zip(tasks, outcomes, strict=True):
+    for (path, rel, *_options), (reduced, issues, size) in zip(tasks, outcomes, strict=True):
         total += size
         problems += issues
         if reduced is None:
@@ -774,8 +1087,7 @@ def load(root: Path | str, strict: bool = False, workers: int | None = None) -> 
     lossless: dict[str, dict] = {}
     for path in found["lossless"]:
         rel = str(path.relative_to(root))
-        report, issues = read_small(path, rel)
-        issues = issues or check_lossless(report, rel)
+        report, issues = read_small(path, rel, "lossless", max_file_bytes)
         problems += issues
         if not issues:
             # Beside the config folders: its folder is the host's.
@@ -784,7 +1096,7 @@ def load(root: Path | str, strict: bool = False, workers: int | None = None) -> 
     status: dict[tuple[str, str], dict] = {}
     for path in found["status"]:
         rel = str(path.relative_to(root))
-        record, issues = read_small(path, rel)
+        record, issues = read_small(path, rel, "status", max_file_bytes)
         if issues:
             problems += issues
             continue
@@ -796,12 +1108,16 @@ def load(root: Path | str, strict: bool = False, workers: int | None = None) -> 
             )
             continue
         status[(_host_of(root, path.parent) or _root_host(root, levels), config)] = record
+    # A run.json that cannot be read is an error, not a file to pass over: it names the
+    # reference config and the plan the incomplete_run warnings check, and a report made
+    # without it would silently measure against ar and call an interrupted run complete.
     run: dict = {}
+    run_dir: Path | None = None
     for path in found["run"]:
-        if path.parent == root or not run:
-            record, issues = read_small(path, str(path.relative_to(root)))
-            if record is not None:
-                run = record
+        record, issues = read_small(path, str(path.relative_to(root)), "run", max_file_bytes)
+        problems += issues
+        if record is not None and (path.parent == root or run_dir is None):
+            run, run_dir = record, path.parent.relative_to(root)
     if problems:
         raise ResultsError(problems, root)
     levels.sort(key=lambda lv: (lv.host, lv.prompt_set, config_order(lv.config), lv.concurrency))
@@ -813,7 +1129,83 @@ def load(root: Path | str, strict: bool = False, workers: int | None = None) -> 
         run=run,
         files=len(tasks),
         bytes_read=total,
+        run_dir=run_dir,
     )
+
+
+MAX_LISTED = 6
+
+
+def incomplete(results: Results) -> list[tuple[str, str]]:
+    """(where, message) per sign that the run did not finish: run.json without ended_at (it
+    is written at the end), and per host folder the configs and levels run.json plans that
+    left no file. A config whose status.json says failed is left out (its own error says
+    why), and so is a host without a folder (the other nodes of a multi-node server write
+    nothing)."""
+    run, run_dir = results.run, results.run_dir
+    if run_dir is None:
+        return []
+    found: list[tuple[str, str]] = []
+    if "ended_at" not in run:
+        found.append(
+            (
+                "run",
+                f"{run_dir / 'run.json'} has no ended_at: the run was interrupted (or is still "
+                "running); the configs and levels it did not reach are missing from this report",
+            )
+        )
+    plan = {k: list(dict.fromkeys(run.get(k) or [])) for k in ("hosts", "configs", "prompt_sets")}
+    levels = list(dict.fromkeys(run.get("concurrency") or []))
+    base = results.root / run_dir
+    inside = len(run_dir.parts)
+    mine = [lv for lv in results.levels if Path(lv.path).parts[:inside] == run_dir.parts]
+    have = {(lv.host, lv.config, lv.prompt_set, lv.concurrency) for lv in mine}
+    for host in plan["hosts"]:
+        if not (base / host).is_dir():
+            continue
+        for config in plan["configs"]:
+            status = results.status.get((host, config), {})
+            if status.get("status") == "failed":
+                continue
+            present = sum((host, config, s, c) in have for s in plan["prompt_sets"] for c in levels)
+            if not present and not status:
+                found.append(
+                    (
+                        f"{host} / {config}",
+                        f"run.json plans config {config}, but {host} has no level file and no "
+                        "status.json for it: the run was interrupted before it, or its files "
+                        "were lost",
+                    )
+                )
+                continue
+            missing = len(plan["prompt_sets"]) * len(levels) - present
+            if missing <= 0:
+                continue
+            # The first few only: iterating stops there, however long the plan.
+            shown = list(
+                itertools.islice(
+                    (
+                        (s, c)
+                        for s in plan["prompt_sets"]
+                        for c in levels
+                        if (host, config, s, c) not in have
+                    ),
+                    MAX_LISTED,
+                )
+            )
+            places = ", ".join(f"{s} c{c}" for s, c in shown)
+            first = run_dir / host / config / shown[0][0] / f"c{shown[0][1]}.json"
+            more = f" and {missing - len(shown)} more" if missing > len(shown) else ""
+            found.append(
+                (
+                    f"{host} / {config}",
+                    f"run.json plans {places}{more} for {config}, but no level file holds "
+                    f"{'it' if missing == 1 else 'them'} ({first}"
+                    f"{'' if missing == 1 else ' and the others'}): the run was interrupted, "
+                    "or the file was lost",
+                )
+            )
+    return found
 
 
 def _root_host(root: Path, levels: list[Level]) -> str:
@@ -900,7 +1292,8 @@ def launch_flag(argv, flag: str) -> str | None:
 
 
 def _count(text: str | None) -> int | None:
-    if text is None or not text.isdigit():
+    # isdecimal, not isdigit: int() refuses "²", a digit to isdigit.
+    if text is None or not text.isdecimal() or len(text) > 7:
         return None
     value = int(text)
     return value if 0 < value <= MAX_COUNT else None
@@ -923,7 +1316,7 @@ def ddtree_budget(config: str, provenance: dict | None = None) -> int | None:
         if budget is not None:
             return budget
     match = _DDTREE.match(config)
-    return int(match.group(1)) if match else None
+    return _count(match.group(1)) if match else None
 
 
 def verify_tokens_per_step(config: str, provenance: dict | None = None) -> int | None:

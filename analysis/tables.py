@@ -16,6 +16,8 @@ from analysis.results import (
     Results,
     config_order,
     ddtree_budget,
+    incomplete,
+    ratio,
     verify_tokens_per_step,
 )
 
@@ -100,14 +102,19 @@ def gpus_of(provenance: dict) -> int | None:
     for flag, value in itertools.pairwise(argv):
         if not isinstance(flag, str):
             continue
-        if _TP.match(flag) and str(value).isdigit():
+        if _TP.match(flag) and _small_count(value):
             tp = int(value)
-        elif _PP.match(flag) and str(value).isdigit():
+        elif _PP.match(flag) and _small_count(value):
             pp = int(value)
     if tp:
         return tp * (pp or 1)
     count = (provenance.get("gpu") or {}).get("count")
     return count if isinstance(count, int) and count > 0 else None
+
+
+def _small_count(value) -> bool:
+    # isdecimal, not isdigit: int() refuses "²"; a GPU count has a few digits.
+    return isinstance(value, str) and value.isdecimal() and len(value) <= 6
 
 
 def lossless_state(results: Results, host: str, config: str, reference: str) -> tuple:
@@ -164,11 +171,9 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
                 "verify_tokens_per_step": verify_tokens_per_step(level.config, level.provenance),
                 "concurrency": level.concurrency,
                 "output_tokens_per_s": throughput,
-                "speedup_vs_ar": throughput / ar if throughput is not None and ar else None,
+                "speedup_vs_ar": ratio(throughput, ar),
                 "chain_control": control,
-                "speedup_vs_chain": throughput / chain_value
-                if throughput is not None and chain_value
-                else None,
+                "speedup_vs_chain": ratio(throughput, chain_value),
                 "ttft_ms_p50": _stat(summary, "ttft_ms", "p50"),
                 "ttft_ms_p99": _stat(summary, "ttft_ms", "p99"),
                 "tpot_ms_p50": _stat(summary, "tpot_ms", "p50"),
@@ -179,10 +184,8 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
                 "budget_diagnosis": None,
                 # What one user sees while decoding (1000 / mean TPOT), against what each
                 # GPU delivers: the two axes of the throughput-interactivity trade.
-                "tokens_per_s_per_user": 1000.0 / tpot if tpot else None,
-                "tokens_per_s_per_gpu": throughput / gpus
-                if throughput is not None and gpus
-                else None,
+                "tokens_per_s_per_user": ratio(1000.0, tpot),
+                "tokens_per_s_per_gpu": ratio(throughput, gpus),
                 "gpus": gpus,
                 "requests_ok": summary.get("requests_ok"),
                 "requests_failed": summary.get("requests_failed"),
@@ -381,6 +384,7 @@ WARNING_KINDS = (
     "mixed_kit_versions",
     "chain_control_missing",
     "low_effective_concurrency",
+    "incomplete_run",
 )
 COLLAPSE_MEANING = (
     "A wider tree should never accept fewer tokens per step. This usually means state shared "
@@ -539,6 +543,8 @@ def warnings(
             "speedup_vs_chain is empty there, and DDTree against dflash there mixes the tree "
             "with the attention backend, page size and scheduler",
         )
+    for where, message in incomplete(results):
+        add("incomplete_run", "warning", where, message)
     versions = {
         (lv.provenance.get("kit_version"), lv.provenance.get("sglang_version"))
         for lv in results.levels

@@ -799,7 +799,8 @@ def test_a_field_of_the_wrong_type_is_named(small):
     )
     problems = problems_of(small)
     assert problems == [
-        "node-a/ar/gsm8k/c1.json: summary.ttft_ms.p99: expected a number or null, missing",
+        "node-a/ar/gsm8k/c1.json: summary.ttft_ms.p99: expected a number of at least 0, or "
+        "null, missing",
         "node-a/dflash/gsm8k/c1.json: summary.output_tokens_per_s: expected a number of at "
         "least 0, or null, found 'fast'",
         "node-a/dflash/gsm8k/c4.json: requests[2].ok: expected true or false, found 'yes'",
@@ -871,7 +872,8 @@ def test_nan_and_infinity_are_refused(small):
     path = small / "node-a" / "ar" / "gsm8k" / "c1.json"
     path.write_text(path.read_text().replace('"cpu_s": 0.1', '"cpu_s": NaN', 1))
     assert problems_of(small) == [
-        "node-a/ar/gsm8k/c1.json: not valid JSON: NaN is not a JSON number"
+        "node-a/ar/gsm8k/c1.json: client.cpu_s: expected a finite number of magnitude at most "
+        "1e+15, found NaN"
     ]
 
 
@@ -1069,3 +1071,236 @@ def test_the_simulated_ddtree_study_runs_end_to_end(tmp_path):
     with pytest.raises(SystemExit, match="other than an earlier simulated study"):
         run_study(foreign, quick=True)
     assert (foreign / "c1.json").read_text() == "{}"
+
+
+# -- hostile and broken input (issue 16, defect 7) ---------------------------------------
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """The command line in-process: (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from analysis.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_a_level_linked_to_dev_zero_is_refused_not_read(small):
+    import resource
+
+    def bounded():
+        # A regression reads /dev/zero until memory runs out: here it fails at 3 GiB instead.
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    (small / "node-a" / "ar" / "gsm8k" / "c8.json").symlink_to("/dev/zero")
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(small), "--out", str(small / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        preexec_fn=bounded,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert (
+        "node-a/ar/gsm8k/c8.json: (file): a character device, not a regular file; only regular "
+        "files (or links to one) are read" in done.stderr
+    )
+    assert not (small / "out").exists()
+
+
+# pytest-timeout's signal fails the test (an exception no reader catches) if a read blocks.
+@pytest.mark.timeout(30)
+def test_a_fifo_does_not_hang_the_report(small):
+    import os
+
+    os.mkfifo(small / "node-a" / "ar" / "gsm8k" / "c8.json")
+    os.mkfifo(small / "node-a" / "run.json")
+    report_dir = small / "old-report"
+    report_dir.mkdir()
+    os.mkfifo(report_dir / "report.json")
+    problems = problems_of(small)
+    assert (
+        "node-a/ar/gsm8k/c8.json: (file): a FIFO, not a regular file; only regular files "
+        "(or links to one) are read" in problems
+    )
+    assert any(p.startswith("node-a/run.json: (file): a FIFO") for p in problems), problems
+
+
+def test_links_to_regular_files_and_folders_are_read(small, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (small / "node-a" / "dflash").rename(elsewhere)
+    (small / "node-a" / "dflash").symlink_to(elsewhere, target_is_directory=True)
+    level = elsewhere / "gsm8k" / "c4.json"
+    level.rename(tmp_path / "c4.json")
+    level.symlink_to(tmp_path / "c4.json")
+    # A link back up the tree is not followed round and round.
+    (elsewhere / "gsm8k" / "loop").symlink_to(small, target_is_directory=True)
+    assert len(analysis.load(small).levels) == 4
+
+
+def test_the_size_cap_is_named_and_can_be_raised(small):
+    big = max(small.rglob("c*.json"), key=lambda p: p.stat().st_size)
+    size = big.stat().st_size
+    name = big.relative_to(small)
+    status, _out, err = run_cli(
+        "report", str(small), "--out", str(small / "out"), "--max-file-bytes", str(size - 1)
+    )
+    assert status == 2
+    assert (
+        f"{name}: (file): {size} bytes, over the limit of {size - 1} bytes "
+        "per file; raise it with --max-file-bytes if the file is genuine" in err
+    )
+    status, _out, err = run_cli(
+        "report", str(small), "--out", str(small / "out"), "--max-file-bytes", str(size)
+    )
+    assert status == 0, err
+    assert results_module.DEFAULT_MAX_FILE_BYTES == 2 << 30
+    help_text = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "--max-file-bytes" in help_text and "2G" in help_text
+
+
+@pytest.mark.parametrize(
+    ("field", "raw", "message"),
+    [
+        (
+            "summary.tpot_ms.mean",
+            "-8.5",
+            "summary.tpot_ms.mean: expected a number of at least 0, or null, found -8.5",
+        ),
+        (
+            "summary.output_tokens_per_s",
+            "-120.5",
+            "summary.output_tokens_per_s: expected a number of at least 0, or null, found -120.5",
+        ),
+        (
+            "summary.output_tokens_per_s",
+            "1e400",
+            "summary.output_tokens_per_s: expected a finite number of magnitude at most 1e+15, "
+            "found Infinity",
+        ),
+        (
+            "summary.ttft_ms.p99",
+            "NaN",
+            "summary.ttft_ms.p99: expected a finite number of magnitude at most 1e+15, found NaN",
+        ),
+    ],
+    ids=["negative latency", "negative throughput", "overflowing throughput", "NaN"],
+)
+def test_negative_and_non_finite_figures_are_refused_per_field(small, field, raw, message):
+    path = small / "node-a" / "dflash" / "gsm8k" / "c1.json"
+    *parents, name = field.split(".")
+    document = json.loads(path.read_text())
+    holder = document
+    for part in parents:
+        holder = holder[part]
+    holder[name] = "__RAW__"
+    path.write_text(json.dumps(document, indent=1).replace('"__RAW__"', raw) + "\n")
+    status, _out, err = run_cli("report", str(small), "--out", str(small / "out"))
+    assert status == 2, err
+    assert f"  node-a/dflash/gsm8k/c1.json: {message}" in err.splitlines()
+    assert "Traceback" not in err
+
+
+def test_the_provenance_fields_the_report_reads_are_typed(small):
+    base = small / "node-a" / "dflash" / "gsm8k"
+    edit(base / "c1.json", lambda d: d["provenance"]["gpu"].update(models=8))
+    edit(base / "c4.json", lambda d: d["provenance"]["launch"].update(environment="HF=1"))
+    status, _out, err = run_cli("report", str(small), "--out", str(small / "out"))
+    assert status == 2, err
+    assert (
+        "node-a/dflash/gsm8k/c1.json: provenance.gpu.models: expected an object or null, found 8"
+        in err
+    )
+    assert (
+        "node-a/dflash/gsm8k/c4.json: provenance.launch.environment: expected an object or "
+        "null, found 'HF=1'" in err
+    )
+
+
+def test_a_corrupt_run_record_is_an_error(small):
+    """An error, not a warning: run.json names the reference config and the plan the
+    incomplete_run warnings check; a report without it would measure against ar unasked and
+    call an interrupted run complete."""
+    (small / "run.json").write_text('{"run_id": "x", "configs": ["ar"')
+    assert problems_of(small) == [
+        "run.json: (top level): the JSON ends early (line 1 column 33): the file is truncated, "
+        "or was cut while being copied; restore it, or move it out of the results to analyse "
+        "without it"
+    ]
+    (small / "run.json").write_text(json.dumps({"run_id": "x", "configs": "ar", "ended_at": 5}))
+    assert problems_of(small) == [
+        "run.json: configs: expected a list of strings, found 'ar'",
+        "run.json: ended_at: expected a string, found 5",
+    ]
+
+
+def test_an_interrupted_run_is_warned_about(small):
+    root = small
+    edit(root / "run.json", lambda d: d.pop("ended_at"))
+    outcome = analysis.report(root, out=root / "r1")
+    incomplete = [w for w in outcome.warnings if w["kind"] == "incomplete_run"]
+    assert [w["where"] for w in incomplete] == ["run"]
+    assert "run.json has no ended_at" in incomplete[0]["message"]
+    # A finished run whose plan lists a level and a config that left no file.
+    edit(root / "run.json", lambda d: d.update(ended_at="2026-01-01T01:00:00+00:00"))
+    (root / "node-a" / "dflash" / "gsm8k" / "c4.json").unlink()
+    edit(root / "run.json", lambda d: d["configs"].append("eagle3"))
+    outcome = analysis.report(root, out=root / "r2")
+    incomplete = {
+        w["where"]: w["message"] for w in outcome.warnings if w["kind"] == "incomplete_run"
+    }
+    assert incomplete == {
+        "node-a / dflash": "run.json plans gsm8k c4 for dflash, but no level file holds it "
+        "(node-a/dflash/gsm8k/c4.json): the run was interrupted, or the file was lost",
+        "node-a / eagle3": "run.json plans config eagle3, but node-a has no level file and no "
+        "status.json for it: the run was interrupted before it, or its files were lost",
+    }
+    status, out, _err = run_cli("report", str(root), "--out", str(root / "r3"))
+    assert status == 0 and "incomplete run: 2 incomplete_run warnings" in out
+    # A config that failed is explained by its own error, not called interrupted.
+    edit(root / "run.json", lambda d: d["configs"].remove("eagle3"))
+    (root / "node-a" / "dflash" / "status.json").write_text(
+        json.dumps({"config": "dflash", "status": "failed", "error": "crashed"})
+    )
+    outcome = analysis.report(root, out=root / "r4")
+    assert [w for w in outcome.warnings if w["kind"] == "incomplete_run"] == []
+    assert set(WARNING_KINDS) >= {w["kind"] for w in outcome.warnings}
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [(28, "No space left on device"), (13, "Permission denied"), (30, "Read-only file system")],
+    ids=["ENOSPC", "EACCES", "EROFS"],
+)
+def test_a_full_or_read_only_disk_under_out_is_a_clean_error(small, monkeypatch, code, words):
+    import os
+    from pathlib import Path as RealPath
+
+    real = RealPath.write_bytes
+
+    def full(self, data):
+        if self.name.endswith(".png"):
+            raise OSError(code, os.strerror(code), str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(RealPath, "write_bytes", full)
+    out = small / "out"
+    status, _out, err = run_cli("report", str(small), "--out", str(out))
+    assert status == 2
+    assert "Traceback" not in err
+    assert err.startswith(f"analysis report: cannot write {out}") and words in err
+    assert "plots/" in err
+    assert not out.exists() and not [p for p in small.iterdir() if p.name.startswith(".out")]
