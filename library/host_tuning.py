@@ -114,6 +114,16 @@ options:
     description: Name or path of systemctl.
     type: str
     default: systemctl
+  timeout:
+    description:
+      - Seconds all commands together may take (nvidia-smi, systemctl, lspci and the fabric
+        manager's version; not the wait of O(fabricmanager_start_timeout)). At the deadline
+        the running command is killed with its whole process group and the run fails naming
+        it, keeping what it changed recorded; a hung lspci leaves the ACS report unchecked
+        with that reason instead. Keep it and O(fabricmanager_start_timeout) together below
+        the task's C(timeout) keyword, which kills only the module.
+    type: float
+    default: 180
   service_manager:
     description:
       - How services are handled. V(auto) uses systemd when it is PID 1 and V(direct)
@@ -207,6 +217,7 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_helpers import DeadlineRunner  # noqa: E402
 from ansible.module_utils.host_tuning import apply, new_run, restore  # noqa: E402
 
 ARGUMENT_SPEC = {
@@ -232,6 +243,7 @@ ARGUMENT_SPEC = {
     "lspci_path": {"type": "str", "default": "lspci"},
     "nvidia_smi_path": {"type": "str", "default": "nvidia-smi"},
     "systemctl_path": {"type": "str", "default": "systemctl"},
+    "timeout": {"type": "float", "default": 180},
     "service_manager": {
         "type": "str",
         "choices": ["auto", "systemd", "direct"],
@@ -242,11 +254,17 @@ ARGUMENT_SPEC = {
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    timeout = module.params["timeout"]
+    if not 0 < timeout <= 3600:
+        module.fail_json(
+            msg=f"timeout is {timeout:g}; needed: seconds from above 0 to 3600 for all "
+            "commands together. Fix: set it below the task's timeout, e.g. 180."
+        )
     run = new_run(
         module.params,
         check=module.check_mode,
         diff=module._diff,
-        run_command=module.run_command,
+        run_command=DeadlineRunner(timeout, f"host_tuning's timeout={timeout:g}s"),
         which=module.get_bin_path,
         warn=module.warn,
     )

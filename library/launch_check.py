@@ -39,7 +39,12 @@ options:
     type: str
     default: ""
   timeout:
-    description: Seconds the probe may take (importing sglang pulls in torch).
+    description: >-
+      Seconds the probe may take (importing sglang pulls in torch). The probe stops itself
+      then (SIGALRM) and reports it; a runtime hung where the alarm cannot reach it (in C
+      code, or in a child it started) is killed with its whole process group a grace period
+      later (a tenth of the timeout plus a second, at most 15 s), and the module fails naming
+      the command. Keep both below the task's C(timeout) keyword, which kills only the module.
     type: int
     default: 300
 author:
@@ -83,7 +88,11 @@ flags:
 import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import marked_json  # noqa: E402
+from ansible.module_utils.host_helpers import (  # noqa: E402
+    CommandFailed,
+    DeadlineRunner,
+    marked_json,
+)
 from ansible.module_utils.launch_check import (  # noqa: E402
     errors_of,
     probe_argv,
@@ -107,9 +116,25 @@ def main() -> None:
     if p["timeout"] < 1:
         module.fail_json(msg=f"timeout must be at least 1 s, got {p['timeout']}")
     args = probe_argv(p["argv"], p["secrets_file"])
-    rc, out, err = module.run_command(
-        [p["python"], "-c", probe_source(), str(p["timeout"])], data=json.dumps(args)
-    )
+    # The probe's own alarm comes first, so its report (the stage it was in) is what a slow
+    # runtime gets; the kill only covers what the alarm cannot interrupt.
+    grace = min(15.0, 1 + p["timeout"] / 10)
+    deadline = p["timeout"] + grace
+    try:
+        rc, out, err = DeadlineRunner(
+            deadline, f"launch_check's timeout={p['timeout']}s + {grace:g}s"
+        )(
+            [p["python"], "-c", probe_source(), str(p["timeout"])],
+            data=json.dumps(args) + "\n",
+            shown=f"{p['python']} -c <launch probe> {p['timeout']}",
+        )
+    except CommandFailed as exc:
+        module.fail_json(
+            msg=f"{exc} The runtime's parser did not answer and ignored the probe's own alarm "
+            "(a hang in native code, e.g. CUDA initialisation at import). Fix: run "
+            f"`{p['python']} -c 'import sglang.srt.server_args'` on the host and look at what "
+            "it waits for."
+        )
     result = marked_json(out, MARKER)
     if result is None:
         module.fail_json(

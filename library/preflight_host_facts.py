@@ -40,6 +40,14 @@ options:
     description: Name or path of lspci.
     type: str
     default: lspci
+  timeout:
+    description: >-
+      Seconds all commands together may take (systemctl, pgrep, lspci). At the deadline the
+      running one is killed with its whole process group; the fabric manager state or the
+      ACS report is then unknown, with the command and the deadline as the reason. Keep it
+      below the task's C(timeout) keyword, which kills only the module.
+    type: float
+    default: 60
 author:
   - kimi-deploy-kit maintainers
 """
@@ -84,19 +92,34 @@ acs:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import read_text, systemd_is_pid1  # noqa: E402
+from ansible.module_utils.host_helpers import (  # noqa: E402
+    CommandFailed,
+    DeadlineRunner,
+    read_text,
+    systemd_is_pid1,
+)
 from ansible.module_utils.host_inspect import bytes_present, disk_space  # noqa: E402
 from ansible.module_utils.pci_acs import acs_report, acs_unchecked  # noqa: E402
 
 
-def fabricmanager_state(module: AnsibleModule, systemd: bool) -> dict:
+def fabricmanager_state(module: AnsibleModule, systemd: bool, run: DeadlineRunner) -> dict:
     # Installed but stopped is the tuning stage's to fix (it starts it); not installed is not.
     installed = bool(module.get_bin_path("nv-fabricmanager", opt_dirs=["/usr/bin", "/usr/sbin"]))
+    try:
+        return fabricmanager_probe(module, systemd, run, installed)
+    except CommandFailed as exc:
+        # As with pgrep missing: unknown, and preflight_evaluate shows why.
+        return {"active": None, "installed": installed, "how": str(exc), "state": "unknown"}
+
+
+def fabricmanager_probe(
+    module: AnsibleModule, systemd: bool, run: DeadlineRunner, installed: bool
+) -> dict:
     if systemd:
         systemctl = module.get_bin_path("systemctl")
         if systemctl:
-            rc, out, _err = module.run_command([systemctl, "is-active", "nvidia-fabricmanager"])
-            _rc, load, _err = module.run_command(
+            rc, out, _err = run([systemctl, "is-active", "nvidia-fabricmanager"])
+            _rc, load, _err = run(
                 [systemctl, "show", "-p", "LoadState", "--value", "nvidia-fabricmanager"]
             )
             return {
@@ -109,7 +132,7 @@ def fabricmanager_state(module: AnsibleModule, systemd: bool) -> dict:
     if not pgrep:
         return {"active": None, "installed": installed, "how": "pgrep missing", "state": "unknown"}
     # -f: the kernel's process name is cut to 15 characters, one short of nv-fabricmanager.
-    rc, out, _err = module.run_command([pgrep, "-f", "(^|/)nv-fabricmanager( |$)"])
+    rc, out, _err = run([pgrep, "-f", "(^|/)nv-fabricmanager( |$)"])
     return {
         "active": rc == 0,
         "installed": installed or rc == 0,
@@ -118,11 +141,11 @@ def fabricmanager_state(module: AnsibleModule, systemd: bool) -> dict:
     }
 
 
-def acs_state(module: AnsibleModule, bus_ids: list[str]) -> dict:
+def acs_state(module: AnsibleModule, bus_ids: list[str], run: DeadlineRunner) -> dict:
     if not bus_ids:
         return acs_unchecked("not asked")
     name = module.params["lspci_path"]
-    return acs_report(bus_ids, module.get_bin_path(name), module.run_command, lspci_name=name)
+    return acs_report(bus_ids, module.get_bin_path(name), run, lspci_name=name)
 
 
 def main() -> None:
@@ -133,10 +156,18 @@ def main() -> None:
             "check_fabricmanager": {"type": "bool", "default": False},
             "gpu_bus_ids": {"type": "list", "elements": "str", "default": []},
             "lspci_path": {"type": "str", "default": "lspci"},
+            "timeout": {"type": "float", "default": 60},
         },
         supports_check_mode=True,
     )
     params = module.params
+    timeout = params["timeout"]
+    if not 0 < timeout <= 3600:
+        module.fail_json(
+            msg=f"timeout is {timeout:g}; needed: seconds from above 0 to 3600 for all "
+            "commands together. Fix: set it below the task's timeout, e.g. 60."
+        )
+    run = DeadlineRunner(timeout, f"preflight_host_facts' timeout={timeout:g}s")
     present = {
         name: bytes_present(
             os.path.join(params["weights_dir"], repo["repo_id"]), repo.get("files") or []
@@ -149,11 +180,11 @@ def main() -> None:
         disk=disk_space(params["weights_dir"]),
         present=present,
         fabricmanager=(
-            fabricmanager_state(module, systemd_is_pid1())
+            fabricmanager_state(module, systemd_is_pid1(), run)
             if params["check_fabricmanager"]
             else {"active": None, "how": "not checked", "state": "unknown"}
         ),
-        acs=acs_state(module, params["gpu_bus_ids"]),
+        acs=acs_state(module, params["gpu_bus_ids"], run),
     )
 
 

@@ -50,6 +50,14 @@ options:
     description: Fail when anything does not match; otherwise only report.
     type: bool
     default: true
+  timeout:
+    description: >-
+      Seconds the probe (which imports the package, for sglang torch too) and C(pip check)
+      together may take. At the deadline the running one is killed with its whole process
+      group and the module fails naming it. Keep it below the task's C(timeout) keyword,
+      which kills only the module.
+    type: float
+    default: 420
 author:
   - kimi-deploy-kit maintainers
 """
@@ -88,7 +96,11 @@ import json  # noqa: E402
 
 from ansible.module_utils import runtime_probe  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import marked_json  # noqa: E402
+from ansible.module_utils.host_helpers import (  # noqa: E402
+    CommandFailed,
+    DeadlineRunner,
+    marked_json,
+)
 
 
 def main() -> None:
@@ -101,15 +113,37 @@ def main() -> None:
             "source_stamp": {"type": "path"},
             "fact_name": {"type": "str", "default": "kimi_runtime"},
             "fail_on_mismatch": {"type": "bool", "default": True},
+            "timeout": {"type": "float", "default": 420},
         },
         supports_check_mode=True,
     )
     p = module.params
+    timeout = p["timeout"]
+    if not 0 < timeout <= 3600:
+        module.fail_json(
+            msg=f"timeout is {timeout:g}; needed: seconds from above 0 to 3600 for the probe and "
+            "pip check together. Fix: set it below the task's timeout, e.g. 420."
+        )
+    deadline_run = DeadlineRunner(timeout, f"runtime_check's timeout={timeout:g}s")
+
+    def run(argv: list[str], shown: str | None = None) -> tuple[int, str, str]:
+        try:
+            return deadline_run(argv, shown=shown)
+        except CommandFailed as exc:
+            module.fail_json(
+                msg=f"{exc} A hung import or pip usually means a broken environment or a "
+                "filesystem that does not answer (NFS). Fix: run the command by hand on the "
+                "host; raise timeout only if it is merely slow."
+            )
+
     # The probe is module_utils/runtime_probe.py: imported above, so Ansible ships it in this
     # module's payload (no file to copy, no parameter naming one), and run from its source in
     # the environment's own Python, which has no Ansible. Its MARKER line is the report.
     probe = inspect.getsource(runtime_probe)
-    rc, out, err = module.run_command([p["python"], "-c", probe, p["package"], p["import_name"]])
+    rc, out, err = run(
+        [p["python"], "-c", probe, p["package"], p["import_name"]],
+        shown=f"{p['python']} -c <runtime probe> {p['package']} {p['import_name']}",
+    )
     record = marked_json(out, runtime_probe.MARKER)
     if rc != 0 or record is None:
         module.fail_json(
@@ -133,7 +167,7 @@ def main() -> None:
                 f"{req['name']}: {have}, but {p['package']} {record['version']} requires "
                 f"{req['name']}{req['required'] if req['required'] != 'any' else ''}"
             )
-    rc, pip_out, pip_err = module.run_command([p["python"], "-m", "pip", "check"])
+    rc, pip_out, pip_err = run([p["python"], "-m", "pip", "check"])
     record["pip_check"] = {"ok": rc == 0, "output": (pip_out + pip_err).strip()}
     if rc != 0:
         mismatches.append(f"pip check: {(pip_out + pip_err).strip()}")

@@ -222,6 +222,8 @@ def run_with_deadline(
     env: dict[str, str] | None = None,
     max_output_bytes: int = 64 << 20,
     what: str = "its deadline",
+    data: str | None = None,
+    shown: str | None = None,
 ) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of argv, as AnsibleModule.run_command answers, but bounded:
     the command runs in a session of its own, and at `timeout_s` its whole process group is
@@ -229,13 +231,22 @@ def run_with_deadline(
     (`what` says where the deadline comes from). run_command has no deadline and kills nothing;
     an Ansible task timeout kills the module and leaves the command running as an orphan.
     Output goes to unlinked temporary files, so a child that keeps a pipe open cannot block
-    the read; whatever the command leaves running in its group after it exits is killed."""
-    shown = " ".join(argv)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    the read; whatever the command leaves running in its group after it exits is killed.
+    `data` is the command's standard input; `shown` replaces argv in messages (a `-c` program's
+    whole source is no name)."""
+    shown = shown or " ".join(argv)
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryFile() as given,
+    ):
+        # A file, not a pipe: a command that never reads its input cannot block the write.
+        given.write((data or "").encode())
+        given.seek(0)
         try:
             proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=given if data is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 env=env,
@@ -275,6 +286,55 @@ def run_with_deadline(
                 raise CommandFailed(f"`{shown}` printed more than {max_output_bytes} bytes.")
             texts.append(data.decode("utf-8", errors="replace"))
     return proc.returncode, texts[0], texts[1]
+
+
+def command_environment() -> dict[str, str]:
+    """This process's environment as AnsibleModule.run_command hands it to a command: without
+    the PYTHONPATH entries of the module's own payload, which would shadow the packages of a
+    Python the command runs (a runtime's venv)."""
+    env = dict(os.environ)
+    if "PYTHONPATH" in env:
+        paths = [
+            path
+            for path in env["PYTHONPATH"].split(":")
+            if path and not path.endswith(("/ansible_modlib.zip", "/debug_dir"))
+        ]
+        if paths:
+            env["PYTHONPATH"] = ":".join(paths)
+        else:
+            del env["PYTHONPATH"]
+    return env
+
+
+class DeadlineRunner:
+    """AnsibleModule.run_command's call shape, (argv) -> (exit code, stdout, stderr), for every
+    command of one module run under one deadline for all of them together (`timeout_s` from
+    now; `what` names it in messages, e.g. "host_tuning's timeout=180s"). A command still
+    running at the deadline is killed with its whole process group and CommandFailed names it
+    and the deadline; once the deadline has passed, the next command is not started and
+    CommandFailed says so. Callers decide per command whether that fails the module or leaves
+    something unknown, with the message as the reason."""
+
+    def __init__(self, timeout_s: float, what: str):
+        self.timeout_s = timeout_s
+        self.what = what
+        self.deadline = time.monotonic() + timeout_s
+
+    def __call__(
+        self, argv: list[str], data: str | None = None, shown: str | None = None
+    ) -> tuple[int, str, str]:
+        argv = [str(arg) for arg in argv]
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CommandFailed(f"`{shown or ' '.join(argv)}` was not run: {self.what} ran out.")
+        return run_with_deadline(
+            argv,
+            left,
+            env=command_environment(),
+            what=f"what was left of {self.what}",
+            data=data,
+            shown=shown,
+        )
 
 
 def mask_secrets(value, secrets: list[str] | tuple[str, ...] = ()):

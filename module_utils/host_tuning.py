@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Callable
 
-from ansible.module_utils.host_helpers import atomic_write, read_text
+from ansible.module_utils.host_helpers import CommandFailed, atomic_write, read_text
 from ansible.module_utils.pci_acs import acs_report, acs_unchecked
 from ansible.module_utils.tuning_gpu_services import (
     check_fabricmanager,
@@ -113,7 +113,7 @@ def then_save(run: TuningRun, work: Callable[[], None]) -> dict | None:
     """Does `work`, then saves the state file; the failure result, or None if all went well."""
     try:
         work()
-    except TuningAbort as exc:
+    except (TuningAbort, CommandFailed) as exc:
         return aborted(run, str(exc))
     try:
         run.save_state()
@@ -249,7 +249,8 @@ def restore(run: TuningRun) -> dict:
         for key, entry in reversed(list(run.state["changes"].items())):
             try:
                 differed = restore_entry(run, entry)
-            except (TuningError, OSError, KeyError) as exc:
+            # A hung command fails its entry; entries that need none are still put back.
+            except (TuningError, CommandFailed, OSError, KeyError) as exc:
                 failures.append(f"{key}: {exc}")
                 continue
             restored = {**public(key, entry), "changed": differed}

@@ -13,11 +13,13 @@ import re
 from collections.abc import Callable
 
 from ansible.module_utils.gpu_topology import normalise_bus_id
+from ansible.module_utils.host_helpers import CommandFailed
 
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PCI_DEVICES = "/sys/bus/pci/devices"
 
-# (argv) -> (exit code, stdout, stderr), as AnsibleModule.run_command answers.
+# (argv) -> (exit code, stdout, stderr), as AnsibleModule.run_command answers; the modules pass
+# host_helpers.DeadlineRunner, which raises CommandFailed for a command past its deadline.
 RunCommand = Callable[[list[str]], tuple[int, str, str]]
 
 
@@ -72,7 +74,9 @@ def acs_report(
 
     `root` prefixes the sysfs path (tests point it at a fake tree). The report is checked when
     at least one GPU was found in sysfs or none was missing; GPUs not found are named in
-    `reason` either way. Bridges come sorted by BDF, each with the GPUs below it.
+    `reason` either way. Bridges come sorted by BDF, each with the GPUs below it. An lspci that
+    ran past its deadline (run_command raised CommandFailed) leaves the report unchecked with
+    that as the reason: a hung lspci says nothing about ACS, and the walk stops there.
     """
     if not lspci:
         return acs_unchecked(
@@ -90,7 +94,14 @@ def acs_report(
             continue
         for bridge in upstream_bridges(device):
             if bridge not in bridges:
-                rc, out, _err = run_command([lspci, "-vvv", "-s", bridge])
+                try:
+                    rc, out, _err = run_command([lspci, "-vvv", "-s", bridge])
+                except CommandFailed as exc:
+                    return {
+                        **acs_unchecked(f"{exc} Nothing was checked"),
+                        "lspci": lspci,
+                        "gpus": gpus,
+                    }
                 flags = parse_acs(out) if rc == 0 else None
                 bridges[bridge] = {
                     "bdf": bridge,

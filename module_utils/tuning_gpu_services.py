@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible.module_utils.host_helpers import CommandFailed
 from ansible.module_utils.tuning_record import TuningAbort, TuningError, TuningRun
 from ansible.module_utils.tuning_services import ensure_service, pids_named, start_daemon, unit
 
@@ -53,14 +54,19 @@ def query_gpus(run: TuningRun) -> list[dict] | None:
     if not smi:
         run.gpu_error = f"{run.params['nvidia_smi_path']} not found"
         return None
-    rc, out, err = run.run([smi, GPU_QUERY, "--format=csv,noheader"])
+    try:
+        rc, out, err = run.run([smi, GPU_QUERY, "--format=csv,noheader"])
+    except CommandFailed as exc:
+        # What needs the GPUs fails with it; the ACS report says it is unchecked and why.
+        run.gpu_error = str(exc).rstrip(".")
+        return None
     if rc != 0:
         run.gpu_error = f"`nvidia-smi {GPU_QUERY}` exited {rc}: {(out + err).strip()}"
         return None
     try:
         run.gpu_list = parse_gpu_query(out)
     except TuningError as exc:
-        run.gpu_error = str(exc)
+        run.gpu_error = str(exc).rstrip(".")
         return None
     return run.gpu_list
 

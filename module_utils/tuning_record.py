@@ -160,7 +160,8 @@ def summarise(changes: list[dict]) -> list[str]:
 # --------------------------------------------------------------------------------------------
 # One run.
 
-# (argv) -> (exit code, stdout, stderr), as AnsibleModule.run_command answers.
+# (argv) -> (exit code, stdout, stderr), as AnsibleModule.run_command answers; the modules pass
+# host_helpers.DeadlineRunner, which raises CommandFailed for a command past its deadline.
 RunCommand = Callable[[list[str]], tuple[int, str, str]]
 # A program name -> its path or None, as AnsibleModule.get_bin_path answers.
 Which = Callable[[str], "str | None"]

@@ -14,8 +14,8 @@ import signal
 import subprocess
 import time
 
+from ansible.module_utils.host_helpers import CommandFailed, read_text, systemd_is_pid1
 from ansible.module_utils.host_helpers import parse_unit_show as unit_properties
-from ansible.module_utils.host_helpers import read_text, systemd_is_pid1
 from ansible.module_utils.tuning_record import TuningAbort, TuningError, TuningRun
 
 ENABLE_FROM = ("disabled",)
@@ -67,7 +67,11 @@ def journal_tail(run: TuningRun, name: str) -> str:
     journalctl = run.which("journalctl")
     if not journalctl:
         return "(journalctl not found)"
-    _rc, out, err = run.run([journalctl, "-u", name, "-n", "20", "--no-pager"])
+    try:
+        _rc, out, err = run.run([journalctl, "-u", name, "-n", "20", "--no-pager"])
+    except CommandFailed as exc:
+        # The failure it would explain is the message; a hung journalctl must not replace it.
+        return f"(not read: {exc})"
     return (out + err).strip()[-3000:]
 
 
@@ -172,7 +176,7 @@ def stop_pids(pids: list[int], grace_s: float = STOP_GRACE_S) -> list[int]:
 def start_daemon(argv: list[str], name: str, timeout: float, log: str) -> None:
     """Starts `argv` detached and waits until a process `name` runs; its log tail on failure."""
     # Detached, with its standard streams on /dev/null: a daemon that kept the module's
-    # pipes open would block run_command (and the task) forever.
+    # pipes open would block reading a command's output (and the task) forever.
     try:
         proc = subprocess.Popen(
             argv,
