@@ -12,9 +12,15 @@ description:
     server role wrote; C(supervisor) runs C(kimi-supervise) with the spec file the role wrote,
     which keeps the server running with a pid file, a log file and a restart policy.
   - Which launch a running server has is read from the process's own environment
-    (C(KIMI_SERVER_CONFIG_HASH), a hash of its argv, environment and secrets). With
-    O(state=started) the server is started when it is not running, restarted when its hash
-    differs from O(config_hash), and left alone otherwise, so a second run reports no change.
+    (C(KIMI_SERVER_CONFIG_HASH)): an HMAC-SHA256 of its argv, environment and secrets, keyed
+    with a random key the module makes on the host (O(key_file), root-only, never returned).
+    The module writes the wanted identity to O(identity_file) (root-only), which the unit and
+    the supervisor load into the server's environment. With O(state=started) the server is
+    started when it is not running, restarted when its identity differs from the wanted one,
+    and left alone otherwise, so a second run reports no change.
+  - A server started by an earlier kit carries an unkeyed hash of the same values; when that
+    hash is the one of the wanted launch, the server keeps running and only the records are
+    rewritten to the keyed identity (action C(recorded)).
   - O(state=stopped) stops it (and disables the unit under systemd); the process group goes
     with it, workers included.
   - Supports check mode (reports what it would do).
@@ -25,9 +31,18 @@ options:
     type: str
     choices: [started, stopped]
     default: started
-  config_hash:
-    description: Hash of the launch the server should run; required with O(state=started).
+  launch:
+    description:
+      - JSON object of the launch the server should run, C(argv), C(environment) and
+        C(secrets) (the API key the server reads from its secrets file), as the role writes
+        them; required with O(state=started). Never logged: it holds secrets.
     type: str
+  identity_file:
+    description: Root-only file the module writes the wanted identity to (EnvironmentFile syntax).
+    type: path
+  key_file:
+    description: Root-only file with the host's identity key, made on the host when missing.
+    type: path
   spec_file:
     description: Supervisor spec (JSON) written by the server role.
     type: path
@@ -56,7 +71,9 @@ EXAMPLES = r"""
 - name: Start the server, restarting it only when its launch changed
   server_service:
     manager: supervisor
-    config_hash: "{{ launch_hash }}"
+    launch: "{{ {'argv': argv, 'environment': environment, 'secrets': secrets} | to_json }}"
+    identity_file: /etc/kimi/kimi-sglang.identity
+    key_file: /etc/kimi/server-identity.key
     spec_file: /etc/kimi/sglang-supervise.json
     supervisor_script: /opt/kimi/bin/kimi-supervise
     pid_file: /var/lib/kimi/server/supervise.pid
@@ -65,15 +82,20 @@ EXAMPLES = r"""
 
 RETURN = r"""
 action:
-  description: What was done, C(none), C(started), C(restarted) or C(stopped).
+  description:
+    - What was done, C(none), C(recorded) (the running server kept, its identity records
+      rewritten), C(enabled), C(started), C(restarted) or C(stopped).
   returned: always
   type: str
 pid:
   description: Pid of the server process after the action (null when stopped).
   returned: always
   type: int
-previous_hash:
-  description: Launch hash of the server that was running before, if any.
+previous_identity:
+  description:
+    - How the running server's identity compared with the wanted launch, C(none) (nothing
+      running, or no identity), C(current), C(legacy) (an earlier kit's unkeyed hash of this
+      launch) or C(other). The identity itself is never returned.
   returned: always
   type: str
 restarts:
@@ -102,6 +124,10 @@ from ansible.module_utils.server_control import (  # noqa: E402
     stop_supervisor,
     supervisor_status,
     systemd_status,
+)
+from ansible.module_utils.server_identity import (  # noqa: E402
+    IdentityError,
+    wanted_identity,
 )
 
 
@@ -196,15 +222,15 @@ class Service:
     # --- the interface ---------------------------------------------------------------------
     def ensure(self) -> None:
         status = self.status()
-        previous = running_config_hash(status["pid"])
-        if previous is None and status["manager"] == "supervisor" and status["running"]:
+        running = running_config_hash(status["pid"])
+        if running is None and status["manager"] == "supervisor" and status["running"]:
             # Between restarts there is no server process; the supervisor relaunches the same.
-            previous = self.read_state().get("config_hash") or None
-        result = {"previous_hash": previous, "restarts": status["restarts"]}
+            running = self.read_state().get("config_hash") or None
         # The host's clock and the restart count the health wait measures from.
-        result["now"] = time.time()
+        result = {"restarts": status["restarts"], "now": time.time()}
         result["restarts_after"] = status["restarts"]
         if self.p["state"] == "stopped":
+            result["previous_identity"] = "none" if running is None else "other"
             if not status["running"]:
                 self.module.exit_json(changed=False, action="none", pid=None, **result)
             if not self.module.check_mode:
@@ -213,10 +239,24 @@ class Service:
                 else:
                     stop_supervisor(status, self.p["stop_timeout"] + 10)
             self.module.exit_json(changed=True, action="stopped", pid=None, **result)
-        if not self.p["config_hash"]:
-            self.module.fail_json(msg="state=started needs config_hash")
-        wanted = self.p["config_hash"]
-        if status["running"] and previous == wanted:
+        for key in ("launch", "identity_file", "key_file"):
+            if not self.p[key]:
+                self.module.fail_json(msg=f"state=started needs {key}")
+        try:
+            wanted = wanted_identity(
+                self.p["launch"],
+                running,
+                self.p["key_file"],
+                self.p["identity_file"],
+                self.p["state_file"] if self.p["manager"] == "supervisor" else None,
+                keep=status["running"],
+                check=self.module.check_mode,
+                hide=self.module.no_log_values.add,
+            )
+        except (IdentityError, OSError) as error:
+            self.module.fail_json(msg=str(error))
+        result["previous_identity"] = wanted.match
+        if status["running"] and wanted.match in ("current", "legacy"):
             # A unit change that does not touch the launch (limits, restart policy) still has
             # to reach systemd; the running server keeps going.
             reload = self.p["daemon_reload"] or status.get("needs_reload")
@@ -226,7 +266,10 @@ class Service:
                 if not self.module.check_mode:
                     self.run(["systemctl", "enable", self.p["name"]])
                 self.module.exit_json(changed=True, action="enabled", pid=status["pid"], **result)
-            self.module.exit_json(changed=False, action="none", pid=status["pid"], **result)
+            action = "recorded" if wanted.records_changed else "none"
+            self.module.exit_json(
+                changed=wanted.records_changed, action=action, pid=status["pid"], **result
+            )
         action = "restarted" if status["running"] else "started"
         if self.module.check_mode:
             self.module.exit_json(changed=True, action=action, pid=status["pid"], **result)
@@ -247,7 +290,9 @@ def main() -> None:
             "manager": {"type": "str", "choices": ["systemd", "supervisor"], "required": True},
             "name": {"type": "str", "default": "kimi-sglang"},
             "state": {"type": "str", "choices": ["started", "stopped"], "default": "started"},
-            "config_hash": {"type": "str"},
+            "launch": {"type": "str", "no_log": True},
+            "identity_file": {"type": "path"},
+            "key_file": {"type": "path", "no_log": False},
             "spec_file": {"type": "path"},
             "supervisor_script": {"type": "path"},
             "pid_file": {"type": "path"},

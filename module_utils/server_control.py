@@ -2,8 +2,9 @@
 
 Two managers run the server through one interface: systemd where it is PID 1, and the kit's
 own supervisor (roles/server/files/kimi_supervise.py) elsewhere. Which launch a process runs
-is read from its own environment (CONFIG_HASH_KEY in /proc/<pid>/environ), so the answer is
-true even after a failed run left new files beside an old process.
+is read from its own environment (CONFIG_HASH_KEY in /proc/<pid>/environ, root-only), so the
+answer is true even after a failed run left new files beside an old process. The value is a
+keyed identity (module_utils/server_identity.py), or an earlier kit's unkeyed hash.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections import deque
 from pathlib import Path
 
 from ansible.module_utils.host_helpers import kill_process_group, pid_alive, unit_state
+from ansible.module_utils.server_identity import IDENTITY_VARIABLE
 
-CONFIG_HASH_KEY = "KIMI_SERVER_CONFIG_HASH"
+CONFIG_HASH_KEY = IDENTITY_VARIABLE
 SYSTEMD_PROPERTIES = (
     "LoadState",
     "ActiveState",

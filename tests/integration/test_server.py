@@ -95,6 +95,28 @@ def restarts(cluster, host) -> int:
     return int(supervisor_state(cluster, host)["restarts"])
 
 
+def legacy_hash_of(cluster, host, secrets: dict) -> str:
+    """The unkeyed hash earlier kits recorded for the launch now on the host (its argv and
+    environment hold no secret here, so launch.json has them unmasked)."""
+    from ansible.module_utils.server_identity import legacy_hash
+
+    record = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
+    return legacy_hash(record["argv"], record["environment"], secrets)
+
+
+def readable_holding(cluster, host, *values: str) -> list[str]:
+    """Files under the server's folders that users other than root may read and that hold
+    one of values."""
+    patterns = " ".join(f"-e {value}" for value in values)
+    found = cluster.ssh(
+        host,
+        "find /etc/kimi /var/lib/kimi /var/log/kimi /etc/systemd/system -type f -perm /044 "
+        f"-print0 | xargs -0 -r grep -l -F {patterns}",
+        check=False,
+    )
+    return found.stdout.split()
+
+
 def journal(cluster) -> str:
     return cluster.ssh(SYSD, f"journalctl -u {UNIT} --no-pager -o cat").stdout
 
@@ -265,7 +287,6 @@ def test_server_starts_healthy_and_a_second_run_changes_nothing(playbook, cluste
         "FragmentPath",
         "Restart",
         "LimitNOFILE",
-        "EnvironmentFiles",
         "KillMode",
     )
     assert unit == {
@@ -275,9 +296,15 @@ def test_server_starts_healthy_and_a_second_run_changes_nothing(playbook, cluste
         "FragmentPath": f"/etc/systemd/system/{UNIT}.service",
         "Restart": "on-failure",
         "LimitNOFILE": "1048576",
-        "EnvironmentFiles": f"/etc/kimi/{UNIT}.env (ignore_errors=no)",
         "KillMode": "control-group",
     }
+    # The launch's environment, and its keyed identity (root-only; without it the launch
+    # counts as unknown and the next run restarts it).
+    files = cluster.ssh(SYSD, f"systemctl show {UNIT} -p EnvironmentFiles").stdout.split("\n")
+    assert [line for line in files if line] == [
+        f"EnvironmentFiles=/etc/kimi/{UNIT}.env (ignore_errors=no)",
+        f"EnvironmentFiles=/etc/kimi/{UNIT}.identity (ignore_errors=yes)",
+    ]
     cgroup = cluster.ssh(SYSD, f"cat /proc/{pids[SYSD]}/cgroup").stdout
     assert f"0::/system.slice/{UNIT}.service" in cgroup
     assert "simulated sglang 0.5.23 serving on 127.0.0.1:30000" in journal(cluster)
@@ -320,6 +347,17 @@ def test_a_killed_server_is_restarted_by_its_manager(playbook, cluster, runtime)
     assert run_server(playbook, cluster).rc == 0
     pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
     counts = {host: restarts(cluster, host) for host in SERVER_HOSTS}
+    # The managers restart the server as an earlier kit had launched it: with the unkeyed hash
+    # in its environment (the unit's Environment= line, the supervisor's copy of the value).
+    legacy = {host: legacy_hash_of(cluster, host, {}) for host in SERVER_HOSTS}
+    cluster.ssh(
+        SYSD,
+        f"sed -i 's|^EnvironmentFile=-/etc/kimi/{UNIT}.identity$|"
+        f"Environment=KIMI_SERVER_CONFIG_HASH={legacy[SYSD]}|' /etc/systemd/system/{UNIT}.service"
+        " && systemctl daemon-reload",
+    )
+    identity = f'KIMI_SERVER_CONFIG_HASH="{legacy[HOST]}"\n'.encode()
+    put_file(cluster, HOST, f"/etc/kimi/{UNIT}.identity", identity, mode="0600")
     for host in SERVER_HOSTS:
         cluster.ssh(host, f"kill -9 {pids[host]}")
     deadline = time.monotonic() + 30
@@ -337,13 +375,35 @@ def test_a_killed_server_is_restarted_by_its_manager(playbook, cluster, runtime)
     said = journal(cluster)
     assert "Main process exited, code=killed, status=9/KILL" in said
     assert f"Scheduled restart job, restart counter is at {counts[SYSD] + 1}" in said
-    # Still the wanted launch: once it answers again, the next run has nothing to do.
     deadline = time.monotonic() + 30
     for host in SERVER_HOSTS:
         while generate(cluster, host) != "200" and time.monotonic() < deadline:
             time.sleep(0.5)
+    # The rest of an earlier kit's records: the hash in launch.json and in a state file others
+    # could read, and no key or identity file.
+    for host in SERVER_HOSTS:
+        environ = cluster.ssh(host, f"tr '\\0' '\\n' < /proc/{server_pid(cluster, host)}/environ")
+        assert f"KIMI_SERVER_CONFIG_HASH={legacy[host]}" in environ.stdout.split("\n"), host
+        record = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
+        launch = json.dumps({**record, "config_hash": legacy[host]}).encode()
+        put_file(cluster, host, "/var/lib/kimi/server/launch.json", launch)
+        cluster.ssh(host, f"rm /etc/kimi/server-identity.key /etc/kimi/{UNIT}.identity")
+    cluster.ssh(HOST, "chmod 644 /var/lib/kimi/server/kimi-sglang.state.json")
+    assert all(readable_holding(cluster, host, legacy[host]) for host in SERVER_HOSTS)
+    restarted = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
+    # Still the wanted launch: the next run keeps the server and only rewrites the records to
+    # the keyed identity (tests/unit/test_server_identity.py shows the run after that is idle).
     again = run_server(playbook, cluster)
-    again.assert_unchanged()
+    assert again.rc == 0, again.stdout
+    for host in SERVER_HOSTS:
+        started = again.results(START)[host]
+        assert (started["action"], started["previous_identity"]) == ("recorded", "legacy")
+        assert server_pid(cluster, host) == restarted[host], host
+        assert readable_holding(cluster, host, legacy[host]) == [], host
+        record = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
+        assert "config_hash" not in record
+    shown = cluster.ssh(SYSD, f"systemctl show {UNIT} -p Environment").stdout
+    assert "KIMI_SERVER_CONFIG_HASH" not in shown
 
 
 def test_health_timeout_fails_with_the_log_tail(playbook, cluster, runtime):
@@ -408,6 +468,21 @@ def test_api_key_beyond_loopback_stays_off_the_command_line(playbook, cluster, r
     for path in (Path(run.private_dir) / "artifacts").rglob("*"):
         if path.is_file():
             assert API_KEY not in path.read_text(errors="replace"), path
+    # Nor does the unkeyed hash earlier kits recorded, nor the key it is keyed with now.
+    legacy = {host: legacy_hash_of(cluster, host, {"api_key": API_KEY}) for host in SERVER_HOSTS}
+    for host in SERVER_HOSTS:
+        key = cluster.ssh(host, "cat /etc/kimi/server-identity.key").stdout.strip()
+        assert len(key) == 64, "the host's identity key is missing"
+        # The keyed identity in the server's environment: only root reads /proc/<pid>/environ.
+        pid = server_pid(cluster, host)
+        owner = cluster.ssh(host, f"stat -c '%U %a' /proc/{pid}/environ").stdout.split()
+        assert owner == ["root", "400"], owner
+        assert readable_holding(cluster, host, API_KEY, legacy[host], key) == [], host
+        modes = cluster.ssh(
+            host, f"stat -c '%a %n' /etc/kimi/server-identity.key /etc/kimi/{UNIT}.identity"
+        ).stdout.split()
+        assert modes[::2] == ["600", "600"], modes
+
     # Back to loopback: the key file goes away.
     assert run_server(playbook, cluster).rc == 0
     for host in SERVER_HOSTS:

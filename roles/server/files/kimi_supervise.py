@@ -3,17 +3,19 @@
 
     kimi-supervise SPEC.json
 
-SPEC (written by the server role) holds: argv, config_hash, env_file, log_file, pid_file,
+SPEC (written by the server role) holds: argv, env_file, identity_file, log_file, pid_file,
 state_file, restart_delay_s, restart_max, restart_window_s, stop_timeout_s, file_limit. SPEC and
-the environment file are read again before every start, as systemd reads its unit's
-EnvironmentFile, so a restart always runs one consistent launch. It mirrors the
-systemd unit the role writes elsewhere: EnvironmentFile, Restart=on-failure with a start limit,
-raised open-file limit, and a stop that ends the whole process group (SGLang forks one worker
-per GPU; killing only the launcher would leave them holding GPU memory).
+the environment files are read again before every start, as systemd reads its unit's
+EnvironmentFile, so a restart always runs one consistent launch. identity_file (root-only,
+written by server_service) holds the launch's keyed identity, KIMI_SERVER_CONFIG_HASH. It
+mirrors the systemd unit the role writes elsewhere: EnvironmentFile, Restart=on-failure with a
+start limit, raised open-file limit, and a stop that ends the whole process group (SGLang forks
+one worker per GPU; killing only the launcher would leave them holding GPU memory).
 
 The pid file holds the supervisor's pid and an exclusive lock while it runs, so a second copy
 exits at once. The state file (JSON) says what the server is doing: starting, running,
-backoff, gave-up, exited or stopped, with the server's pid, restart count and last exit code.
+backoff, gave-up, exited or stopped, with the server's pid, restart count, last exit code and
+identity; it is root-only, as the identity is.
 """
 
 from __future__ import annotations
@@ -67,7 +69,11 @@ class Supervisor:
         self.state.update(status=status, updated_at=time.time(), **extra)
         path = Path(self.spec["state_file"])
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state), encoding="utf-8")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(self.state))
         os.replace(tmp, path)
 
     def start_child(self) -> None:
@@ -75,13 +81,17 @@ class Supervisor:
             self.spec = load_spec(self.spec_file)
             environment = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
             environment.update(read_env_file(self.spec["env_file"]))
+            # The launch's identity travels in the server's own environment (see
+            # server_service); a missing file means an unknown launch, which the next deploy
+            # restarts, as systemd's EnvironmentFile=- does.
+            identity_file = self.spec.get("identity_file")
+            if identity_file and os.path.exists(identity_file):
+                environment.update(read_env_file(identity_file))
         except (OSError, ValueError) as error:
             self.log(f"cannot read the launch: {error}")
             self.child = None
             return
-        # The launch's identity travels in the server's own environment (see server_service).
-        environment[CONFIG_HASH_KEY] = self.spec.get("config_hash", "")
-        self.state["config_hash"] = self.spec.get("config_hash", "")
+        self.state["config_hash"] = environment.get(CONFIG_HASH_KEY, "")
         log = open(self.spec["log_file"], "ab")  # noqa: SIM115 - the child keeps it open
         try:
             self.child = subprocess.Popen(
