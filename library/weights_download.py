@@ -26,8 +26,9 @@ description:
   - Refuses, before anything is written, a file list with an unsafe path (absolute, C(..)
     components, backslashes, NUL, the kit's own files, or resolving outside I(local_dir)
     through a symlink), naming the entry and the hub (C(HF_ENDPOINT)), repository and revision.
-  - Each request of the download has a deadline (connect and read, at most I(stall_timeout));
-    answers 429 and 5xx are retried with backoff, Retry-After honoured.
+  - Each request of the download has a deadline (connect and read, 120 s, behind the
+    watchdog); answers 429 and 5xx are retried with backoff, Retry-After honoured, within half
+    of I(stall_timeout).
 version_added: "0.1.0"
 options:
   hf_token_file:

@@ -16,7 +16,7 @@ import functools
 import threading
 import time
 
-from ansible.module_utils.weights import UnsafeListing, check_listing
+from ansible.module_utils.weights import BLOB_ID, UnsafeListing, check_listing
 
 try:
     import httpx2
@@ -231,7 +231,7 @@ def inspect(
             request_timeout,
         )
         sha = getattr(info, "sha", None)
-        if not (isinstance(sha, str) and len(sha) == 40):
+        if not (isinstance(sha, str) and BLOB_ID.fullmatch(sha)):
             raise UnsafeListing(
                 f"the hub at {endpoint} gave no 40-character commit for "
                 f"{repo['repo_id']}@{repo['revision']} (got {str(sha)[:60]!r})"

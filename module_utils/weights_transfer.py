@@ -191,9 +191,10 @@ class Download:
             "transfer": transfer,
             "files": [{"path": f["path"], "size": f.get("size")} for f in self.files],
             "missing": self.incomplete_files(),
-            # A request that hangs is given up within the watchdog's window; a busy hub is
-            # waited for within half of it, so the watchdog does not take it for a stall.
-            "timeout_s": min(READ_TIMEOUT_S, self.p["stall_timeout"]),
+            # Each request's own deadline (READ_TIMEOUT_S) backs up the watchdog, which acts
+            # first on a short stall_timeout; a busy hub is waited for within half of the
+            # watchdog's window, so the wait is not taken for a stall.
+            "timeout_s": READ_TIMEOUT_S,
             "retry_s": max(1, self.p["stall_timeout"] // 2),
         }
         self.log(f"transfer: {spec['transfer']}")

@@ -23,6 +23,8 @@ UNAPPROVED = "hf_weights_unapproved_11f4"
 BAD = "hf_weights_bad_7c2d"
 TARGET = "moonshotai/Kimi-K2.6"
 DFLASH = "z-lab/Kimi-K2.6-DFlash"
+EVIL = "evil/Kimi-K2.6-DFlash"
+LEFTOVER_TOKEN = "hf_leftover_from_a_killed_run_5d1c"
 SHARDS = 30
 SHARD_BYTES = 32 << 20  # 30 x 32 MiB + small files: about 1 GiB in 34 files
 WEIGHTS = "/opt/kimi/weights"
@@ -63,6 +65,8 @@ def hub(cluster, target_files):
         hub.valid_tokens |= {GOOD, UNAPPROVED}
         hub.add_repo(TARGET, target_files)
         generator = random.Random(7)
+        # A malicious listing: a name that climbs out of the weights folder.
+        hub.add_repo(EVIL, {"config.json": b"{}", "../../../escape.txt": b"written outside"})
         hub.add_repo(
             DFLASH,
             {
@@ -125,8 +129,23 @@ def host_path(cluster, host: str, path: str) -> Path:
 def test_download_verify_and_second_run_is_idle(
     playbook, cluster, hub, wheelhouse, tmp_path, target_files
 ):
+    # A controller that died mid-download left the token file behind.
+    token_file = f"{WEIGHTS}/.kimi/hf-token"
+    cluster.ssh(
+        "fresh",
+        f"mkdir -p {WEIGHTS}/.kimi && umask 077 && echo {LEFTOVER_TOKEN} > {token_file}",
+    )
     first = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh")
     assert first.rc == 0, first.stdout
+    said = " ".join(first.stdout.split())  # the callback wraps long messages
+    assert f"Removed {token_file}, a Hugging Face token file left on the host" in said
+    assert LEFTOVER_TOKEN not in first.stdout
+    assert cluster.ssh("fresh", f"test -e {token_file}", check=False).returncode == 1
+    # The gated drafter's folder: root and the service group only; the open target's: all.
+    modes = cluster.ssh(
+        "fresh", f"stat -c '%a %U:%G' {WEIGHTS}/{DFLASH} {WEIGHTS}/{TARGET}"
+    ).stdout.split("\n")
+    assert modes[:2] == ["750 root:kimi", "755 root:root"], modes
     # The kimi_progress callback printed the status on the polls.
     assert re.search(
         r"\[fresh\] (moonshotai/Kimi-K2\.6: \w+|waiting for the download)", first.stdout
@@ -359,6 +378,20 @@ def test_access_problems(playbook, cluster, hub, wheelhouse, tmp_path, token, ex
     assert run.rc != 0
     assert expected in run.stdout
     assert token not in run.stdout
+
+
+def test_a_malicious_listing_is_refused_before_the_host_is_touched(
+    playbook, cluster, hub, wheelhouse, tmp_path
+):
+    """A hub listing `../../../escape.txt` for the drafter: the stage fails naming the entry,
+    the hub, the repository and the revision, and nothing lands outside the weights folder."""
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh", kimi_dflash_repo=EVIL)
+    assert run.rc != 0
+    assert "unsafe file path '../../../escape.txt'" in run.stdout
+    assert f"the hub at {hub.url}" in run.stdout and f"{EVIL}@main" in run.stdout
+    assert fetched_files(hub, repo=EVIL) == []
+    found = cluster.ssh("fresh", "find /opt /root /tmp -name escape.txt 2>/dev/null", check=False)
+    assert found.stdout.strip() == ""
 
 
 def test_token_appears_nowhere(cluster, tmp_path_factory):
