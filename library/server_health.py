@@ -70,6 +70,13 @@ options:
     description: Lines of log to return.
     type: int
     default: 40
+  command_timeout:
+    description:
+      - Seconds one poll's commands (C(systemctl show), C(journalctl)) may take together; a
+        command still running then is killed with its process group and the poll fails,
+        naming it.
+    type: float
+    default: 60
 extends_documentation_fragment:
   - kimi_server_manager
 author:
@@ -139,6 +146,7 @@ import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_helpers import CommandFailed, DeadlineRunner  # noqa: E402
 from ansible.module_utils.server_control import (  # noqa: E402
     log_tail,
     supervisor_status,
@@ -187,19 +195,29 @@ def main() -> None:
             "generate_timeout": {"type": "int", "default": 600},
             "restarts_before": {"type": "int", "default": 0},
             "log_lines": {"type": "int", "default": 40},
+            "command_timeout": {"type": "float", "default": 60},
         },
         supports_check_mode=True,
     )
     p = module.params
 
-    def run(argv):
-        return module.run_command(argv)
-
-    if p["manager"] == "systemd":
-        status = systemd_status(run, p["name"])
-    else:
-        status = supervisor_status(p["pid_file"], p["state_file"])
-    tail = log_tail(run, p["manager"], p["name"], p["log_file"], p["log_lines"])
+    # One poll's commands (systemctl show, journalctl): a hung one fails this poll, naming it,
+    # rather than the task's timeout killing the module and leaving the command behind.
+    if not 0 < p["command_timeout"] <= 3600:
+        module.fail_json(
+            msg=f"command_timeout is {p['command_timeout']}; needed: above 0, at most 3600 s."
+        )
+    run = DeadlineRunner(
+        p["command_timeout"], f"server_health's command_timeout={p['command_timeout']}s"
+    )
+    try:
+        if p["manager"] == "systemd":
+            status = systemd_status(run, p["name"])
+        else:
+            status = supervisor_status(p["pid_file"], p["state_file"])
+        tail = log_tail(run, p["manager"], p["name"], p["log_file"], p["log_lines"])
+    except CommandFailed as error:
+        module.fail_json(msg=str(error))
     now = time.time()
     elapsed = round(now - p["since"], 1) if p["since"] else 0.0
     last = next((line for line in reversed(tail) if line.strip()), "(no log yet)")

@@ -12,7 +12,7 @@ description:
     server role wrote; C(supervisor) runs C(kimi-supervise) with the spec file the role wrote,
     which keeps the server running with a pid file, a log file and a restart policy.
   - Which launch a running server has is read from the process's own environment
-    (C(KIMI_SERVER_CONFIG_HASH)): an HMAC-SHA256 of its argv, environment and secrets, keyed
+    (C(KIMI_SERVER_CONFIG_HASH)), an HMAC-SHA256 of its argv, environment and secrets, keyed
     with a random key the module makes on the host (O(key_file), root-only, never returned).
     The module writes the wanted identity to O(identity_file) (root-only), which the unit and
     the supervisor load into the server's environment. With O(state=started) the server is
@@ -35,7 +35,7 @@ options:
     description:
       - JSON object of the launch the server should run, C(argv), C(environment) and
         C(secrets) (the API key the server reads from its secrets file), as the role writes
-        them; required with O(state=started). Never logged: it holds secrets.
+        them; required with O(state=started). Never logged, as it holds secrets.
     type: str
   identity_file:
     description: Root-only file the module writes the wanted identity to (EnvironmentFile syntax).
@@ -57,6 +57,13 @@ options:
     description: Seconds to wait for the supervisor to report the server process started.
     type: int
     default: 30
+  command_timeout:
+    description:
+      - Seconds one C(systemctl) command may take before it is killed with its process group
+        and the task fails naming it. V(0) means O(stop_timeout) plus 60 s, as
+        C(systemctl disable --now) waits for the unit's own stop.
+    type: float
+    default: 0
   daemon_reload:
     description: Reload systemd's units first (the unit file was just written).
     type: bool
@@ -119,6 +126,11 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_helpers import (  # noqa: E402
+    CommandFailed,
+    command_environment,
+    run_with_deadline,
+)
 from ansible.module_utils.server_control import (  # noqa: E402
     running_config_hash,
     stop_supervisor,
@@ -137,7 +149,15 @@ class Service:
         self.p = module.params
 
     def run(self, argv: list[str], check: bool = True) -> tuple[int, str, str]:
-        rc, out, err = self.module.run_command(argv)
+        # `systemctl disable --now` waits for the unit's own stop (TimeoutStopSec, then
+        # SIGKILL): the deadline leaves systemd that time and a margin, never forever.
+        limit = self.p["command_timeout"] or self.p["stop_timeout"] + 60
+        try:
+            rc, out, err = run_with_deadline(
+                argv, limit, env=command_environment(), what=f"server_service's limit of {limit:g}s"
+            )
+        except CommandFailed as error:
+            self.module.fail_json(msg=str(error))
         if check and rc != 0:
             self.module.fail_json(
                 msg=f"{' '.join(argv)} failed (exit {rc}): {(err or out).strip()[-2000:]}"
@@ -298,6 +318,7 @@ def main() -> None:
             "pid_file": {"type": "path"},
             "state_file": {"type": "path"},
             "stop_timeout": {"type": "int", "default": 120},
+            "command_timeout": {"type": "float", "default": 0},
             "start_timeout": {"type": "int", "default": 30},
             "daemon_reload": {"type": "bool", "default": False},
         },

@@ -287,3 +287,30 @@ def test_launch_check_kills_a_runtime_that_ignores_the_probes_own_alarm(hangs):
     assert result["failed"]
     assert f"`{python} -c <launch probe> 1` did not finish within" in result["msg"]
     assert "launch_check's timeout=1s + 1.1s" in result["msg"]
+
+
+# --------------------------------------------------------------------------------------------
+# The server's modules: server_health polls systemd and its journal, server_service drives it.
+
+
+def test_server_health_fails_a_poll_whose_systemctl_hangs(hangs, monkeypatch):
+    hangs.program("systemctl")
+    monkeypatch.setenv("PATH", f"{hangs.bin}:{os.environ['PATH']}")
+    args = {"url": "http://127.0.0.1:9", "manager": "systemd", "command_timeout": DEADLINE_S}
+    result, elapsed, survivors = timed("server_health", args, hangs)
+    assert_killed_in_time(elapsed, survivors)
+    assert result.get("failed"), result
+    assert "`systemctl show" in result["msg"] and "command_timeout=1.5s" in result["msg"]
+
+
+def test_server_service_fails_naming_a_systemctl_that_hangs(hangs, monkeypatch):
+    hangs.program("systemctl")
+    monkeypatch.setenv("PATH", f"{hangs.bin}:{os.environ['PATH']}")
+    args = {"manager": "systemd", "name": "kimi-sglang", "state": "stopped"}
+    result, elapsed, survivors = timed(
+        "server_service", {**args, "command_timeout": DEADLINE_S}, hangs
+    )
+    assert_killed_in_time(elapsed, survivors)
+    assert result.get("failed"), result
+    assert "did not finish within" in result["msg"] and "`systemctl" in result["msg"]
+    assert "limit of 1.5s" in result["msg"]
