@@ -121,6 +121,7 @@ import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.gpu_topology import GpuFactsError, gather  # noqa: E402
+from ansible.module_utils.host_helpers import module_deadline  # noqa: E402
 
 
 def main() -> None:
@@ -131,12 +132,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    timeout = module.params["timeout"]
-    if not 0 < timeout <= 3600:
-        module.fail_json(
-            msg=f"timeout is {timeout:g}; needed: seconds from above 0 to 3600 for all "
-            "nvidia-smi calls together. Fix: set it below the task's timeout, e.g. 60."
-        )
+    timeout = module_deadline(module, "all nvidia-smi calls together", 60)
     requested = module.params["nvidia_smi_path"]
     binary = requested if os.path.sep in requested else module.get_bin_path(requested)
     if not binary or not os.access(binary, os.X_OK):

@@ -95,6 +95,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host_helpers import (  # noqa: E402
     CommandFailed,
     DeadlineRunner,
+    module_runner,
     read_text,
     systemd_is_pid1,
 )
@@ -161,13 +162,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    timeout = params["timeout"]
-    if not 0 < timeout <= 3600:
-        module.fail_json(
-            msg=f"timeout is {timeout:g}; needed: seconds from above 0 to 3600 for all "
-            "commands together. Fix: set it below the task's timeout, e.g. 60."
-        )
-    run = DeadlineRunner(timeout, f"preflight_host_facts' timeout={timeout:g}s")
+    run = module_runner(module, "preflight_host_facts", "all commands together", 60)
     present = {
         name: bytes_present(
             os.path.join(params["weights_dir"], repo["repo_id"]), repo.get("files") or []

@@ -98,8 +98,8 @@ from ansible.module_utils import runtime_probe  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host_helpers import (  # noqa: E402
     CommandFailed,
-    DeadlineRunner,
     marked_json,
+    module_runner,
 )
 
 
@@ -118,13 +118,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    timeout = p["timeout"]
-    if not 0 < timeout <= 3600:
-        module.fail_json(
-            msg=f"timeout is {timeout:g}; needed: seconds from above 0 to 3600 for the probe and "
-            "pip check together. Fix: set it below the task's timeout, e.g. 420."
-        )
-    deadline_run = DeadlineRunner(timeout, f"runtime_check's timeout={timeout:g}s")
+    deadline_run = module_runner(module, "runtime_check", "the probe and pip check together", 420)
 
     def run(argv: list[str], shown: str | None = None) -> tuple[int, str, str]:
         try:

@@ -146,7 +146,7 @@ import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import CommandFailed, DeadlineRunner  # noqa: E402
+from ansible.module_utils.host_helpers import CommandFailed, module_runner  # noqa: E402
 from ansible.module_utils.server_control import (  # noqa: E402
     log_tail,
     supervisor_status,
@@ -203,13 +203,7 @@ def main() -> None:
 
     # One poll's commands (systemctl show, journalctl): a hung one fails this poll, naming it,
     # rather than the task's timeout killing the module and leaving the command behind.
-    if not 0 < p["command_timeout"] <= 3600:
-        module.fail_json(
-            msg=f"command_timeout is {p['command_timeout']}; needed: above 0, at most 3600 s."
-        )
-    run = DeadlineRunner(
-        p["command_timeout"], f"server_health's command_timeout={p['command_timeout']}s"
-    )
+    run = module_runner(module, "server_health", "one poll's commands", 60, "command_timeout")
     try:
         if p["manager"] == "systemd":
             status = systemd_status(run, p["name"])

@@ -337,6 +337,25 @@ class DeadlineRunner:
         )
 
 
+def module_deadline(module, covers: str, example: int, option: str = "timeout") -> float:
+    """The module's own deadline option, checked: seconds above 0, at most an hour (a task's
+    timeout keyword kills only the module, never what it started, so this one must come
+    first). `covers` says what it bounds in the message."""
+    value = module.params[option]
+    if not 0 < value <= 3600:
+        module.fail_json(
+            msg=f"{option} is {value:g}; needed: seconds from above 0 to 3600 for {covers}. "
+            f"Fix: set it below the task's timeout, e.g. {example}."
+        )
+    return value
+
+
+def module_runner(module, name: str, covers: str, example: int, option: str = "timeout"):
+    """A DeadlineRunner for a module's commands under its checked deadline option."""
+    value = module_deadline(module, covers, example, option)
+    return DeadlineRunner(value, f"{name}'s {option}={value:g}s")
+
+
 def mask_secrets(value, secrets: list[str] | tuple[str, ...] = ()):
     """A copy with the values of secret-looking keys and every occurrence of the given secret
     values replaced by MASK; empty values stay (an empty key is no secret, and says so)."""

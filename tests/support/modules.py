@@ -54,3 +54,20 @@ def assert_unchanged(result: dict) -> None:
     too), then it changed nothing."""
     assert not result.get("failed"), f"the module failed: {result.get('msg')}"
     assert result.get("changed") is False, f"it reported a change: {result}"
+
+
+def marked_processes(marker: str) -> list[int]:
+    """PIDs of live processes whose command line holds marker (zombies have exited): what a
+    module's deadline must leave behind of a hung command is none."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found

@@ -24,7 +24,7 @@ from ansible.module_utils.host_helpers import CommandFailed, DeadlineRunner
 from ansible.module_utils.pci_acs import acs_report
 
 from tests.support.hostprep import pcie_tree, warning_text
-from tests.support.modules import run_module
+from tests.support.modules import marked_processes, run_module
 from tests.unit.test_tuning import FakeHost
 
 DEADLINE_S = 1.5
@@ -43,22 +43,6 @@ if {passes!r} and sys.argv[1:3] != {passes!r}:
 subprocess.Popen([sys.executable, "-c", CHILD, {marker!r}])
 time.sleep({hang_s})
 """
-
-
-def marked_processes(marker: str) -> list[int]:
-    """Live (not zombie) processes whose command line holds marker."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 class Hangs:

@@ -14,7 +14,7 @@ import pytest
 from ansible.module_utils.gpu_topology import GpuFactsError, build_facts, classify_interconnect
 from ansible.module_utils.host_helpers import run_with_deadline
 
-from tests.support.modules import run_module
+from tests.support.modules import marked_processes, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "fixtures" / "gpu-hosts"
@@ -163,22 +163,6 @@ def test_single_gpu_needs_no_topology():
     facts = build_facts(first_only, {"00000000:00:06.0": "9.0"}, None, {}, {})
     assert facts["count"] == 1
     assert facts["interconnect"] == "single"
-
-
-def marked_processes(marker: str) -> list[int]:
-    """PIDs of live processes whose command line holds marker (zombies have exited)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def test_hanging_nvidia_smi_is_killed_whole_within_the_deadline(fake_smi, monkeypatch):
