@@ -143,20 +143,45 @@ class Redirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def fetch(url: str, token: str, timeout: int) -> urllib.request.addinfourl:
+# The hub's "busy" answers (rate limit, overload, gateway): retried with backoff, or after
+# the Retry-After it asks for, while the deadline allows.
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 30.0
+
+
+def fetch(url: str, token: str, timeout: int, sleep=time.sleep) -> urllib.request.addinfourl:
     request = urllib.request.Request(url)  # noqa: S310 - the hub's http(s) URL
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    redirects = Redirects()
-    try:
-        answer = urllib.request.build_opener(redirects).open(request, timeout=timeout)
-        answer.linked_etag = redirects.linked_etag
-        return answer
-    except urllib.error.HTTPError as error:
-        code = error.headers.get("X-Error-Code") or ""
-        raise PromptError(f"{url}: HTTP {error.code} {code}".strip()) from None
-    except (urllib.error.URLError, OSError) as error:
-        raise PromptError(f"{url}: {getattr(error, 'reason', error)}") from None
+    deadline = time.monotonic() + timeout
+    backoff, tries = FIRST_BACKOFF_S, 0
+    while True:
+        redirects = Redirects()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PromptError(f"{url}: no answer within {timeout} s")
+        tries += 1
+        try:
+            answer = urllib.request.build_opener(redirects).open(request, timeout=left)
+            answer.linked_etag = redirects.linked_etag
+            return answer
+        except urllib.error.HTTPError as error:
+            code = error.headers.get("X-Error-Code") or ""
+            asked = (error.headers.get("Retry-After") or "").strip()
+            pause = float(asked) if asked.isdigit() else backoff
+            if error.code not in RETRY_STATUSES or pause >= deadline - time.monotonic():
+                after = f", Retry-After {asked} s" if asked.isdigit() else ""
+                busy = (
+                    f" ({tries} answer(s), still busy at the {timeout} s deadline{after})"
+                    if error.code in RETRY_STATUSES
+                    else ""
+                )
+                said = " ".join(part for part in (f"HTTP {error.code}", code) if part)
+                raise PromptError(f"{url}: {said}{busy}") from None
+            sleep(pause)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+        except (urllib.error.URLError, OSError) as error:
+            raise PromptError(f"{url}: {getattr(error, 'reason', error)}") from None
 
 
 def resolve(endpoint: str, repo: str, revision: str, token: str, timeout: int) -> str:

@@ -901,3 +901,43 @@ def test_the_client_says_when_it_was_the_limit():
     crowded = module.client_report(level(0.05, 6.0), 10)
     assert not crowded["saturated"] and not crowded["timing_reliable"]
     assert "other processes" in crowded["warnings"][0]
+
+
+def test_prompt_sets_ride_out_a_busy_hub_within_the_deadline(tmp_path):
+    """429 and 5xx from the hub are retried with backoff (Retry-After when it fits the
+    deadline); a hub still busy at the deadline, or asking to wait past it, fails naming it."""
+    from tests.support.hub_server import Busy
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "chat_template.jinja").write_text(TEMPLATE)
+    with LocalHub() as hub:
+        repo = hub.add_dataset("org/math", {"data/test.jsonl": dataset_rows()})
+        args = {
+            "sets": {
+                "math": {
+                    "repo": "org/math",
+                    "revision": "main",
+                    "file": "data/test.jsonl",
+                    "template": "{question}",
+                }
+            },
+            "output_dir": str(tmp_path / "p"),
+            "cache_dir": str(tmp_path / "c"),
+            "model_dir": str(model),
+            "hf_endpoint": hub.url,
+            "timeout": 20,
+        }
+        hub.busy += [
+            Busy("/api/datasets/org/math/revision/", 429, times=1, retry_after="1"),
+            Busy("/datasets/org/math/resolve/", 503, times=2),
+        ]
+        done = run_module("benchmark_prompts", args)
+        assert not done.get("failed"), done
+        assert done["sets"]["math"]["source"]["resolved"] == repo.sha
+        hub.busy.append(Busy("/api/datasets/org/math/revision/", 429, times=1, retry_after="3600"))
+        started = time.monotonic()
+        refused = run_module("benchmark_prompts", {**args, "cache_dir": str(tmp_path / "c2")})
+        assert time.monotonic() - started < 5
+        assert refused["failed"] and "429" in refused["msg"] and hub.url in refused["msg"]
+        assert "Retry-After 3600" in refused["msg"]
