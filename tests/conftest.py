@@ -151,6 +151,7 @@ LONGEST_FIRST = (
     "tests/integration/test_server.py",
     "tests/integration/test_weights.py",
     "tests/integration/test_benchmark.py",
+    "tests/integration/test_git_runtime.py",
 )
 
 

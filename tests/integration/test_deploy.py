@@ -131,6 +131,8 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         **TUNING_VARS,
         "kimi_serving_configs": ["ar", "dflash", "ddtree"],
         "kimi_server_config": "dflash",
+        # Beyond loopback, so the API key is in force (on loopback the kit sets none).
+        "kimi_server_host": "0.0.0.0",  # noqa: S104 - inside the test host's own namespace
         "kimi_hf_endpoint": hub.url,
         "kimi_sglang_git": {"url": git["url"], "ref": git["ref"], "patches": []},
         "weights_controller_state_dir": str(Path(cluster.state_dir) / "controller-state"),
