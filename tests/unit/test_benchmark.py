@@ -770,25 +770,30 @@ def test_prompts_are_fetched_pinned_verified_cached_and_rendered(tmp_path):
         assert not list((tmp_path / "cache2").rglob("test.jsonl"))
 
 
+def math_set_args(tmp_path: Path, model: Path, hub_url: str) -> dict:
+    """benchmark_prompts' arguments for the local hub's org/math set, unpinned."""
+    return {
+        "sets": {
+            "math": {
+                "repo": "org/math",
+                "revision": "main",
+                "file": "data/test.jsonl",
+                "template": "{question}",
+            }
+        },
+        "output_dir": str(tmp_path / "p"),
+        "cache_dir": str(tmp_path / "c"),
+        "model_dir": str(model),
+        "hf_endpoint": hub_url,
+    }
+
+
 def test_prompts_need_a_chat_template_and_a_known_revision(tmp_path):
     empty = tmp_path / "model"
     empty.mkdir()
     with LocalHub() as hub:
         hub.add_dataset("org/math", {"data/test.jsonl": dataset_rows()})
-        args = {
-            "sets": {
-                "math": {
-                    "repo": "org/math",
-                    "revision": "main",
-                    "file": "data/test.jsonl",
-                    "template": "{question}",
-                }
-            },
-            "output_dir": str(tmp_path / "p"),
-            "cache_dir": str(tmp_path / "c"),
-            "model_dir": str(empty),
-            "hf_endpoint": hub.url,
-        }
+        args = math_set_args(tmp_path, empty, hub.url)
         missing = run_module("benchmark_prompts", args)
         assert missing["failed"] and "no chat template in" in missing["msg"]
         (empty / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
@@ -913,21 +918,7 @@ def test_prompt_sets_ride_out_a_busy_hub_within_the_deadline(tmp_path):
     (model / "chat_template.jinja").write_text(TEMPLATE)
     with LocalHub() as hub:
         repo = hub.add_dataset("org/math", {"data/test.jsonl": dataset_rows()})
-        args = {
-            "sets": {
-                "math": {
-                    "repo": "org/math",
-                    "revision": "main",
-                    "file": "data/test.jsonl",
-                    "template": "{question}",
-                }
-            },
-            "output_dir": str(tmp_path / "p"),
-            "cache_dir": str(tmp_path / "c"),
-            "model_dir": str(model),
-            "hf_endpoint": hub.url,
-            "timeout": 20,
-        }
+        args = {**math_set_args(tmp_path, model, hub.url), "timeout": 20}
         hub.busy += [
             Busy("/api/datasets/org/math/revision/", 429, times=1, retry_after="1"),
             Busy("/datasets/org/math/resolve/", 503, times=2),
