@@ -69,7 +69,7 @@ EXAMPLES = r"""
 - name: Plan K2.6 with the DFlash drafter on 8x RTX PRO 6000
   capacity_plan:
     model_config: models/kimi-k2.6/config.json
-    draft_model_config: models/kimi-k2.6-dflash/config.json
+    draft_model_config: models/kimi-k2.6/dflash/config.json
     gpu_memory_mib: 97887
     tp_size: 8
     mem_fraction_static: 0.85

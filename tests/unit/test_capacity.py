@@ -24,8 +24,8 @@ from tests.support.modules import run_module
 
 REPO = Path(__file__).resolve().parents[2]
 K26 = REPO / "models" / "kimi-k2.6" / "config.json"
-DFLASH = REPO / "models" / "kimi-k2.6-dflash" / "config.json"
-EAGLE3 = REPO / "models" / "kimi-k2.6-eagle3" / "config.json"
+DFLASH = REPO / "models" / "kimi-k2.6" / "dflash" / "config.json"
+EAGLE3 = REPO / "models" / "kimi-k2.6" / "eagle3" / "config.json"
 pytestmark = pytest.mark.preflight
 
 
