@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,34 @@ def hub():
         )
         hub.add_repo("lightseekorg/kimi-k2.6-eagle3.1-mla", {"e.safetensors": b"e" * 1000})
         yield hub
+
+
+# K2.6 plans from before models became data (tests/fixtures/plans-kimi-k2.6/README.md).
+BEFORE_MODEL_DATA = REPO / "tests" / "fixtures" / "plans-kimi-k2.6"
+# The plan fields that models as data added (issue 17), "[]" for any list index.
+ADDED_BY_MODEL_DATA: set[str] = set()
+
+
+def fields_changed(before, after, path: str = "") -> tuple[list[str], list[str]]:
+    """(fields of before that after lacks or holds with another value, fields after adds)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        changed, added = [], [f"{path}/{key}" for key in after if key not in before]
+        for key, value in before.items():
+            if key not in after:
+                changed.append(f"{path}/{key} (gone)")
+            else:
+                more_changed, more_added = fields_changed(value, after[key], f"{path}/{key}")
+                changed += more_changed
+                added += more_added
+        return changed, added
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        changed, added = [], []
+        for index, (old, new) in enumerate(zip(before, after, strict=True)):
+            more_changed, more_added = fields_changed(old, new, f"{path}[{index}]")
+            changed += more_changed
+            added += more_added
+        return changed, added
+    return ([] if before == after else [f"{path}: {before!r} -> {after!r}"]), []
 
 
 def run_plan(playbook, inventory, out: Path, endpoint: str):
@@ -74,6 +103,12 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
             assert config["capacity"]["fits"] is True
             assert config["capacity"]["weights_gib_per_gpu"] == pytest.approx(71.82, abs=0.01)
         check_launch_commands(plan)
+        # K2.6's settings moved into models/kimi-k2.6/: its plan may gain fields, never change one.
+        before = json.loads((BEFORE_MODEL_DATA / f"{profile}.json").read_text())
+        before["hub"]["endpoint"] = plan["hub"]["endpoint"]
+        changed, added = fields_changed(before, plan)
+        assert changed == [], changed
+        assert {re.sub(r"\[\d+\]", "[]", field) for field in added} <= ADDED_BY_MODEL_DATA, added
         markdown = (out / name / "plan.md").read_text()
         assert f"# Deploy plan for {name} ({profile})" in markdown
         assert "| ddtree | dflash |" in markdown
