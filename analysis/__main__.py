@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from analysis.report import OutputError, compare, report
-from analysis.results import DEFAULT_MAX_FILE_BYTES, ResultsError
+from analysis.results import DEFAULT_MAX_FILE_BYTES, ResultsError, model_title
 from analysis.tables import DEFAULT_BAND_EDGES
 
 MAX_HOST_LINES = 6
@@ -151,6 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  DDTree accepted tokens per step collapse at {len(collapses)} host / prompt set / "
             "level(s): see the ddtree_budget_collapse warnings and the decomposition plot"
+        )
+    if outcome.diagnosis:
+        print(
+            "  DDTree collapse diagnosis - "
+            + "; ".join(
+                f"{side.upper()}: {found['run']} ({model_title(found['model'])}): "
+                f"{found['verdict']}"
+                for side, found in outcome.diagnosis.items()
+            )
         )
     unfinished = [w for w in outcome.warnings if w["kind"] == "incomplete_run"]
     if unfinished:

@@ -138,6 +138,28 @@ def provenance_html(provenance: dict) -> str:
     return "".join(parts)
 
 
+def model_html(model: dict | None) -> str:
+    """The model under test, as run.json records it (analysis.results.run_model)."""
+    if not model:
+        return (
+            "<p>Model: unknown (run.json records none: a run from before models were data, "
+            "or a folder without its run.json).</p>"
+        )
+    target = model.get("target") or {}
+    facts = [
+        ("model", model.get("name")),
+        ("title", model.get("title")),
+        ("attention", model.get("attention")),
+        ("target", target.get("repo_id")),
+        ("revision", target.get("revision")),
+    ]
+    rows = "".join(
+        f'<tr><th class="text">{esc(k)}</th><td class="text">{esc(v or "unknown")}</td></tr>'
+        for k, v in facts
+    )
+    return f"<table>{rows}</table>"
+
+
 def page(title: str, sections: list[tuple[str, str, str]], meta: str) -> str:
     nav = " | ".join(f'<a href="#{esc(anchor)}">{esc(name)}</a>' for anchor, name, _ in sections)
     body = "".join(

@@ -310,22 +310,45 @@ def accept_vs_budget(table: list[dict]) -> Plot | None:
     published = references.DFLASH_K25_ACCEPT
     card = references.DFLASH_K26_CARD
     low, high = card["accept_length_range"]
+    # A sweep at several TP sizes gets a line per TP size (dashes past the first), never an
+    # average across them.
+    sizes = sorted({r.get("tp_size") for r in trees}, key=lambda t: t or 0)
+    dashes = ("-", "-.", (0, (5, 1)), (0, (1, 1)))
     for axis, host in zip(axes, hosts, strict=True):
         drawn_reference = False
         for prompt_set in prompt_sets:
-            mine = [r for r in trees if r["host"] == host and r["prompt_set"] == prompt_set]
-            by_budget: dict[int, list] = {}
-            for row in mine:
-                by_budget.setdefault(row["ddtree_budget"], []).append(row["accept_length_mean"])
-            points = [(b, _mean(v)) for b, v in sorted(by_budget.items()) if _mean(v) is not None]
-            if points:
-                x, y = zip(*points, strict=True)
-                axis.plot(x, y, marker="o", color=shade[prompt_set], label=f"DDTree, {prompt_set}")
+            for index, tp in enumerate(sizes):
+                mine = [
+                    r
+                    for r in trees
+                    if r["host"] == host
+                    and r["prompt_set"] == prompt_set
+                    and r.get("tp_size") == tp
+                ]
+                by_budget: dict[int, list] = {}
+                for row in mine:
+                    by_budget.setdefault(row["ddtree_budget"], []).append(row["accept_length_mean"])
+                points = [
+                    (b, _mean(v)) for b, v in sorted(by_budget.items()) if _mean(v) is not None
+                ]
+                if points:
+                    x, y = zip(*points, strict=True)
+                    at = f", TP{tp if tp is not None else '?'}" if len(sizes) > 1 else ""
+                    axis.plot(
+                        x,
+                        y,
+                        marker="o",
+                        color=shade[prompt_set],
+                        linestyle=dashes[index % len(dashes)],
+                        label=f"DDTree, {prompt_set}{at}",
+                    )
             for name in (CHAIN_CONTROL, "dflash"):
                 chain = _mean(
                     r["accept_length_mean"]
                     for r in table
-                    if r["host"] == host and r["prompt_set"] == prompt_set and r["config"] == name
+                    if r["host"] == host
+                    and r["prompt_set"] == prompt_set
+                    and r.get("base_config", r["config"]) == name
                 )
                 if chain is not None:
                     axis.axhline(
@@ -377,12 +400,18 @@ def _cell_means(rows: list[dict], columns: tuple[str, ...]) -> dict[str, float |
     return {c: _mean(r[c] for r in rows) for c in columns}
 
 
+def _tp_key(key: tuple) -> tuple:
+    # TP sizes may be None (unknown); sorted first, beside known ones.
+    host, tp, level = key
+    return (host, tp or 0, level)
+
+
 def _decomposition_cells(table: list[dict]) -> dict[tuple, dict[str, dict[int, dict]]]:
-    """{(host, level): {prompt set: {budget: drawn values and marks}}}, hosts of one panel
-    group averaged. A budget is marked where any of its rows is."""
+    """{(host, TP size, level): {prompt set: {budget: drawn values and marks}}}, hosts of one
+    panel group averaged. A budget is marked where any of its rows is."""
     cells: dict[tuple, dict[str, dict[int, list]]] = {}
     for row in _tree_rows(table):
-        key = (row["host"], row["concurrency"])
+        key = (row["host"], row.get("tp_size"), row["concurrency"])
         group = cells.setdefault(key, {}).setdefault(row["prompt_set"], {})
         group.setdefault(row["ddtree_budget"], []).append(row)
     out: dict[tuple, dict[str, dict[int, dict]]] = {}
@@ -408,13 +437,15 @@ def _decomposition_cells(table: list[dict]) -> dict[tuple, dict[str, dict[int, d
 
 
 def _chain_levels(table: list[dict]) -> dict[tuple, dict]:
-    """{(host, level, prompt set): the chain control's drawn values}, and its draft tokens
-    (the drafter's block size: the most one step can accept) under (host, level, None)."""
+    """{(host, TP size, level, prompt set): the chain control's drawn values}, and its draft
+    tokens (the drafter's block size: the most one step can accept) under (host, TP size,
+    level, None)."""
     groups: dict[tuple, list] = {}
     for row in table:
-        if row["config"] == CHAIN_CONTROL:
-            groups.setdefault((row["host"], row["concurrency"], row["prompt_set"]), []).append(row)
-            groups.setdefault((row["host"], row["concurrency"], None), []).append(row)
+        if row.get("base_config", row["config"]) == CHAIN_CONTROL:
+            where = (row["host"], row.get("tp_size"), row["concurrency"])
+            groups.setdefault((*where, row["prompt_set"]), []).append(row)
+            groups.setdefault((*where, None), []).append(row)
     out = {}
     for key, rows in groups.items():
         values = _cell_means(
@@ -506,24 +537,35 @@ def _decomposition_order(prompt_sets: list[str]):
     return key
 
 
-def decomposition(table: list[dict]) -> Plot | None:
+def decomposition(table: list[dict], heading: str = "") -> Plot | None:
     """Step time, accepted tokens per step and their quotient against the budget, one row per
-    host and concurrency level: the decomposition that explains a throughput collapse."""
+    host (and TP size, where the sweep ran at several) and concurrency level: the
+    decomposition that explains a throughput collapse. A heading (the run and its model, in a
+    comparison) goes into the image, the title and the caption."""
     cells = _decomposition_cells(table)
     if not cells:
         return None
-    keys = sorted(cells)[:MAX_DECOMPOSITION_ROWS]
+    keys = sorted(cells, key=_tp_key)[:MAX_DECOMPOSITION_ROWS]
     chain = _chain_levels(table)
+    # The TP size is named where the sweep ran at more than one; the chain at the same TP
+    # size is the control, else one whose TP size is unknown.
+    several = len({tp for _, tp, _ in keys}) > 1
+
+    def control_of(host, tp, level, prompt_set):
+        found = chain.get((host, tp, level, prompt_set))
+        return found if found is not None else chain.get((host, None, level, prompt_set))
+
     prompt_sets = sorted({p for key in keys for p in cells[key]})
     shade = {p: f"C{i % 10}" for i, p in enumerate(prompt_sets)}
     budgets = sorted({b for key in keys for by in cells[key].values() for b in by})
     figure, grid = _figure(3 * (len(keys) + 1), width=4.6, height=3.2, columns=3, top=1.3)
     panels, marked, flagged = [], {}, set()
-    for index, (host, level) in enumerate(keys):
+    for index, (host, tp, level) in enumerate(keys):
+        where = f"{host} TP{tp if tp is not None else '?'}" if several else host
         for column, (name, label, short) in enumerate(DECOMPOSITION_PANELS):
             axis = grid[index * 3 + column]
             for prompt_set in prompt_sets:
-                by_budget = cells[(host, level)].get(prompt_set, {})
+                by_budget = cells[(host, tp, level)].get(prompt_set, {})
                 points = [(b, v[name], v) for b, v in sorted(by_budget.items()) if v[name]]
                 if not points:
                     continue
@@ -537,16 +579,16 @@ def decomposition(table: list[dict]) -> Plot | None:
                 for budget, y, values in points:
                     if values["mark"]:
                         axis.plot([budget], [y], **MARKS[values["mark"]])
-                        marked[(host, prompt_set, level, budget)] = values["mark"]
+                        marked[(where, prompt_set, level, budget)] = values["mark"]
                     if values["flagged"]:
                         axis.plot([budget], [y], **MARKS["flagged"])
-                        flagged.add((host, prompt_set, level, budget))
-                control = chain.get((host, level, prompt_set))
+                        flagged.add((where, prompt_set, level, budget))
+                control = control_of(host, tp, level, prompt_set)
                 if control and control[name]:
                     axis.axhline(
                         control[name], color=shade[prompt_set], linestyle="--", linewidth=1
                     )
-            cap = (chain.get((host, level, None)) or {}).get("verify_tokens_per_step")
+            cap = (control_of(host, tp, level, None) or {}).get("verify_tokens_per_step")
             if name == "accepted_tokens_per_step" and cap:
                 axis.axhline(
                     cap,
@@ -558,10 +600,10 @@ def decomposition(table: list[dict]) -> Plot | None:
             _log2_axis(axis, budgets)
             axis.set_xlabel("DDTree node budget")
             axis.set_ylabel(label, fontsize=8)
-            axis.set_title(f"{host}, concurrency {level}: {short}", fontsize=9)
+            axis.set_title(f"{where}, concurrency {level}: {short}", fontsize=9)
             axis.grid(alpha=0.3)
-            panels.append(f"{host} c{level}: {short}")
-    if any((host, level, None) in chain for host, level in keys):
+            panels.append(f"{where} c{level}: {short}")
+    if any(control_of(host, tp, level, None) for host, tp, level in keys):
         grid[0].plot(
             [],
             [],
@@ -577,10 +619,14 @@ def decomposition(table: list[dict]) -> Plot | None:
     tokens = ", ".join(f"~{p['accepted_tokens_per_step']:g}" for p in points)
     implied = ", ".join(f"{references.estimated_tokens_per_s(p):.1f}" for p in points)
     left_out = len(cells) - len(keys)
+    if heading:
+        figure.text(0.995, 0.005, heading, fontsize=11, fontweight="bold", ha="right", va="bottom")
+    title = "Step time and accepted tokens per step against budget, per concurrency level"
     return Plot(
         "decomposition",
-        "Step time and accepted tokens per step against budget, per concurrency level",
-        "tokens/s per request = accepted tokens per step / step time. One row per host and "
+        f"{heading}: {title}" if heading else title,
+        (f"{heading}. " if heading else "")
+        + "tokens/s per request = accepted tokens per step / step time. One row per host and "
         "concurrency level, one line per prompt set: a wider tree costs step time and pays only "
         "while accepted tokens per step grow faster. Dashed: "
         f"{CHAIN_CONTROL}, DFlash's chain on the DDTree servers' backend, page size and "
@@ -876,3 +922,12 @@ def compare_plot(pairs: list[dict]) -> Plot | None:
         "and the two factors it is made of (tokens/s = accepted tokens per step / step time).",
         _png(figure),
     )
+
+
+def run_decomposition(table: list[dict], side: str, heading: str) -> Plot | None:
+    """One run's decomposition in a comparison: drawn as its own report draws it (hosts
+    grouped alike), named decomposition-<side> and headed with the run and its model."""
+    plot = decomposition(_grouped(table, panel_groups(table)), heading)
+    if plot is not None:
+        plot.name = f"decomposition-{side}"
+    return plot

@@ -25,7 +25,9 @@ from analysis.results import (
     Results,
     config_order,
     load,
+    model_title,
     ratio,
+    run_model,
 )
 
 MAX_NUMBERED = 1000
@@ -46,6 +48,8 @@ class Outcome:
     levels: int = 0
     records: int = 0
     inputs: int = 0
+    # compare: per run ("a", "b") its model and DDTree collapse diagnosis (report.json's)
+    diagnosis: dict = field(default_factory=dict)
 
     @property
     def html(self) -> Path:
@@ -254,6 +258,22 @@ def _row_class(row: dict) -> str:
     return ""
 
 
+def sweep_rows(diagnosis: sweep.Diagnosis) -> list[dict]:
+    """Every budget against the next, with its level, figures and verdict (report.json
+    ddtree_sweep)."""
+    return [
+        {
+            "host": p.host,
+            "tp_size": p.tp_size,
+            "prompt_set": p.prompt_set,
+            "concurrency": p.concurrency,
+            "kind": p.kind,
+            **p.figures(),
+        }
+        for p in diagnosis.pairs
+    ]
+
+
 def report(
     results_dir: Path | str,
     out: Path | str | None = None,
@@ -284,7 +304,9 @@ def report(
     losslessness = lossless_rows(results, reference)
     pick_rows = tables.picks_table(picks)
     run = results.run
-    title = f"Speculative decoding benchmark - {run.get('run_id') or results_dir.resolve().name}"
+    model = run_model(run)
+    name = run.get("run_id") or results_dir.resolve().name
+    title = f"Speculative decoding benchmark - {model_title(model)} - {name}"
     title = f"{label}: {title}" if label else title
     counts = {s: sum(w["severity"] == s for w in warnings) for s in ("error", "warning", "info")}
     meta = (
@@ -335,7 +357,11 @@ def report(
                 else "<p>No lossless.json found: no config can be recommended.</p>"
             ),
         ),
-        ("provenance", "Provenance", html.provenance_html(origin)),
+        (
+            "provenance",
+            "Provenance",
+            "<h3>Model</h3>" + html.model_html(model) + html.provenance_html(origin),
+        ),
         (
             "run",
             "Run",
@@ -359,19 +385,11 @@ def report(
         "band_edges": list(band_edges),
         "inputs": {"files": results.files, "records": results.records, "bytes": results.bytes_read},
         "run": run,
+        "model": model,
         "rows": table,
         "recommendation": pick_rows,
         "warnings": warnings,
-        "ddtree_sweep": [
-            {
-                "host": p.host,
-                "prompt_set": p.prompt_set,
-                "concurrency": p.concurrency,
-                "kind": p.kind,
-                **p.figures(),
-            }
-            for p in diagnosis.pairs
-        ],
+        "ddtree_sweep": sweep_rows(diagnosis),
         "lossless": losslessness,
         "provenance": origin,
         "plots": [f"plots/{p.name}.png" for p in figures],
@@ -499,13 +517,27 @@ def compare(
         "lossless_a",
         "lossless_b",
     )
-    warnings = [
-        {**w, "where": f"A: {w['where']}"} for w in tables.warnings(results_a, table_a, reference)
-    ] + [{**w, "where": f"B: {w['where']}"} for w in tables.warnings(results_b, table_b, reference)]
+    name_a, name_b = run_a.resolve().name, run_b.resolve().name
+    sides = {
+        "a": _side("A", name_a, results_a, table_a, reference),
+        "b": _side("B", name_b, results_b, table_b, reference),
+    }
+    warnings = [w for side in sides.values() for w in side["warnings"]]
     warnings = [w for w in warnings if w["severity"] != "info"]
     figure = plots.draw(plots.compare_plot, (pairs,), label)
-    name_a, name_b = run_a.resolve().name, run_b.resolve().name
-    title = f"Benchmark comparison - B: {name_b} against A: {name_a}"
+    decompositions = [
+        plot
+        for key, side in sides.items()
+        if (
+            plot := plots.draw(
+                plots.run_decomposition, (side["table"], key, side["heading"]), label
+            )
+        )
+    ]
+    title = (
+        f"Benchmark comparison - B: {name_b} ({sides['b']['model_title']}) against A: "
+        f"{name_a} ({sides['a']['model_title']})"
+    )
     title = f"{label}: {title}" if label else title
     short = (
         "host_a",
@@ -529,15 +561,40 @@ def compare(
     sections = [
         ("table", "Side by side", html.table_html(pairs, short)),
         ("plots", "Plots", html.figure_html(figure) if figure else "<p>Nothing in common.</p>"),
+        (
+            "decomposition",
+            "DDTree decomposition, each run",
+            "<p>Each run's step time, accepted tokens per step and their quotient (tokens/s "
+            "per request) against the DDTree budget, as its own report draws them, side by "
+            "side whatever the two runs share.</p>"
+            + (
+                '<div class="plots">'
+                + "".join(html.figure_html(p) for p in decompositions)
+                + "</div>"
+                if decompositions
+                else "<p>Neither run has DDTree levels.</p>"
+            )
+            + "".join(
+                f"<p>{html.esc(side['heading'])}: no DDTree levels.</p>"
+                for key, side in sides.items()
+                if not any(p.name == f"decomposition-{key}" for p in decompositions)
+            ),
+        ),
+        *(
+            (f"diagnosis-{key}", f"Collapse diagnosis, {side['heading']}", _diagnosis_html(side))
+            for key, side in sides.items()
+        ),
         ("unmatched", "Not in both runs", f"<ul>{missing}</ul>" if missing else "<p>None.</p>"),
         ("warnings", "Warnings", html.warnings_html(warnings)),
         (
             "provenance",
             "Provenance",
-            "<h3>A</h3>"
-            + html.provenance_html(provenance(results_a))
-            + "<h3>B</h3>"
-            + html.provenance_html(provenance(results_b)),
+            "".join(
+                f"<h3>{html.esc(side['heading'])}</h3>"
+                + html.model_html(side["model"])
+                + html.provenance_html(provenance(side["results"]))
+                for side in sides.values()
+            ),
         ),
     ]
     meta = (
@@ -554,12 +611,21 @@ def compare(
         "rows": pairs,
         **{k: [list(t) for t in v] for k, v in only.items()},
         "warnings": warnings,
+        "diagnosis": {key: side["diagnosis"] for key, side in sides.items()},
+        "plots": [f"plots/{p.name}.png" for p in ([figure] if figure else []) + decompositions],
     }
+    verdicts = "".join(
+        f"- {side['heading']}: {side['diagnosis']['verdict']}\n" for side in sides.values()
+    )
     with Staging(target) as staging:
         staging.write("compare.csv", tables.to_csv(pairs, columns))
-        staging.write("compare.md", f"# {title}\n\n" + tables.to_markdown(pairs, short))
-        if figure:
-            staging.write(f"plots/{figure.name}.png", figure.png)
+        staging.write(
+            "compare.md",
+            f"# {title}\n\n## DDTree collapse diagnosis\n\n{verdicts}\n## Side by side\n\n"
+            + tables.to_markdown(pairs, short),
+        )
+        for plot in ([figure] if figure else []) + decompositions:
+            staging.write(f"plots/{plot.name}.png", plot.png)
         staging.write("compare.html", html.page(title, sections, meta))
         staging.write("report.json", json.dumps(document, indent=1, default=str) + "\n")
     return Outcome(
@@ -572,6 +638,82 @@ def compare(
         levels=len(pairs),
         records=results_a.records + results_b.records,
         inputs=results_a.files + results_b.files,
+        diagnosis=document["diagnosis"],
+    )
+
+
+# Columns of the budget diagnosis rows in a comparison's per-run section.
+SWEEP_COLUMNS = (
+    "host",
+    "tp_size",
+    "prompt_set",
+    "concurrency",
+    "budgets",
+    "kind",
+    "accepted_tokens_per_step",
+    "step_ms",
+    "output_tokens_per_s",
+)
+COLLAPSED_VERDICT, HEALTHY_VERDICT, NO_DDTREE_VERDICT = "collapsed", "healthy", "no ddtree"
+
+
+def _side(letter: str, name: str, results: Results, table: list[dict], reference: str) -> dict:
+    """One run of a comparison: its warnings (where prefixed with the letter), model and
+    collapse diagnosis."""
+    diagnosis = sweep.diagnose(table)
+    found = tables.warnings(results, table, reference, diagnosis)
+    collapses = [w for w in found if w["kind"] == "ddtree_budget_collapse"]
+    model = run_model(results.run)
+    has_ddtree = any(r["ddtree_budget"] is not None for r in table)
+    verdict = (
+        COLLAPSED_VERDICT if collapses else HEALTHY_VERDICT if has_ddtree else NO_DDTREE_VERDICT
+    )
+    return {
+        "results": results,
+        "table": table,
+        "model": model,
+        "model_title": model_title(model),
+        "heading": f"{letter}: {name} ({model_title(model)})",
+        "warnings": [{**w, "where": f"{letter}: {w['where']}"} for w in found],
+        "diagnosis": {
+            "run": name,
+            "model": model,
+            "verdict": verdict,
+            "collapses": collapses,
+            "ddtree_sweep": sweep_rows(diagnosis),
+        },
+    }
+
+
+def _diagnosis_html(side: dict) -> str:
+    diagnosis = side["diagnosis"]
+    verdict = diagnosis["verdict"]
+    if verdict == NO_DDTREE_VERDICT:
+        return "<p>No DDTree levels in this run: nothing to diagnose.</p>"
+    collapses = diagnosis["collapses"]
+    listed = (
+        html.warnings_html(collapses)
+        if collapses
+        else "<p>No collapse: no budget accepts fewer tokens per step than a smaller one at "
+        "the same level and TP size.</p>"
+    )
+    rows = [
+        {
+            **row,
+            "budgets": " -> ".join(f"b{b}" for b in row["budgets"]),
+            **{
+                name: " -> ".join(tables.fmt(v, name) for v in row[name])
+                for name in ("accepted_tokens_per_step", "step_ms", "output_tokens_per_s")
+            },
+        }
+        for row in diagnosis["ddtree_sweep"]
+    ]
+    return (
+        f"<p>Verdict: <b>{html.esc(verdict)}</b>.</p>"
+        + listed
+        + "<p>Each budget against the next larger one at the same host, TP size, prompt set "
+        "and level.</p>"
+        + (html.table_html(rows, SWEEP_COLUMNS) if rows else "<p>A single budget: no pairs.</p>")
     )
 
 

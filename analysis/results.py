@@ -903,6 +903,8 @@ def reduce_provenance(provenance: dict) -> dict:
 
 
 _NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}}
+# A name shown in a title: a repository id or a revision is far shorter.
+_SHORT = {"type": "string", "maxLength": 200}
 # run.json as roles/benchmark/tasks/main.yml writes it: the fields the analysis reads (the
 # reference config, the run's name and kit, the plan the incomplete_run warnings check).
 RUN_SCHEMA = {
@@ -920,6 +922,20 @@ RUN_SCHEMA = {
         "num_prompts": {"type": "integer", "minimum": 1},
         "max_new_tokens": {"type": "integer", "minimum": 1},
         "temperature": {"type": "number", "minimum": 0},
+        # The model under test (roles/benchmark's benchmark_model); runs before models were
+        # data have none, and their model is unknown.
+        "model": {
+            "type": "object",
+            "properties": {
+                "name": _SHORT,
+                "title": _SHORT,
+                "attention": _SHORT,
+                "target": {
+                    "type": "object",
+                    "properties": {"repo_id": _SHORT, "revision": _SHORT},
+                },
+            },
+        },
     },
 }
 _RATE = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
@@ -1266,13 +1282,63 @@ def _size(path: str) -> int:
 
 # -- names -----------------------------------------------------------------------------
 
-_DDTREE = re.compile(r"^ddtree-b(\d+)$")
+# Expanded serving config names, as the server role expands them (module_utils/serving.py
+# parse_config_name; the analysis does not import the kit, so it reads them itself):
+# <config>, <config>-tp<N> (a config expanded over TP sizes), ddtree-b<B> and
+# ddtree-tp<N>-b<B> (one per budget, and TP size).
+_DDTREE = re.compile(r"^ddtree(?:-tp(\d+))?-b(\d+)$")
+_TP_NAME = re.compile(r"^(.+)-tp(\d+)$")
 # The DFlash chain served with the DDTree servers' attention backend, page size 1 and overlap
-# scheduling off: DDTree's control on equal terms (group_vars/all/serving.yml).
+# scheduling off: DDTree's control on equal terms (the model's serving config definitions).
 CHAIN_CONTROL = "dflash-tree-backend"
 _ORDER = {"ar": (0, 0), "eagle3": (1, 0), "dflash": (2, 0), CHAIN_CONTROL: (2, 1)}
 # Flag values read from a launch argv are counts of tokens: anything past this is not one.
 MAX_COUNT = 1_000_000
+# No server spans more GPUs than this in one tensor-parallel group; a larger -tp<N> or
+# --tp-size is not a TP size.
+MAX_TP = 4096
+_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
+
+
+def parse_config_name(name: str) -> tuple[str, int | None, int | None]:
+    """(base config, TP size or None, DDTree budget or None) of an expanded config name:
+    ddtree-tp4-b32 -> (ddtree, 4, 32), ddtree-b32 -> (ddtree, None, 32), dflash-tp4 ->
+    (dflash, 4, None), anything else -> (name, None, None). A number out of range (tp0, b0,
+    more digits than a count has) leaves the name whole."""
+    if not isinstance(name, str):
+        return str(name), None, None
+    match = _DDTREE.match(name)
+    if match:
+        tp_text, budget_text = match.groups()
+        tp = _tp(tp_text) if tp_text is not None else None
+        budget = _count(budget_text)
+        if budget is not None and (tp_text is None or tp is not None):
+            return "ddtree", tp, budget
+        return name, None, None
+    match = _TP_NAME.match(name)
+    if match and _tp(match.group(2)) is not None:
+        return match.group(1), _tp(match.group(2)), None
+    return name, None, None
+
+
+def base_config(name: str) -> str:
+    return parse_config_name(name)[0]
+
+
+def _tp(text: str | None) -> int | None:
+    value = _count(text)
+    return value if value is not None and value <= MAX_TP else None
+
+
+def tp_size(config: str, provenance: dict | None = None) -> int | None:
+    """The tensor-parallel size a level was served at: the launch argv's --tp-size (or its
+    aliases), else the config name's -tp<N>, else None (unknown)."""
+    argv = _argv(provenance)
+    for flag in _TP_FLAGS:
+        value = _tp(launch_flag(argv, flag))
+        if value is not None:
+            return value
+    return parse_config_name(config)[1]
 
 
 def launch_flag(argv, flag: str) -> str | None:
@@ -1306,7 +1372,8 @@ def _argv(provenance: dict | None):
 
 def ddtree_budget(config: str, provenance: dict | None = None) -> int | None:
     """The DDTree node budget: the launch record's, else the argv's
-    --speculative-ddtree-budget under --speculative-algorithm DDTREE, else ddtree-b<N>."""
+    --speculative-ddtree-budget under --speculative-algorithm DDTREE, else the name's
+    (ddtree-b<N>, ddtree-tp<T>-b<N>)."""
     launch = (provenance or {}).get("launch") or {}
     if isinstance(launch.get("budget"), int) and not isinstance(launch.get("budget"), bool):
         return launch["budget"]
@@ -1315,8 +1382,7 @@ def ddtree_budget(config: str, provenance: dict | None = None) -> int | None:
         budget = _count(launch_flag(argv, "--speculative-ddtree-budget"))
         if budget is not None:
             return budget
-    match = _DDTREE.match(config)
-    return _count(match.group(1)) if match else None
+    return parse_config_name(config)[2]
 
 
 def verify_tokens_per_step(config: str, provenance: dict | None = None) -> int | None:
@@ -1341,10 +1407,47 @@ def verify_tokens_per_step(config: str, provenance: dict | None = None) -> int |
 
 def config_order(config: str) -> tuple:
     """ar, eagle3, dflash, the chain control, then DDTree by budget, then anything else by
-    name."""
-    if config in _ORDER:
-        return (*_ORDER[config], config)
+    name; a config expanded over TP sizes by TP size within its place."""
+    base, tp, budget = parse_config_name(config)
+    if base in _ORDER:
+        return (*_ORDER[base], tp or 0, config)
     budget = ddtree_budget(config)
     if budget is not None:
-        return (3, budget, config)
-    return (4, 0, config)
+        return (3, budget, tp or 0, config)
+    return (4, 0, tp or 0, config)
+
+
+def run_model(run: dict) -> dict | None:
+    """run.json's model ({name, title, attention, target: {repo_id, revision}}), each field a
+    string or None; None when the run does not record it (a run from before models were
+    data: its model is unknown). load() has checked the types against RUN_SCHEMA."""
+    model = run.get("model") if isinstance(run, dict) else None
+    if not isinstance(model, dict):
+        return None
+    target = model.get("target") if isinstance(model.get("target"), dict) else {}
+
+    def text(value) -> str | None:
+        return value if isinstance(value, str) and value else None
+
+    return {
+        "name": text(model.get("name")),
+        "title": text(model.get("title")),
+        "attention": text(model.get("attention")),
+        "target": {
+            "repo_id": text(target.get("repo_id")),
+            "revision": text(target.get("revision")),
+        },
+    }
+
+
+def model_title(model: dict | None) -> str:
+    """How a report names the model: its title, else its name, else its repository, else
+    "model unknown"."""
+    if not model:
+        return "model unknown"
+    return (
+        model.get("title")
+        or model.get("name")
+        or (model.get("target") or {}).get("repo_id")
+        or "model unknown"
+    )

@@ -1,5 +1,6 @@
-"""What a DDTree budget sweep says: each budget against the next larger one, per host, prompt
-set and concurrency level.
+"""What a DDTree budget sweep says: each budget against the next larger one, per host, TP
+size, prompt set and concurrency level (budgets served at different TP sizes are never paired:
+a step at TP4 is not a step at TP1).
 
 tokens/s per request = accepted tokens per step / step time, so a larger budget pays only while
 its accepted tokens per step grow faster than its step time. Two shapes do not pay:
@@ -30,11 +31,12 @@ NEAR_BEST = 0.03
 
 COLLAPSED = "collapsed"
 SATURATED = "saturated"
+_ANY = object()  # saturations() of every TP size
 
 
 @dataclass(frozen=True)
 class Pair:
-    """One budget against the next larger one measured at the same level."""
+    """One budget against the next larger one measured at the same level and TP size."""
 
     host: str
     prompt_set: str
@@ -45,6 +47,12 @@ class Pair:
     step_ms: tuple[float, float]
     output_tokens_per_s: tuple[float | None, float | None]
     kind: str  # "collapse", "saturation" or "ok"
+    tp_size: int | None = None  # None: the launch and the name do not say
+
+    @property
+    def level(self) -> tuple:
+        """(host, TP size, prompt set, concurrency): what a sweep is grouped by."""
+        return (self.host, self.tp_size, self.prompt_set, self.concurrency)
 
     @property
     def accept_change(self) -> float:
@@ -95,35 +103,55 @@ def classify(accept: tuple[float, float], step: tuple[float, float]) -> str:
 @dataclass
 class Diagnosis:
     pairs: list[Pair] = field(default_factory=list)
-    # (host, prompt set, concurrency, budget) -> COLLAPSED or SATURATED
+    # (host, TP size, prompt set, concurrency, budget) -> COLLAPSED or SATURATED
     marks: dict[tuple, str] = field(default_factory=dict)
 
     def collapses(self) -> dict[tuple, list[Pair]]:
-        """(host, prompt set, concurrency) -> its collapsing pairs, levels in order."""
+        """(host, TP size, prompt set, concurrency) -> its collapsing pairs, levels in order."""
         out: dict[tuple, list[Pair]] = {}
         for pair in self.pairs:
             if pair.kind == "collapse":
-                out.setdefault((pair.host, pair.prompt_set, pair.concurrency), []).append(pair)
+                out.setdefault(pair.level, []).append(pair)
         return out
 
-    def saturations(self, host: str, low: float = 1, high: float = float("inf")) -> list[Pair]:
+    def saturations(
+        self, host: str, low: float = 1, high: float = float("inf"), tp_size=_ANY
+    ) -> list[Pair]:
         return [
             p
             for p in self.pairs
-            if p.kind == "saturation" and p.host == host and low <= p.concurrency <= high
+            if p.kind == "saturation"
+            and p.host == host
+            and low <= p.concurrency <= high
+            and (tp_size is _ANY or p.tp_size == tp_size)
         ]
 
-    def collapsed_budgets(self, host: str) -> dict[int, list[tuple[str, int]]]:
-        """budget -> [(prompt set, concurrency)] where it is marked collapsed on host."""
-        out: dict[int, list[tuple[str, int]]] = {}
-        for (mark_host, prompt_set, concurrency, budget), mark in sorted(self.marks.items()):
+    def collapsed_budgets(self, host: str) -> dict[tuple, list[tuple[str, int]]]:
+        """(TP size, budget) -> [(prompt set, concurrency)] where it is marked collapsed on
+        host."""
+        out: dict[tuple, list[tuple[str, int]]] = {}
+        for (mark_host, tp, prompt_set, concurrency, budget), mark in sorted(
+            self.marks.items(), key=_mark_order
+        ):
             if mark_host == host and mark == COLLAPSED:
-                out.setdefault(budget, []).append((prompt_set, concurrency))
+                out.setdefault((tp, budget), []).append((prompt_set, concurrency))
         return out
 
     def mark(self, row: dict) -> str | None:
-        key = (row["host"], row["prompt_set"], row["concurrency"], row["ddtree_budget"])
+        key = (
+            row["host"],
+            row.get("tp_size"),
+            row["prompt_set"],
+            row["concurrency"],
+            row["ddtree_budget"],
+        )
         return self.marks.get(key)
+
+
+def _mark_order(item: tuple) -> tuple:
+    # TP sizes may be None (unknown): sorted as 0, so keys of mixed runs still compare.
+    (host, tp, prompt_set, concurrency, budget), _mark = item
+    return (host, tp or 0, prompt_set, concurrency, budget)
 
 
 def _usable(value) -> bool:
@@ -139,10 +167,10 @@ def diagnose(table: list[dict]) -> Diagnosis:
             continue
         if not (_usable(row.get("step_ms")) and _usable(row.get("accepted_tokens_per_step"))):
             continue
-        key = (row["host"], row["prompt_set"], row["concurrency"])
+        key = (row["host"], row.get("tp_size"), row["prompt_set"], row["concurrency"])
         levels.setdefault(key, {})[budget] = row
     found = Diagnosis()
-    for key in sorted(levels):
+    for key in sorted(levels, key=lambda k: (k[0], k[1] or 0, *k[2:])):
         by_budget = levels[key]
         budgets = sorted(by_budget)
         collapsed_here = False
@@ -151,9 +179,13 @@ def diagnose(table: list[dict]) -> Diagnosis:
             accept = (a["accepted_tokens_per_step"], b["accepted_tokens_per_step"])
             step = (a["step_ms"], b["step_ms"])
             kind = classify(accept, step)
+            host, tp, prompt_set, concurrency = key
             found.pairs.append(
                 Pair(
-                    *key,
+                    host=host,
+                    prompt_set=prompt_set,
+                    concurrency=concurrency,
+                    tp_size=tp,
                     low=low,
                     high=high,
                     accepted_tokens_per_step=accept,

@@ -14,10 +14,13 @@ from analysis import sweep
 from analysis.results import (
     CHAIN_CONTROL,
     Results,
+    base_config,
     config_order,
     ddtree_budget,
     incomplete,
+    parse_config_name,
     ratio,
+    tp_size,
     verify_tokens_per_step,
 )
 
@@ -26,6 +29,8 @@ COLUMNS = (
     "profile",
     "prompt_set",
     "config",
+    "base_config",
+    "tp_size",
     "ddtree_budget",
     "verify_tokens_per_step",
     "concurrency",
@@ -117,9 +122,33 @@ def _small_count(value) -> bool:
     return isinstance(value, str) and value.isdecimal() and len(value) <= 6
 
 
+def is_reference(config: str, reference: str) -> bool:
+    """The reference config, or it at another TP size (ar-tp4 when the reference is ar or
+    ar-tp1): each TP size's speedups are against its own."""
+    base, _tp, budget = parse_config_name(config)
+    reference_base, _reference_tp, reference_budget = parse_config_name(reference)
+    return config == reference or (
+        budget is None and reference_budget is None and base == reference_base
+    )
+
+
+def _at_tp(values: dict, place: tuple, tp: int | None):
+    """The value recorded at place for TP size tp: the same TP size's, else one whose TP size
+    is unknown; a row whose TP size is unknown takes the only one there is. Never a value of
+    another known TP size: a TP4 server is not measured against a TP1 one."""
+    by_tp = values.get(place) or {}
+    if tp in by_tp:
+        return by_tp[tp]
+    if None in by_tp:
+        return by_tp[None]
+    if tp is None and len(by_tp) == 1:
+        return next(iter(by_tp.values()))
+    return None
+
+
 def lossless_state(results: Results, host: str, config: str, reference: str) -> tuple:
     """(state, mismatch rate): reference, passed, flagged or not checked."""
-    if config == reference:
+    if is_reference(config, reference):
         return "reference", None
     report = results.lossless.get(host)
     entry = (report or {}).get("configs", {}).get(config)
@@ -136,37 +165,44 @@ def _stat(summary: dict, name: str, stat: str):
 
 def rows(results: Results, reference: str = "ar") -> list[dict]:
     """One row per level, in the table's order, with speedups against the reference config on
-    the same host, prompt set and concurrency; DDTree rows also against the chain control
-    (CHAIN_CONTROL) there, and each budget's mark from the sweep's diagnosis."""
-    base: dict[tuple, float] = {}
-    chain: dict[tuple, float | None] = {}
+    the same host, prompt set, concurrency and TP size; DDTree rows also against the chain
+    control (CHAIN_CONTROL, or it expanded over TP sizes) there, and each budget's mark from
+    the sweep's diagnosis."""
+    base: dict[tuple, dict] = {}
+    chain: dict[tuple, dict] = {}
     for level in results.levels:
         key = (level.host, level.prompt_set, level.concurrency)
+        tp = tp_size(level.config, level.provenance)
         value = level.summary.get("output_tokens_per_s")
-        if level.config == reference and value:
-            base[key] = value
-        if level.config == CHAIN_CONTROL:
-            chain[key] = value
+        if is_reference(level.config, reference) and value:
+            base.setdefault(key, {})[tp] = value
+        if base_config(level.config) == CHAIN_CONTROL:
+            chain.setdefault(key, {})[tp] = (level.config, value)
     out = []
     for level in results.levels:
         summary = level.summary
         throughput = summary.get("output_tokens_per_s")
-        ar = base.get((level.host, level.prompt_set, level.concurrency))
+        tp = tp_size(level.config, level.provenance)
+        key = (level.host, level.prompt_set, level.concurrency)
+        ar = _at_tp(base, key, tp)
         tpot = _stat(summary, "tpot_ms", "mean")
         gpus = gpus_of(level.provenance)
         state, rate = lossless_state(results, level.host, level.config, reference)
         budget = ddtree_budget(level.config, level.provenance)
-        key = (level.host, level.prompt_set, level.concurrency)
         # Only DDTree rows have a chain to be compared with; the control must have run at the
-        # same host, prompt set and level.
-        control = CHAIN_CONTROL if budget is not None and key in chain else None
-        chain_value = chain.get(key) if control else None
+        # same host, prompt set, level and TP size.
+        control, chain_value = (_at_tp(chain, key, tp) if budget is not None else None) or (
+            None,
+            None,
+        )
         out.append(
             {
                 "host": level.host,
                 "profile": profile_of(level.provenance),
                 "prompt_set": level.prompt_set,
                 "config": level.config,
+                "base_config": base_config(level.config),
+                "tp_size": tp,
                 "ddtree_budget": budget,
                 "verify_tokens_per_step": verify_tokens_per_step(level.config, level.provenance),
                 "concurrency": level.concurrency,
@@ -234,12 +270,14 @@ def _where_list(places: list[tuple[str, int]], limit: int = 4) -> str:
 
 
 def _prefer_smaller_budget(best: dict, eligible: list[dict], saturated: list) -> tuple:
-    """(the pick, a note) under saturation: the smallest eligible DDTree budget within
-    NEAR_BEST of the best mean throughput."""
+    """(the pick, a note) under saturation: the smallest eligible DDTree budget at the best's
+    TP size within NEAR_BEST of the best mean throughput."""
     near = [
         s
         for s in eligible
-        if s["budget"] is not None and s["mean"] >= (1 - sweep.NEAR_BEST) * best["mean"]
+        if s["budget"] is not None
+        and s["tp"] == best["tp"]
+        and s["mean"] >= (1 - sweep.NEAR_BEST) * best["mean"]
     ]
     smallest = min(near, key=lambda s: s["budget"], default=best)
     if smallest["budget"] >= best["budget"]:
@@ -299,16 +337,17 @@ def recommend(
                 ]
                 mean = sum(r["output_tokens_per_s"] for r in clean) / len(clean) if clean else None
                 speedups = [r["speedup_vs_ar"] for r in clean if r["speedup_vs_ar"] is not None]
-                budget = own[0]["ddtree_budget"]
+                budget, tp = own[0]["ddtree_budget"], own[0]["tp_size"]
                 scored.append(
                     {
                         "config": config,
                         "state": own[0]["lossless"],
                         "complete": len(clean) == len(cells),
-                        "collapsed": collapsed.get(budget) if budget is not None else None,
+                        "collapsed": collapsed.get((tp, budget)) if budget is not None else None,
                         "mean": mean,
                         "speedup": sum(speedups) / len(speedups) if speedups else None,
                         "budget": budget,
+                        "tp": tp,
                         "saturated": sorted(
                             {r["concurrency"] for r in own if r["client_saturated"]}
                         ),
@@ -340,7 +379,9 @@ def recommend(
                         f"{_where_list(s['collapsed'])} (see the ddtree_budget_collapse warnings)"
                     )
                 notes.append(f"{s['config']} was faster ({s['mean']:.1f} tok/s) but {why}")
-            saturation = diagnosis.saturations(host, low, high)
+            saturation = (
+                diagnosis.saturations(host, low, high, best["tp"]) if best is not None else []
+            )
             if best is not None and best["budget"] is not None and saturation:
                 best, why = _prefer_smaller_budget(best, eligible, saturation)
                 if why:
@@ -401,23 +442,37 @@ COLLAPSE_MEANING = (
 def collapse_warnings(table: list[dict], diagnosis: sweep.Diagnosis) -> list[dict]:
     """One warning per host, prompt set and concurrency level where the sweep collapses,
     listing every collapsing pair of that level."""
-    state = {(r["host"], r["ddtree_budget"]): r["lossless"] for r in table}
+    state = {(r["host"], r.get("tp_size"), r["ddtree_budget"]): r["lossless"] for r in table}
+    # TP sizes are named where a host's sweep ran at more than one, and only there: a run at
+    # one TP size keeps the names it always had.
+    sizes: dict[str, set] = {}
+    for row in table:
+        if row["ddtree_budget"] is not None:
+            sizes.setdefault(row["host"], set()).add(row.get("tp_size"))
     found = []
-    for (host, prompt_set, concurrency), pairs in sorted(diagnosis.collapses().items()):
+    collapses = diagnosis.collapses()
+    for level in sorted(collapses, key=lambda k: (k[0], k[1] or 0, *k[2:])):
+        pairs = collapses[level]
+        host, tp, prompt_set, concurrency = level
         marked = sorted(
-            budget
-            for (h, p, c, budget), mark in diagnosis.marks.items()
-            if (h, p, c) == (host, prompt_set, concurrency) and mark == sweep.COLLAPSED
+            key[-1]
+            for key, mark in diagnosis.marks.items()
+            if key[:-1] == level and mark == sweep.COLLAPSED
         )
-        checks = ", ".join(f"b{b} {state.get((host, b), 'not checked')}" for b in marked)
+        checks = ", ".join(f"b{b} {state.get((host, tp, b), 'not checked')}" for b in marked)
+        named = len(sizes.get(host, ())) > 1
+        at = f"tp{tp if tp is not None else '?'}"
         found.append(
             {
                 "kind": "ddtree_budget_collapse",
                 "severity": "warning",
-                "where": f"{host} / {prompt_set} / c{concurrency}",
+                "where": f"{host} / {at} / {prompt_set} / c{concurrency}"
+                if named
+                else f"{host} / {prompt_set} / c{concurrency}",
                 "message": (
-                    f"DDTree's accepted tokens per step collapse as the budget grows on {host}, "
-                    f"prompt set {prompt_set}, concurrency {concurrency}: "
+                    f"DDTree's accepted tokens per step collapse as the budget grows on {host}"
+                    + (f" at TP {tp if tp is not None else 'unknown'}" if named else "")
+                    + f", prompt set {prompt_set}, concurrency {concurrency}: "
                     + "; ".join(p.describe() for p in pairs)
                     + f" (a fall of more than {sweep.COLLAPSE_DROP:.0%} while step time rises "
                     f"less than {sweep.STEP_RISE:.0%}). Budgets marked collapsed, never "
@@ -425,6 +480,7 @@ def collapse_warnings(table: list[dict], diagnosis: sweep.Diagnosis) -> list[dic
                     f"{checks}). {COLLAPSE_MEANING}"
                 ),
                 "host": host,
+                "tp_size": tp,
                 "prompt_set": prompt_set,
                 "concurrency": concurrency,
                 "pairs": [p.figures() for p in pairs],
@@ -519,7 +575,7 @@ def warnings(
     found += collapse_warnings(table, diagnosis if diagnosis is not None else sweep.diagnose(table))
     missing_ref = sorted(
         {(r["host"], r["prompt_set"]) for r in table if r["speedup_vs_ar"] is None}
-        - {(r["host"], r["prompt_set"]) for r in table if r["config"] == reference}
+        - {(r["host"], r["prompt_set"]) for r in table if is_reference(r["config"], reference)}
     )
     for host, prompt_set in missing_ref:
         add(

@@ -23,7 +23,11 @@ DDTree sweeps: ddtree_sweep({budget: (step_ms, accept)}) gives one config per bu
 Sim's `at` overrides step time and acceptance at given concurrency levels, so a test can lay
 out a sweep that collapses at some levels only. Launch argv follow the kit's serving configs:
 the algorithm, --speculative-num-draft-tokens (and the DFlash block size), the DDTree budget,
-and page size 1, overlap off and triton for DDTree and its chain control.
+and page size 1, overlap off and triton for DDTree and its chain control. A Sim's `tp` is the
+launch's --tp-size (8 unless set); ddtree_sweep(table, tp=N) names its configs
+ddtree-tp<N>-b<B>, as a serving config expanded over TP sizes is named. run.json carries the
+plan's `model` (KIMI unless set; None leaves it out, as runs before models were data did) and
+its `reference` config.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class Sim:
     # config's name and the kit's defaults (EAGLE3 4, DFLASH and DDTREE 8, the block size).
     algorithm: str | None = None
     draft_tokens: int | None = None
+    tp: int = 8  # the launch's --tp-size
 
     @property
     def speculative(self) -> bool:
@@ -121,13 +126,32 @@ CHAIN_CONTROL = "dflash-tree-backend"
 DRAFT_TOKENS = {"EAGLE3": 4, "DFLASH": 8, "DDTREE": 8}
 
 
-def ddtree_sweep(table: dict[int, tuple[float, float]], **common) -> dict[str, Sim]:
+def ddtree_sweep(
+    table: dict[int, tuple[float, float]], tp: int | None = None, **common
+) -> dict[str, Sim]:
     """ddtree-b<N> configs from {budget: (step_ms, accept)}, in the shape of
-    tests/support/ddtree_tables.py."""
+    tests/support/ddtree_tables.py; with tp, ddtree-tp<T>-b<N> served at that TP size."""
+    prefix = f"ddtree-tp{tp}" if tp is not None else "ddtree"
+    sized = {"tp": tp} if tp is not None else {}
     return {
-        f"ddtree-b{budget}": Sim(step_ms=step, accept=accept, budget=budget, **common)
+        f"{prefix}-b{budget}": Sim(step_ms=step, accept=accept, budget=budget, **sized, **common)
         for budget, (step, accept) in sorted(table.items())
     }
+
+
+# run.json's `model` as roles/benchmark writes it (benchmark_model).
+KIMI = {
+    "name": "kimi-k2.6",
+    "title": "Kimi K2.6",
+    "attention": "pure_attention",
+    "target": {"repo_id": "moonshotai/Kimi-K2.6", "revision": "a" * 40},
+}
+QWEN = {
+    "name": "qwen3.6-27b",
+    "title": "Qwen3.6-27B",
+    "attention": "hybrid",
+    "target": {"repo_id": "Qwen/Qwen3.6-27B", "revision": "e" * 40},
+}
 
 
 DEFAULT_CONFIGS = {
@@ -161,6 +185,9 @@ class Plan:
     # configs that crash on a host: {host: config}
     crashed: dict[str, str] = field(default_factory=dict)
     text: bool = True  # keep text and output ids in each record, as the module does
+    # run.json's `model`; None: left out, as runs before models were data wrote it
+    model: dict | None = field(default_factory=lambda: dict(KIMI))
+    reference: str = "ar"  # run.json's reference_config, the losslessness check's truth
 
     def sims(self, host: str) -> dict[str, Sim]:
         return {**self.configs, **self.host_configs.get(host, {})}
@@ -380,7 +407,8 @@ def record_of(plan, sim, index, prompt_set, connected, sent, events, done, faile
 
 def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim) -> dict:
     profile = PROFILES[plan.hosts[host]]
-    argv = ["python", "-m", "sglang.launch_server", "--model-path", "/w/t", "--tp-size", "8"]
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "/w/t"]
+    argv += ["--tp-size", str(sim.tp)]
     algorithm = algorithm_of(config, sim)
     if algorithm is not None:
         tokens = str(sim.draft_tokens or DRAFT_TOKENS.get(algorithm, 4))
@@ -389,7 +417,7 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
             argv += ["--speculative-dflash-block-size", tokens]
     if sim.budget is not None:
         argv += ["--speculative-ddtree-budget", str(sim.budget)]
-    git = sim.budget is not None or config == CHAIN_CONTROL
+    git = sim.budget is not None or config.startswith(CHAIN_CONTROL)
     if git:
         argv += ["--page-size", "1", "--disable-overlap-schedule", "--attention-backend", "triton"]
     return {
@@ -414,7 +442,7 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
         "runtime": {"release": {"version": "0.5.23"}, "git": {"commit": "c" * 40} if git else None},
         "launch": {
             "config": config,
-            "base": "ddtree" if sim.budget is not None else config,
+            "base": "ddtree" if sim.budget is not None else config.split("-tp")[0],
             "budget": sim.budget,
             "runtime": "git" if git else "release",
             "argv": argv,
@@ -499,12 +527,13 @@ def write_run(root: Path, plan: Plan | None = None, lossless: bool = True) -> Pa
             "ended_at": "2026-01-01T01:00:00+00:00",
             "hosts": list(plan.hosts),
             "configs": list(plan.configs),
-            "reference_config": "ar",
+            "reference_config": plan.reference,
             "prompt_sets": list(plan.prompt_sets),
             "concurrency": list(plan.concurrency),
             "num_prompts": plan.num_prompts,
             "max_new_tokens": plan.max_new_tokens,
             "temperature": plan.temperature,
+            **({"model": plan.model} if plan.model is not None else {}),
         },
     )
     checker = load_module("benchmark_lossless") if lossless else None
@@ -527,7 +556,7 @@ def write_run(root: Path, plan: Plan | None = None, lossless: bool = True) -> Pa
                 }
             write_json(root / host / config / "status.json", status)
         if checker is not None:
-            report = checker.check(str(root / host), "ar", 0.1)
+            report = checker.check(str(root / host), plan.reference, 0.1)
             write_json(root / host / "lossless.json", report)
     return root
 

@@ -1304,3 +1304,200 @@ def test_a_full_or_read_only_disk_under_out_is_a_clean_error(small, monkeypatch,
     assert err.startswith(f"analysis report: cannot write {out}") and words in err
     assert "plots/" in err
     assert not out.exists() and not [p for p in small.iterdir() if p.name.startswith(".out")]
+
+
+# -- TP sizes and models (issue 17) --------------------------------------------------------
+
+
+def test_config_names_parse_in_both_forms():
+    from analysis.results import config_order, ddtree_budget, parse_config_name, tp_size
+
+    assert parse_config_name("ddtree-b32") == ("ddtree", None, 32)
+    assert parse_config_name("ddtree-tp4-b32") == ("ddtree", 4, 32)
+    assert parse_config_name("dflash-tp4") == ("dflash", 4, None)
+    assert parse_config_name("dflash-tree-backend-tp8") == ("dflash-tree-backend", 8, None)
+    assert parse_config_name("ar") == ("ar", None, None)
+    # Numbers out of range are no TP size or budget: the name stays whole.
+    for name in ("ddtree-tp0-b32", "ddtree-b0", "ar-tp0", "ar-tp99999999", "ddtree-tp4-b²"):
+        assert parse_config_name(name) == (name, None, None), name
+    assert ddtree_budget("ddtree-tp4-b32") == 32
+    # The launch's --tp-size wins over the name; the name over nothing.
+    argv = {"launch": {"argv": ["python", "--tp-size", "8"]}}
+    assert tp_size("dflash-tp2", argv) == 8
+    assert tp_size("dflash-tp2", {"launch": {"argv": ["--tp-size", "many"]}}) == 2
+    assert tp_size("dflash", {}) is None
+    order = sorted(
+        ["ddtree-tp4-b32", "dflash-tree-backend-tp4", "ar-tp4", "ddtree-b16", "ar", "eagle3"],
+        key=config_order,
+    )
+    assert order == [
+        "ar",
+        "ar-tp4",
+        "eagle3",
+        "dflash-tree-backend-tp4",
+        "ddtree-b16",
+        "ddtree-tp4-b32",
+    ]
+
+
+def tp_plan(**changes) -> Plan:
+    """One host, DDTree at TP1 (collapsing) and TP4 (healthy), each with the chain control at
+    its own TP size (a slower one at TP4, so a DDTree row compared with the wrong TP size's
+    chain shows)."""
+    budgets = (16, 32, 64)
+    tp1 = {b: COLLAPSE_SWEEP[b] for b in budgets}
+    settings = {
+        "hosts": {"box": "ct200"},
+        "configs": {
+            "ar-tp1": Sim(step_ms=20.0, tp=1),
+            "ar-tp4": Sim(step_ms=10.0, tp=4),
+            f"{CHAIN_CONTROL}-tp1": Sim(step_ms=29.0, accept=4.4, tp=1),
+            f"{CHAIN_CONTROL}-tp4": Sim(step_ms=40.0, accept=4.4, tp=4),
+            # One GPU steps slower than four.
+            **ddtree_sweep({b: (1.5 * step, accept) for b, (step, accept) in tp1.items()}, tp=1),
+            **ddtree_sweep({b: HEALTHY_SWEEP[b] for b in budgets}, tp=4),
+        },
+        "concurrency": (1,),
+        "num_prompts": 2,
+        "max_new_tokens": 48,
+        "reference": "ar-tp1",
+    }
+    return Plan(**{**settings, **changes})
+
+
+def test_the_budget_diagnosis_pairs_budgets_at_one_tp_size(tmp_path):
+    root = write_run(tmp_path / "run", tp_plan())
+    outcome = analysis.report(root)
+    document = check_report(outcome.out)
+    rows = {r["config"]: r for r in document["rows"]}
+    assert (
+        rows["ddtree-tp4-b32"]["tp_size"] == 4 and rows["ddtree-tp4-b32"]["base_config"] == "ddtree"
+    )
+    assert rows[f"{CHAIN_CONTROL}-tp1"]["base_config"] == CHAIN_CONTROL
+    csv_row = find(summary_rows(outcome.out), config="ddtree-tp1-b16")
+    assert (csv_row["tp_size"], csv_row["base_config"]) == ("1", "ddtree")
+    # Each budget against the next at its own TP size: 16 -> 32 -> 64 twice, never across.
+    sweep_pairs = [(p["tp_size"], *p["budgets"], p["kind"]) for p in document["ddtree_sweep"]]
+    assert sorted(sweep_pairs) == [
+        (1, 16, 32, "collapse"),
+        (1, 32, 64, "collapse"),
+        (4, 16, 32, "ok"),
+        (4, 32, 64, "ok"),
+    ]
+    marks = {c: r["budget_diagnosis"] for c, r in rows.items() if r["budget_diagnosis"]}
+    assert marks == {"ddtree-tp1-b32": "collapsed", "ddtree-tp1-b64": "collapsed"}
+    collapses = collapse_warnings(document["warnings"])
+    assert [(w["where"], w["tp_size"]) for w in collapses] == [("box / tp1 / gsm8k / c1", 1)]
+    assert "at TP 1" in collapses[0]["message"]
+    # The chain control and the reference at the same TP size, never the other one.
+    for tp in (1, 4):
+        chain = rows[f"{CHAIN_CONTROL}-tp{tp}"]["output_tokens_per_s"]
+        ar = rows[f"ar-tp{tp}"]["output_tokens_per_s"]
+        for budget in (16, 32, 64):
+            row = rows[f"ddtree-tp{tp}-b{budget}"]
+            assert row["chain_control"] == f"{CHAIN_CONTROL}-tp{tp}"
+            assert row["speedup_vs_chain"] == pytest.approx(row["output_tokens_per_s"] / chain)
+            assert row["speedup_vs_ar"] == pytest.approx(row["output_tokens_per_s"] / ar)
+    assert rows["ar-tp4"]["lossless"] == "reference"
+    # The collapsed TP1 budgets are never recommended; the same budgets at TP4 are not held
+    # against them (a diagnosis keyed by budget alone would rule out b32 and b64 at TP4 too).
+    picks = {p.config for p in outcome.picks}
+    assert not picks & {"ddtree-tp1-b32", "ddtree-tp1-b64"}
+    assert picks == {"ddtree-tp4-b64"}
+    panels = plots.decomposition(outcome.table).details["panels"]
+    assert panels[:6] == [
+        f"box TP{tp} c1: {name}"
+        for tp in (1, 4)
+        for name in ("step time", "accepted tokens per step", "tokens/s")
+    ]
+
+
+def test_the_model_is_in_the_title_and_provenance_or_unknown(tmp_path):
+    from tests.support.results_tree import QWEN
+
+    configs = {"ar": Sim(tp=1), "dflash": Sim(step_ms=26.0, accept=5.0, tp=1)}
+    plan = Plan(configs=configs, concurrency=(1,), num_prompts=2, max_new_tokens=16, model=QWEN)
+    known = analysis.report(write_run(tmp_path / "qwen", plan))
+    document = json.loads((known.out / "report.json").read_text())
+    assert document["model"] == QWEN
+    page = (known.out / "report.html").read_text()
+    assert "<title>Speculative decoding benchmark - Qwen3.6-27B - 20260101T000000Z" in page
+    assert '<td class="text">Qwen/Qwen3.6-27B</td>' in page and ">hybrid<" in page
+    # A run from before models were data.
+    old = analysis.report(write_run(tmp_path / "old", replace(plan, model=None)))
+    assert json.loads((old.out / "report.json").read_text())["model"] is None
+    page = (old.out / "report.html").read_text()
+    assert "Speculative decoding benchmark - model unknown - " in page
+    assert "Model: unknown (run.json records none" in page
+    # run.json is untrusted: a model of the wrong shape is refused by file and field.
+    bad = write_run(tmp_path / "bad", plan)
+    run = json.loads((bad / "run.json").read_text())
+    run["model"] = {**QWEN, "title": 5, "target": {"repo_id": "x" * 300}}
+    (bad / "run.json").write_text(json.dumps(run))
+    with pytest.raises(analysis.ResultsError) as caught:
+        analysis.report(bad)
+    assert "run.json: model.title:" in str(caught.value)
+    assert "run.json: model.target.repo_id:" in str(caught.value)
+
+
+def test_compare_a_collapsing_hybrid_with_a_healthy_run(tmp_path):
+    """The contrast: a hybrid run whose DDTree collapses against a healthy pure-attention run,
+    of different models that share no level; both decompositions and diagnoses show."""
+    from tests.support.results_tree import KIMI, QWEN
+
+    common = {"concurrency": (1,), "num_prompts": 2, "max_new_tokens": 48}
+    budgets = (16, 32, 64)
+    hybrid = write_run(
+        tmp_path / "qwen-run",
+        Plan(
+            hosts={"ws": "ct200"},
+            configs={
+                "ar-tp1": Sim(tp=1),
+                **ddtree_sweep({b: COLLAPSE_SWEEP[b] for b in budgets}, tp=1),
+            },
+            model=QWEN,
+            prompt_sets=("mt-bench",),
+            **common,
+        ),
+    )
+    healthy = write_run(
+        tmp_path / "kimi-run",
+        Plan(
+            configs={"ar": Sim(), **ddtree_sweep({b: HEALTHY_SWEEP[b] for b in budgets})},
+            model=KIMI,
+            **common,
+        ),
+    )
+    outcome = analysis.compare(hybrid, healthy)
+    assert outcome.table == []  # no level pairs up
+    document = json.loads((outcome.out / "report.json").read_text())
+    collapses = [w for w in document["warnings"] if w["kind"] == "ddtree_budget_collapse"]
+    assert [w["where"] for w in collapses] == ["A: ws / mt-bench / c1"]
+    diagnosis = document["diagnosis"]
+    assert diagnosis["a"]["verdict"] == "collapsed" and diagnosis["b"]["verdict"] == "healthy"
+    assert diagnosis["a"]["model"] == QWEN and diagnosis["b"]["model"] == KIMI
+    assert [w["collapsed_budgets"] for w in diagnosis["a"]["collapses"]] == [[32, 64]]
+    assert diagnosis["b"]["collapses"] == []
+    assert [p["kind"] for p in diagnosis["b"]["ddtree_sweep"]] == ["ok", "ok"]
+    assert document["plots"] == ["plots/decomposition-a.png", "plots/decomposition-b.png"]
+    for name in document["plots"]:
+        assert png_size((outcome.out / name).read_bytes())[1] > 600
+    page = (outcome.out / "compare.html").read_text()
+    assert (
+        "Benchmark comparison - B: kimi-run (Kimi K2.6) against A: qwen-run (Qwen3.6-27B)" in page
+    )
+    for side, heading in (("a", "A: qwen-run (Qwen3.6-27B)"), ("b", "B: kimi-run (Kimi K2.6)")):
+        assert f'<figure id="plot-decomposition-{side}"><h3>{heading}: Step time' in page
+        assert f'<section id="diagnosis-{side}"><h2>Collapse diagnosis, {heading}</h2>' in page
+    section_b = page.split('id="diagnosis-b"')[1].split("</section>")[0]
+    assert "Verdict: <b>healthy</b>" in section_b and "No collapse" in section_b
+    section_a = page.split('id="diagnosis-a"')[1].split("</section>")[0]
+    assert "Verdict: <b>collapsed</b>" in section_a and "ddtree_budget_collapse" in section_a
+    assert "b16 -&gt; b32" in section_a
+    assert "- A: qwen-run (Qwen3.6-27B): collapsed" in (outcome.out / "compare.md").read_text()
+    status, out, _err = run_cli("compare", str(hybrid), str(healthy), "--out", str(tmp_path / "c"))
+    assert status == 0
+    assert (
+        "DDTree collapse diagnosis - A: qwen-run (Qwen3.6-27B): collapsed; "
+        "B: kimi-run (Kimi K2.6): healthy"
+    ) in out
