@@ -4,14 +4,32 @@ URL the server answers on).
 
 Jinja cannot quote safely for systemd: ExecStart= splits on whitespace, expands $VAR and
 %-specifiers; an EnvironmentFile value needs double quotes and escapes. These do it once.
+
+Serving config names (<config>, <config>-tp<N>, ddtree-b<B>, ddtree-tp<N>-b<B>) are read by
+module_utils/serving.py alone; the name filters here call it, so no role parses them with a
+regular expression of its own.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import Path
 
+import ansible.module_utils
 from ansible.errors import AnsibleFilterError
+
+# A filter runs in the controller's own process, where only ansible's module_utils are
+# importable: add the kit's folder to the same package (as filter_plugins/kimi_model.py does).
+_KIT_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _KIT_MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_KIT_MODULE_UTILS)
+
+from ansible.module_utils.serving import (  # noqa: E402
+    ServingConfigError,
+    ordered_run,
+    parse_config_name,
+)
 
 DOCUMENTATION = r"""
 name: kimi_filters
@@ -23,6 +41,11 @@ description:
     first, then each drafter once (preflight, weights and plan ask for the same ones).
   - C(kimi_server_url) is the URL on the server's host that reaches the server described by
     kimi_server_settings (loopback when it listens on every address; IPv6 in brackets).
+  - C(kimi_config_base) is the serving config an expanded name belongs to (ddtree-tp4-b32:
+    ddtree); C(kimi_config_name_parts) gives {base, tp, budget} of a name.
+  - C(kimi_expanded_configs) is the benchmark's run list: the selected configs expanded over
+    their TP sizes and DDTree budgets, each control before what it controls, the reference
+    config's servers first.
 """
 
 PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -61,6 +84,10 @@ def kimi_needed_repos(selected, definitions) -> list[str]:
             f"kimi_needed_repos needs a list of config names and the definitions mapping, got "
             f"{type(selected).__name__} and {type(definitions).__name__}"
         )
+    # An expanded name (ddtree-tp4-b32) needs what its config needs.
+    selected = [
+        name if name in definitions else _names(parse_config_name, name)[0] for name in selected
+    ]
     unknown = [name for name in selected if name not in definitions]
     if unknown:
         raise AnsibleFilterError(
@@ -105,6 +132,34 @@ def kimi_server_url(settings) -> str:
     return f"http://{host}:{port}"
 
 
+def _names(function, *args):
+    try:
+        return function(*args)
+    except ServingConfigError as error:
+        raise AnsibleFilterError(str(error)) from None
+
+
+def kimi_config_base(name) -> str:
+    """The serving config an expanded name belongs to: ddtree-tp4-b32 -> ddtree."""
+    return _names(parse_config_name, name)[0]
+
+
+def kimi_config_name_parts(name) -> dict:
+    """{base, tp, budget} of an expanded name (tp and budget None where the name has none)."""
+    base, tp, budget = _names(parse_config_name, name)
+    return {"base": base, "tp": tp, "budget": budget}
+
+
+def kimi_expanded_configs(definitions, selected, reference=None, budgets=None) -> list[str]:
+    """The ordered run list of `selected` (module_utils/serving.py ordered_run)."""
+    if not isinstance(definitions, dict) or not isinstance(selected, (list, tuple)):
+        raise AnsibleFilterError(
+            "kimi_expanded_configs needs the definitions mapping and a list of config names, got "
+            f"{type(definitions).__name__} and {type(selected).__name__}"
+        )
+    return _names(ordered_run, definitions, list(selected), reference, budgets)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -112,4 +167,7 @@ class FilterModule:
             "env_file_line": env_file_line,
             "kimi_needed_repos": kimi_needed_repos,
             "kimi_server_url": kimi_server_url,
+            "kimi_config_base": kimi_config_base,
+            "kimi_config_name_parts": kimi_config_name_parts,
+            "kimi_expanded_configs": kimi_expanded_configs,
         }

@@ -9,7 +9,12 @@ module: serving_render
 short_description: Render SGLang serving configs into launch commands for one host
 description:
   - Pure computation (module_utils/serving.py), shared by the server role and plan.yml.
-  - DDTree budgets expand into one config each (C(ddtree-b16), ...).
+  - DDTree budgets expand into one config each (C(ddtree-b16), ...); a definition with a
+    C(tp) list expands over those tensor parallel sizes too (C(ar-tp4), C(ddtree-tp4-b16)),
+    each server launched with its own C(--tp-size). A name in C(selected) may also be one
+    expanded name, which renders that server alone.
+  - The settings' C(model_args) (the model's launch_args) follow the kit's own model flags in
+    every argv.
   - C(configs) has secrets masked (the API key in argv, tokens and keys in the environment);
     C(reveal=true) adds C(configs_unmasked) for the task that writes the server's files,
     which must run with C(no_log).
@@ -68,7 +73,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 configs:
-  description: Per config name, argv, environment and runtime with secrets masked.
+  description: Per config name, argv, environment, runtime and tp_size with secrets masked.
   returned: always
   type: list
   elements: dict

@@ -10,12 +10,18 @@ installed runtime's own parser check it before a (re)start (module_utils/launch_
 A config with `control_for: <base>` is a control that comes along whenever that base is
 selected (with_controls): dflash-tree-backend, the DFlash chain on the DDTree servers' backend,
 page size and scheduler, so DDTree-vs-chain differences are the tree's.
+
+Names. A definition expands over its DDTree budgets and, with `tp: [..]`, over tensor parallel
+sizes, one server each: `<config>`, `<config>-tp<N>`, `ddtree-b<B>`, `ddtree-tp<N>-b<B>`.
+parse_config_name() is the one reader of these names (the server role and the benchmark use it
+through filter_plugins/kimi_filters.py); the analysis has its own reader of the same forms.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from pathlib import Path
 
 from ansible.module_utils.host_helpers import MASK
@@ -27,6 +33,15 @@ from ansible.module_utils.sglang_args import (
 )
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SGLANG_API_KEY")
+# Bounds of what a name or a definition may expand to (module_utils/model_data.py checks the
+# model files against the same ones).
+MAX_TP = 1024
+MAX_BUDGET = 1 << 16
+MAX_NAME = 128
+# Lazy base: `ddtree-tp4-b32` is (ddtree, 4, 32), never (ddtree-tp4, None, 32).
+CONFIG_NAME = re.compile(
+    r"^(?P<base>[a-z0-9][a-z0-9.-]*?)(?:-tp(?P<tp>[0-9]+))?(?:-b(?P<budget>[0-9]+))?$"
+)
 
 
 class ServingConfigError(Exception):
@@ -42,62 +57,213 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def expand(definitions: dict, selected: list[str]) -> list[tuple[str, str, dict, int | None]]:
-    """(name, base config, definition, budget): DDTree budgets become one config each."""
-    expanded = []
-    for base in selected:
+def parse_config_name(name) -> tuple[str, int | None, int | None]:
+    """(base, tp or None, budget or None) of an expanded config name.
+
+    `ar` -> (ar, None, None); `ar-tp4` -> (ar, 4, None); `ddtree-b32` -> (ddtree, None, 32);
+    `ddtree-tp4-b32` -> (ddtree, 4, 32). Definition names never end in -tp<N> or -b<N>
+    (module_utils/model_data.py refuses them), so the split is unambiguous.
+    """
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
+        raise ServingConfigError(
+            f"a serving config name must be a string of 1 to {MAX_NAME} characters, got {name!r}"
+        )
+    match = CONFIG_NAME.match(name)
+    if not match:
+        raise ServingConfigError(
+            f"serving config name {name!r} is not <config>, <config>-tp<N>, <config>-b<B> or "
+            "<config>-tp<N>-b<B> (lower-case letters, digits, '.' and '-')"
+        )
+    tp, budget = match["tp"], match["budget"]
+    return (
+        match["base"],
+        int(tp) if tp is not None else None,
+        int(budget) if budget is not None else None,
+    )
+
+
+def config_name(base: str, tp: int | None = None, budget: int | None = None) -> str:
+    """The name parse_config_name() reads back: base[-tp<N>][-b<B>]."""
+    return (
+        base
+        + (f"-tp{tp}" if tp is not None else "")
+        + (f"-b{budget}" if budget is not None else "")
+    )
+
+
+def _split(definitions: dict, name: str) -> tuple[str, int | None, int | None]:
+    """parse_config_name, except that a defined name is its own base."""
+    if isinstance(name, str) and name in definitions:
+        return name, None, None
+    return parse_config_name(name)
+
+
+def _sizes(values, what: str, low: int, high: int) -> list[int]:
+    """values as a list of distinct bounded ints (strings of digits allowed: Jinja may pass
+    them); anything else fails naming `what`, the value and the bounds."""
+    if not isinstance(values, (list, tuple)) or len(values) > 256:
+        raise ServingConfigError(f"{what} must be a list of integers, got {values!r}")
+    sizes = []
+    for value in values:
+        if isinstance(value, bool):
+            number = None
+        elif isinstance(value, int):
+            number = value
+        elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 8:
+            number = int(value.strip())
+        else:
+            number = None
+        if number is None or not low <= number <= high:
+            raise ServingConfigError(
+                f"{what} has {value!r}; each must be an integer from {low} to {high}"
+            )
+        if number in sizes:
+            raise ServingConfigError(f"{what} names {number} twice: {list(values)!r}")
+        sizes.append(number)
+    return sizes
+
+
+def expansion(base: str, definition: dict) -> list[tuple[str, int | None, int | None]]:
+    """(name, tp, budget) of every server one definition stands for, TP sizes outermost."""
+    definition = definition or {}
+    tps = definition.get("tp")
+    tps = _sizes(tps, f"{base}: tp", 1, MAX_TP) if tps not in (None, []) else [None]
+    budgets: list = [None]
+    if definition.get("budget_flag") and definition.get("budgets"):
+        budgets = _sizes(definition["budgets"], f"{base}: budgets", 1, MAX_BUDGET)
+    return [(config_name(base, tp, budget), tp, budget) for tp in tps for budget in budgets]
+
+
+def expand(
+    definitions: dict, selected: list[str]
+) -> list[tuple[str, str, dict, int | None, int | None]]:
+    """(name, base, definition, budget, tp) per server: a definition expands over its TP sizes
+    (`tp`) and DDTree budgets. A selected name may also be one expanded name (ddtree-tp4-b32),
+    which renders that server alone. No name twice."""
+    if not isinstance(definitions, dict):
+        raise ServingConfigError(
+            f"serving config definitions must be a mapping, got {definitions!r}"
+        )
+    expanded: list = []
+    seen: set = set()
+    for selection in selected:
+        base = _split(definitions, selection)[0]
         if base not in definitions:
             raise ServingConfigError(
-                f"serving config {base!r} is not defined; known: {', '.join(sorted(definitions))}"
+                f"serving config {selection!r} is not defined; known: "
+                f"{', '.join(sorted(definitions))} (or one of their expanded names: "
+                "<config>-tp<N>, ddtree-b<B>, ddtree-tp<N>-b<B>)"
             )
         definition = definitions[base]
-        budgets = definition.get("budgets") or []
-        if definition.get("budget_flag") and budgets:
-            for budget in budgets:
-                if int(budget) < 1:
-                    raise ServingConfigError(f"{base} budget {budget} must be at least 1")
-                expanded.append((f"{base}-b{int(budget)}", base, definition, int(budget)))
-        else:
-            expanded.append((base, base, definition, None))
+        names = expansion(base, definition)
+        if selection != base:
+            names = [entry for entry in names if entry[0] == selection]
+            if not names:
+                known = ", ".join(entry[0] for entry in expansion(base, definition))
+                raise ServingConfigError(
+                    f"serving config {selection!r} is not one that {base} expands to: {known}"
+                )
+        for name, tp_size, budget_size in names:
+            if name in seen:
+                continue
+            seen.add(name)
+            expanded.append((name, base, definition, budget_size, tp_size))
     return expanded
 
 
 def with_controls(definitions: dict, selected: list[str]) -> list[str]:
-    """selected, plus every control config of a selected base (or of one of its budgets, such as
-    ddtree-b32), placed just before the first config it controls; no name twice."""
+    """selected, plus every control config of a selected base (or of one of its expanded
+    names, such as ddtree-b32 or ddtree-tp4-b32), placed just before the first config it
+    controls; no name twice. A control of a TP-expanded name comes at that TP size
+    (dflash-tree-backend-tp4 with ddtree-tp4-b32) when the control expands to it."""
     result: list[str] = []
     for name in (str(name) for name in selected):
+        base, tp, _ = _split(definitions, name)
         for control, definition in definitions.items():
             target = (definition or {}).get("control_for")
-            if target and target == _base_name(name) and control not in result:
-                result.append(control)
+            if not target or target != base:
+                continue
+            wanted = control
+            if tp is not None and config_name(control, tp) in {
+                entry[0] for entry in expansion(control, definition)
+            }:
+                wanted = config_name(control, tp)
+            if wanted not in result:
+                result.append(wanted)
         if name not in result:
             result.append(name)
     return result
 
 
-def _base_name(name: str) -> str:
-    head, _, tail = name.rpartition("-b")
-    return head if head and tail.isdigit() else name
+def ordered_run(
+    definitions: dict, selected: list[str], reference: str | None = None, budgets=None
+) -> list[str]:
+    """The benchmark's run list: every server of `selected`, expanded, each control before
+    what it controls, and the reference config's servers first (its outputs exist however the
+    run ends). Order: plain configs as selected, then controls, then budget configs named by
+    one budget, then those expanded over all their budgets. `budgets` (benchmark_ddtree_budgets)
+    replaces the definitions' own budgets when given."""
+    definitions = dict(definitions or {})
+    if budgets is not None:
+        budgets = _sizes(list(budgets), "benchmark_ddtree_budgets", 1, MAX_BUDGET)
+        definitions = {
+            name: ({**d, "budgets": budgets} if (d or {}).get("budget_flag") else d)
+            for name, d in definitions.items()
+        }
+    parsed = []
+    for name in (str(name) for name in selected):
+        base, _, budget = _split(definitions, name)
+        if base not in definitions:
+            # expand() fails on it, naming what is defined.
+            expand(definitions, [name])
+        parsed.append((name, base, budget))
+    bases = {base for _, base, _ in parsed}
+    controls = [
+        control
+        for control, definition in definitions.items()
+        if (definition or {}).get("control_for") in bases
+    ]
+    budgeted = {name for name, d in definitions.items() if (d or {}).get("budget_flag")}
+    plain = [n for n, base, _ in parsed if base not in budgeted and base not in controls]
+    named_budgets = [n for n, base, budget in parsed if base in budgeted and budget is not None]
+    whole = [n for n, base, budget in parsed if base in budgeted and budget is None]
+    # A control named with a TP size (dflash-tree-backend-tp4) stays as named.
+    named_controls = [n for n, base, _ in parsed if base in controls and n not in controls]
+    order = plain + controls + named_controls + named_budgets + whole
+    run = [entry[0] for entry in expand(definitions, order)]
+    if reference:
+        first = [n for n in run if n == reference or parse_config_name(n)[0] == reference]
+        run = first + [n for n in run if n not in first]
+    return run
 
 
-def render(name: str, base: str, definition: dict, budget: int | None, s: dict) -> dict:
+def render(
+    name: str, base: str, definition: dict, budget: int | None, s: dict, tp: int | None = None
+) -> dict:
     """argv, environment and runtime of one serving config on one host.
 
     s (settings): pythons {release, git}, model_path, draft_model_paths, tp_size,
     mem_fraction_static, kv_cache_dtype, chunked_prefill_size, attention_backends {target,
     draft, tree}, host, port, api_key, secrets_file, tool_call_parser, reasoning_parser,
-    nnodes, node_rank, dist_init_addr, environment, release, git {url, ref}, extra_args.
+    model_args (the model's launch_args), nnodes, node_rank, dist_init_addr, environment,
+    release, git {url, ref}, extra_args. tp: the config's own TP size (a TP-expanded name),
+    else the host's tp_size.
     """
     tree = bool(definition.get("tree"))
     secrets: dict = {}
     backends = s["attention_backends"]
     kind = definition.get("runtime", "release")
+    tp_size = tp if tp is not None else s["tp_size"]
+    model_args = s.get("model_args") or []
+    if not isinstance(model_args, (list, tuple)):
+        raise ServingConfigError(
+            f"{name}: model_args (the model's launch_args) must be a list, got {model_args!r}"
+        )
     argv = [
         s["pythons"][kind], "-m", "sglang.launch_server",
         "--model-path", s["model_path"],
         "--trust-remote-code",
-        "--tp-size", str(s["tp_size"]),
+        "--tp-size", str(tp_size),
         "--mem-fraction-static", str(s["mem_fraction_static"]),
         "--chunked-prefill-size", str(s["chunked_prefill_size"]),
         "--kv-cache-dtype", str(s["kv_cache_dtype"]),
@@ -105,6 +271,8 @@ def render(name: str, base: str, definition: dict, budget: int | None, s: dict) 
         "--attention-backend", backends["tree"] if tree else backends["target"],
         "--tool-call-parser", s["tool_call_parser"],
         "--reasoning-parser", s["reasoning_parser"],
+        # What every launch of this model needs beyond the kit's own flags (model.yml).
+        *(str(arg) for arg in model_args),
         "--host", s["host"],
         "--port", str(s["port"]),
         "--enable-metrics",
@@ -159,6 +327,8 @@ def render(name: str, base: str, definition: dict, budget: int | None, s: dict) 
         "name": name,
         "base": base,
         "budget": budget,
+        # The GPUs this server spans (its own TP size, or the host's).
+        "tp_size": int(tp_size),
         "argv": argv,
         "environment": environment,
         "runtime": runtime,
@@ -195,8 +365,8 @@ def masked(rendered: dict) -> dict:
 
 def render_all(definitions: dict, selected: list[str], settings: dict) -> list[dict]:
     return [
-        render(name, base, definition, budget, settings)
-        for name, base, definition, budget in expand(definitions, selected)
+        render(name, base, definition, budget, settings, tp)
+        for name, base, definition, budget, tp in expand(definitions, selected)
     ]
 
 

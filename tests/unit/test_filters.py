@@ -6,8 +6,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible.errors import AnsibleFilterError
+
+from tests.support.models import definitions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,9 +23,8 @@ def load_filters():
 
 
 filters = load_filters()
-DEFINITIONS = yaml.safe_load((REPO / "group_vars/all/serving.yml").read_text())[
-    "kimi_serving_config_definitions"
-]
+# K2.6's serving configs, as group_vars/all derives them from models/kimi-k2.6/model.yml.
+DEFINITIONS = definitions()
 
 
 @pytest.mark.parametrize(

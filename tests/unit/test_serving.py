@@ -146,17 +146,11 @@ def test_systemd_and_environment_file_quoting():
 
 
 def shipped_definitions() -> dict:
-    """group_vars/all/serving.yml's definitions, budgets resolved as kimi_ddtree_budgets."""
-    from pathlib import Path
+    """K2.6's kimi_serving_config_definitions as group_vars/all derives them from
+    models/kimi-k2.6/model.yml (budgets: the model's kimi_ddtree_budgets)."""
+    from tests.support.models import definitions
 
-    import yaml
-
-    root = Path(__file__).resolve().parents[2]
-    serving = yaml.safe_load((root / "group_vars" / "all" / "serving.yml").read_text())
-    model = yaml.safe_load((root / "group_vars" / "all" / "model.yml").read_text())
-    definitions = serving["kimi_serving_config_definitions"]
-    definitions["ddtree"]["budgets"] = model["kimi_ddtree_budgets"]
-    return definitions
+    return definitions()
 
 
 def test_chain_control_comes_with_ddtree_just_before_it():
@@ -276,17 +270,18 @@ def test_benchmark_runs_the_chain_control_whenever_ddtree_runs(playbook, tmp_pat
     root = Path(__file__).resolve().parents[2]
     cases = [
         ["ar", "dflash", "ddtree"],
-        ["ddtree-b32", "ar"],
+        ["ddtree-b16", "ar"],
         ["ar", "dflash-tree-backend", "ddtree"],
         ["ar", "eagle3", "dflash"],
         ["dflash", "ar"],
     ]
     play = [
         {
-            "name": "Evaluate the benchmark role's config list",
+            "name": "Evaluate the benchmark and server roles' config names",
             "hosts": "localhost",
             "gather_facts": False,
             "vars_files": [
+                str(root / "group_vars/all/paths.yml"),
                 str(root / "group_vars/all/model.yml"),
                 str(root / "group_vars/all/serving.yml"),
                 str(root / "roles/benchmark/defaults/main.yml"),
@@ -298,7 +293,23 @@ def test_benchmark_runs_the_chain_control_whenever_ddtree_runs(playbook, tmp_pat
                     "ansible.builtin.debug": {"msg": "{{ __benchmark_configs }}"},
                     "vars": {"benchmark_serving_configs": "{{ item }}"},
                     "loop": cases,
-                }
+                },
+                {
+                    # kimi_serving_tp_sizes: every config over TP 1 and 4, the model's budgets.
+                    "name": "Show the configs over TP sizes",
+                    "ansible.builtin.debug": {"msg": "{{ __benchmark_configs }}"},
+                    "vars": {
+                        "benchmark_serving_configs": ["ar", "dflash", "ddtree"],
+                        "kimi_serving_tp_sizes": [1, 4],
+                    },
+                },
+                {
+                    "name": "Show the config each server name belongs to",
+                    "ansible.builtin.debug": {
+                        "msg": "{{ ['ddtree-b32', 'ddtree-tp4-b32', 'ar-tp8', 'ar',"
+                        " 'dflash-tree-backend-tp4'] | map('kimi_config_base') | list }}"
+                    },
+                },
             ],
         }
     ]
@@ -309,10 +320,220 @@ def test_benchmark_runs_the_chain_control_whenever_ddtree_runs(playbook, tmp_pat
     run = playbook(path, inventory, extravars={"kimi_ddtree_budgets": [8, 16]})
     assert run.rc == 0, run.stdout
     shown = [r["msg"] for r in run.results("Show the configs")["localhost"]["results"]]
+    # The lists the role's Jinja built before the names had a filter, exactly.
     assert shown == [
         ["ar", "dflash", "dflash-tree-backend", "ddtree-b8", "ddtree-b16"],
-        ["ar", "dflash-tree-backend", "ddtree-b32"],
+        ["ar", "dflash-tree-backend", "ddtree-b16"],
         ["ar", "dflash-tree-backend", "ddtree-b8", "ddtree-b16"],
         ["ar", "eagle3", "dflash"],
         ["ar", "dflash"],
     ]
+    assert run.results("Show the configs over TP sizes")["localhost"]["msg"] == [
+        "ar-tp1", "ar-tp4", "dflash-tp1", "dflash-tp4",
+        "dflash-tree-backend-tp1", "dflash-tree-backend-tp4",
+        "ddtree-tp1-b8", "ddtree-tp1-b16", "ddtree-tp4-b8", "ddtree-tp4-b16",
+    ]  # fmt: skip
+    assert run.results("Show the config each server name belongs to")["localhost"]["msg"] == [
+        "ddtree", "ddtree", "ar", "ar", "dflash-tree-backend"
+    ]  # fmt: skip
+
+
+# --- names, TP sizes as a dimension, the model's launch args (issue 17) ---------------------
+
+
+def test_config_names_parse_into_base_tp_and_budget():
+    from ansible.module_utils.serving import config_name, parse_config_name
+
+    cases = {
+        "ar": ("ar", None, None),
+        "ar-tp4": ("ar", 4, None),
+        "ddtree-b32": ("ddtree", None, 32),
+        "ddtree-tp4-b32": ("ddtree", 4, 32),
+        "dflash-tree-backend": ("dflash-tree-backend", None, None),
+        "dflash-tree-backend-tp8": ("dflash-tree-backend", 8, None),
+        "eagle3": ("eagle3", None, None),
+        "qwen3.6-x-tp1-b15": ("qwen3.6-x", 1, 15),
+    }
+    for name, parts in cases.items():
+        assert parse_config_name(name) == parts, name
+        assert config_name(*parts) == name
+    for bad in ["", "DDTREE", "ddtree b32", "-ar", "ar/../x", None, 32, "a" * 129]:
+        with pytest.raises(ServingConfigError, match="serving config name"):
+            parse_config_name(bad)
+
+
+def test_tp_sizes_expand_like_budgets_and_reach_the_argv():
+    from ansible.module_utils.serving import expand
+
+    definitions = {
+        **DEFINITIONS,
+        "ar": {**DEFINITIONS["ar"], "tp": [1, 4, 8]},
+        "ddtree": {**DEFINITIONS["ddtree"], "tp": [1, 4]},
+    }
+    names = [entry[0] for entry in expand(definitions, ["ar", "dflash", "ddtree"])]
+    assert names == [
+        "ar-tp1", "ar-tp4", "ar-tp8", "dflash",
+        "ddtree-tp1-b16", "ddtree-tp1-b64", "ddtree-tp4-b16", "ddtree-tp4-b64",
+    ]  # fmt: skip
+    configs = {c["name"]: c for c in render_all(definitions, ["ar", "dflash", "ddtree"], SETTINGS)}
+    for name, config in configs.items():
+        argv = config["argv"]
+        tp = int(argv[argv.index("--tp-size") + 1])
+        assert config["tp_size"] == tp
+        # Without a TP list the host's size (8); with one, the name's.
+        assert tp == (8 if name == "dflash" else int(name.split("-tp")[1].split("-")[0]))
+    tree = configs["ddtree-tp4-b64"]
+    assert (tree["base"], tree["budget"]) == ("ddtree", 64)
+    assert tree["argv"][-2:] == ["--speculative-ddtree-budget", "64"]
+    # One expanded name alone renders that server alone (the server role's case).
+    [only] = render_all(definitions, ["ddtree-tp4-b16"], SETTINGS)
+    assert only["name"] == "ddtree-tp4-b16" and only["tp_size"] == 4
+    # Jinja may hand sizes over as strings of digits.
+    [config] = render_all({"ar": {"tp": ["2"]}}, ["ar"], SETTINGS)
+    assert config["name"] == "ar-tp2" and config["tp_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("tp", "message"),
+    [
+        ([0], r"ar: tp has 0; each must be an integer from 1 to 1024"),
+        (["x"], r"ar: tp has 'x'; each must be an integer from 1 to 1024"),
+        ([1025], r"ar: tp has 1025; each must be an integer from 1 to 1024"),
+        ([True], r"ar: tp has True"),
+        ([2.5], r"ar: tp has 2.5"),
+        ([4, 4], r"ar: tp names 4 twice: \[4, 4\]"),
+        ("4", r"ar: tp must be a list of integers, got '4'"),
+    ],
+)
+def test_bad_tp_sizes_fail_naming_the_config_and_the_value(tp, message):
+    with pytest.raises(ServingConfigError, match=message):
+        render_all({"ar": {"tp": tp}}, ["ar"], SETTINGS)
+
+
+def test_bad_selections_fail_naming_what_exists():
+    definitions = {**DEFINITIONS, "ar": {**DEFINITIONS["ar"], "tp": [1, 4]}}
+    with pytest.raises(ServingConfigError, match="'ddtree-b48' is not one that ddtree expands to: "
+                       "ddtree-b16, ddtree-b64"):  # fmt: skip
+        render_all(definitions, ["ddtree-b48"], SETTINGS)
+    with pytest.raises(ServingConfigError, match="'ar-tp2' is not one that ar expands to: "):
+        render_all(definitions, ["ar-tp2"], SETTINGS)
+    with pytest.raises(ServingConfigError, match=r"'medusa-tp4' is not defined; known: ar, "):
+        render_all(definitions, ["medusa-tp4"], SETTINGS)
+    with pytest.raises(ServingConfigError, match="budgets names 16 twice"):
+        render_all({"ddtree": {**DEFINITIONS["ddtree"], "budgets": [16, 16]}}, ["ddtree"], SETTINGS)
+    # The same server named twice is served once.
+    names = [c["name"] for c in render_all(definitions, ["ar", "ar-tp4", "ar"], SETTINGS)]
+    assert names == ["ar-tp1", "ar-tp4"]
+
+
+def test_controls_come_with_tp_expanded_names():
+    from ansible.module_utils.serving import with_controls
+
+    definitions = shipped_definitions()
+    tp = {name: {**d, "tp": [1, 4]} for name, d in definitions.items()}
+    # A TP-expanded DDTree server brings the control at its own TP size.
+    assert with_controls(tp, ["ar-tp4", "ddtree-tp4-b32"]) == [
+        "ar-tp4", "dflash-tree-backend-tp4", "ddtree-tp4-b32"
+    ]  # fmt: skip
+    # Without a TP list on the control, ddtree-tp4-b32 still brings the control as it is.
+    only_tree = {**definitions, "ddtree": {**definitions["ddtree"], "tp": [4]}}
+    assert with_controls(only_tree, ["ddtree-tp4-b32"]) == ["dflash-tree-backend", "ddtree-tp4-b32"]
+    # Today's names stay as they were.
+    assert with_controls(definitions, ["ddtree-b32"]) == ["dflash-tree-backend", "ddtree-b32"]
+
+
+def test_run_order_keeps_todays_lists_and_puts_the_reference_first():
+    from ansible.module_utils.serving import ordered_run
+
+    definitions = shipped_definitions()
+    budgets = definitions["ddtree"]["budgets"]
+    tree = [f"ddtree-b{b}" for b in budgets]
+    assert ordered_run(definitions, ["ar", "eagle3", "dflash", "ddtree"], "ar") == [
+        "ar", "eagle3", "dflash", "dflash-tree-backend", *tree
+    ]  # fmt: skip
+    assert ordered_run(definitions, ["ddtree", "dflash", "ar"], "ar") == [
+        "ar", "dflash", "dflash-tree-backend", *tree
+    ]  # fmt: skip
+    assert ordered_run(definitions, ["ddtree", "ddtree-b32", "ar"], "ar") == [
+        "ar", "dflash-tree-backend", "ddtree-b32", *(t for t in tree if t != "ddtree-b32")
+    ]  # fmt: skip
+    # benchmark_ddtree_budgets replaces the model's budgets.
+    assert ordered_run(definitions, ["ddtree"], None, [8, "16"]) == [
+        "dflash-tree-backend", "ddtree-b8", "ddtree-b16"
+    ]  # fmt: skip
+    with pytest.raises(ServingConfigError, match="benchmark_ddtree_budgets has 0"):
+        ordered_run(definitions, ["ddtree"], None, [0])
+    # Over TP sizes the reference's servers come first, controls still before the trees.
+    tp = {name: {**d, "tp": [1, 8]} for name, d in definitions.items()}
+    run = ordered_run(tp, ["dflash", "ddtree", "ar"], "ar")
+    assert run[:2] == ["ar-tp1", "ar-tp8"]
+    assert run.index("dflash-tree-backend-tp8") < run.index("ddtree-tp1-b16")
+    assert len(run) == len(set(run)) == 2 * (3 + len(budgets))
+
+
+def test_model_args_follow_the_kit_model_flags_and_leave_k26_unchanged():
+    """The model's launch_args go after the kit's own model flags; K2.6 has none, and its
+    commands are byte for byte those of the plans written before models became data."""
+    import json
+    from pathlib import Path
+
+    from tests.contract.model_launch import launches
+
+    [config] = render_all(
+        DEFINITIONS, ["dflash"], {**SETTINGS, "model_args": ["--mamba-ssm-dtype", "float32"]}
+    )
+    argv = config["argv"]
+    at = argv.index("--mamba-ssm-dtype")
+    assert argv[at - 2 : at] == ["--reasoning-parser", "kimi_k2"]
+    assert argv[at : at + 3] == ["--mamba-ssm-dtype", "float32", "--host"]
+    assert render_all(DEFINITIONS, ["dflash"], {**SETTINGS, "model_args": []}) == render_all(
+        DEFINITIONS, ["dflash"], SETTINGS
+    )
+    with pytest.raises(ServingConfigError, match=r"model_args .* must be a list"):
+        render_all(DEFINITIONS, ["ar"], {**SETTINGS, "model_args": "--x"})
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "plans-kimi-k2.6"
+    checked = 0
+    for path in sorted(fixtures.glob("*.json")):
+        before = json.loads(path.read_text())
+        hardware = before["hardware"]
+        now = launches(
+            "kimi-k2.6",
+            before["profile"],
+            kv_cache_dtype=hardware["kv_cache_dtype"],
+            chunked_prefill_size=hardware["chunked_prefill_size"],
+        )
+        for config in before["serving_configs"].values():
+            for launch in config["launch"]:
+                assert now[launch["name"]]["argv"] == launch["argv"], (path.name, launch["name"])
+                checked += 1
+    assert checked >= 4 * 8
+
+
+def test_name_filters_wrap_the_one_parser():
+    import importlib.util
+    from pathlib import Path
+
+    from ansible.errors import AnsibleFilterError
+
+    path = Path(__file__).resolve().parents[2] / "filter_plugins" / "kimi_filters.py"
+    spec = importlib.util.spec_from_file_location("kimi_filters_names", path)
+    filters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(filters)
+    assert filters.kimi_config_base("ddtree-tp4-b32") == "ddtree"
+    assert filters.kimi_config_name_parts("ddtree-tp4-b32") == {
+        "base": "ddtree",
+        "tp": 4,
+        "budget": 32,
+    }
+    assert filters.kimi_config_name_parts("ar") == {"base": "ar", "tp": None, "budget": None}
+    definitions = shipped_definitions()
+    assert filters.kimi_expanded_configs(definitions, ["dflash", "ar"], "ar") == ["ar", "dflash"]
+    # An expanded name needs what its config needs.
+    assert filters.kimi_needed_repos(["ddtree-b32", "ar"], definitions) == ["target", "dflash"]
+    with pytest.raises(AnsibleFilterError, match="serving config name"):
+        filters.kimi_config_base("DDTREE")
+    with pytest.raises(AnsibleFilterError, match="'medusa' is not defined"):
+        filters.kimi_expanded_configs(definitions, ["medusa"], "ar")
+    with pytest.raises(AnsibleFilterError, match="needs the definitions mapping"):
+        filters.kimi_expanded_configs(["ar"], ["ar"])
