@@ -26,6 +26,8 @@ from ansible.module_utils.sglang_args import (
     validate_argv,
 )
 
+from tests.contract.model_launch import launches, profiles
+
 pytestmark = pytest.mark.runtime
 
 HERE = Path(__file__).resolve().parent
@@ -310,3 +312,69 @@ def test_ddtree_environment_knobs(contract, release):
     ]
     # The release reads none of them, and has no knobs to check them against.
     assert check_environment(bad, release) == []
+
+
+# The hybrid control (Qwen3.6-27B, drafter block size 16) on the git runtime, every profile, as
+# the kit renders it from models/qwen3.6-27b/model.yml: DDTree at the reference study's budgets
+# and its chain control.
+QWEN = "qwen3.6-27b"
+QWEN_GIT = {
+    f"{profile}-{name}": config
+    for profile in profiles(QWEN)
+    for name, config in launches(QWEN, profile).items()
+    if config["runtime_kind"] == "git"
+}
+
+
+def test_hybrid_model_git_runtime_covers_the_study():
+    names = {name.split("-", 1)[1] for name in QWEN_GIT}
+    assert names == {"ddtree-b15", "ddtree-b32", "ddtree-b64", "dflash-tree-backend"}
+
+
+@pytest.mark.parametrize("name", sorted(QWEN_GIT))
+def test_hybrid_model_ddtree_commands_pass_the_git_contract_only(contract, release, name):
+    argv = QWEN_GIT[name]["argv"][3:]
+    validate_argv(argv, contract)
+    assert check_environment(QWEN_GIT[name]["environment"], contract) == []
+    if "ddtree" in name:
+        assert check_argv(argv, release), "the release must refuse DDTree"
+
+
+def test_hybrid_model_budgets_against_its_block_size(contract):
+    """Block size 16: budget 15 is the drafter's own chain (spine mode, any backend), 32 and 64
+    full trees, which the pull request verifies only on triton with page size 1."""
+    from ansible.module_utils.sglang_args import parse_argv
+
+    for profile in profiles(QWEN):
+        for budget in (15, 32, 64):
+            argv = QWEN_GIT[f"{profile}-ddtree-b{budget}"]["argv"][3:]
+            values = resolve_forced(vars(parse_argv(argv, contract)), contract)
+            assert values["speculative_num_draft_tokens"] == 16
+            assert values["speculative_dflash_block_size"] == 16
+            assert values["speculative_ddtree_budget"] == budget
+            assert values["page_size"] == 1 and values["disable_overlap_schedule"] is True
+            assert values["attention_backend"] == "triton"
+            errors = check_argv(swap(argv, "--attention-backend", "fa3"), contract)
+            if budget <= 15:
+                assert errors == [], "a chain needs no tree backend"
+            else:
+                assert [e.flag for e in errors] == ["--attention-backend"]
+    # K2.6's block size (8) on the hybrid drafter would turn every budget into a full tree of a
+    # block the drafter was not trained for: the block-size flag keeps the two in step.
+    argv = swap(QWEN_GIT["ct200-ddtree-b32"]["argv"][3:], "--speculative-num-draft-tokens", "8")
+    assert [e.flag for e in check_argv(argv, contract)] == ["--speculative-dflash-block-size"]
+
+
+def test_hybrid_model_chain_control_differs_from_ddtree_only_in_the_tree():
+    for profile in profiles(QWEN):
+        control = QWEN_GIT[f"{profile}-dflash-tree-backend"]["argv"]
+        for budget in (15, 32, 64):
+            tree = QWEN_GIT[f"{profile}-ddtree-b{budget}"]["argv"]
+            assert tree[: len(control)] == [
+                "DDTREE" if arg == "DFLASH" else arg for arg in control
+            ], profile
+            assert tree[len(control) :] == ["--speculative-ddtree-budget", str(budget)]
+            # Neither names a Mamba cache strategy: SGLang gives both the same (no_buffer with
+            # page size 1 and overlap off), and the pull request's base may spell the flag
+            # differently from 0.5.23 (tests/contract/README.md).
+            assert not any(arg.startswith("--mamba") for arg in tree)

@@ -29,6 +29,8 @@ from ansible.module_utils.sglang_args import (
     validate_argv,
 )
 
+from tests.contract.model_launch import launches, profiles
+
 pytestmark = pytest.mark.runtime
 
 HERE = Path(__file__).resolve().parent
@@ -173,6 +175,16 @@ LAUNCH_REJECTED = {
     ),
 }
 
+# The hybrid control's commands on the release (ar, dflash), on every profile, as the kit renders
+# them from models/qwen3.6-27b/model.yml.
+QWEN = "qwen3.6-27b"
+QWEN_RELEASE = {
+    f"{profile}-{name}": config["argv"][3:]
+    for profile in profiles(QWEN)
+    for name, config in launches(QWEN, profile).items()
+    if config["runtime_kind"] == "release"
+}
+
 
 def pinned_version() -> str:
     model = yaml.safe_load((REPO / "group_vars" / "all" / "model.yml").read_text())
@@ -212,6 +224,41 @@ def test_facts_the_kit_relies_on(snapshot):
 @pytest.mark.parametrize("argv", ACCEPTED.values(), ids=ACCEPTED.keys())
 def test_launch_commands_are_accepted(snapshot, argv):
     validate_argv(argv, snapshot)
+
+
+@pytest.mark.parametrize("argv", QWEN_RELEASE.values(), ids=QWEN_RELEASE.keys())
+def test_hybrid_model_release_commands_are_accepted(snapshot, argv):
+    validate_argv(argv, snapshot)
+
+
+def test_hybrid_model_release_commands_carry_its_own_settings():
+    """What the model's folder says reaches the command: its parsers, the drafter's block size
+    (16, not K2.6's 8) and the Mamba cache strategy DFlash on a hybrid target runs with."""
+    assert set(QWEN_RELEASE) == {f"{p}-{c}" for p in profiles(QWEN) for c in ("ar", "dflash")}
+    for name, argv in QWEN_RELEASE.items():
+        values = vars(parse_argv(argv, load_snapshot(HERE / snapshot_filename(pinned_version()))))
+        assert values["tool_call_parser"] == "qwen3_coder", name
+        assert values["reasoning_parser"] == "qwen3", name
+        assert values["tp_size"] == 1, name
+        assert values["mamba_radix_cache_strategy"] == "extra_buffer", name
+        assert values["model_path"].endswith("/Qwen/Qwen3.6-27B"), name
+        if name.endswith("-dflash"):
+            assert values["speculative_dflash_block_size"] == 16, name
+            assert values["speculative_num_draft_tokens"] == 16, name
+            assert values["speculative_draft_model_path"].endswith("/z-lab/Qwen3.6-27B-DFlash")
+    # SGLang 0.5.23's own pick for this architecture on SM100 (_qwen3_5_hybrid_overrides).
+    b200 = QWEN_RELEASE["b200-ar"]
+    assert b200[b200.index("--attention-backend") + 1] == "trtllm_mha"
+
+
+def test_the_drafter_cards_older_cache_flag_is_refused(snapshot):
+    """The Qwen3.5 DFlash cards launch SGLang with --mamba-scheduler-strategy, which 0.5.23
+    renamed --mamba-radix-cache-strategy: copied from a card, it would stop the server."""
+    argv = [*QWEN_RELEASE["ct200-dflash"], "--mamba-scheduler-strategy", "extra_buffer"]
+    with pytest.raises(ArgvError) as caught:
+        validate_argv(argv, snapshot)
+    assert caught.value.flag == "--mamba-scheduler-strategy"
+    assert "unrecognized" in str(caught.value)
 
 
 def test_values_parse_as_sglang_types(snapshot):
@@ -397,8 +444,9 @@ def test_cross_check_every_option_with_the_real_parser(snapshot, real):
 
 
 def test_cross_check_launch_commands_with_the_real_parser(snapshot, real):
-    cases = [(argv, True) for argv in ACCEPTED.values()]
+    cases = [(argv, True) for argv in [*ACCEPTED.values(), *QWEN_RELEASE.values()]]
     cases += [(argv, False) for argv, _, _ in REJECTED.values()]
+    cases += [([*QWEN_RELEASE["h200-dflash"], "--mamba-scheduler-strategy", "extra_buffer"], False)]
     cases += [(argv, True) for argv, _, _ in LAUNCH_REJECTED.values()]  # argparse passes them
     cases += [([*BASE, "--mem-fraction", "0.8"], True), ([*BASE, "--speculative", "x"], False)]
     for flag in FLAGS_USED:
@@ -446,6 +494,7 @@ def test_cross_check_dflash_rules_with_the_real_handler(snapshot, real):
     ServerArgs.add_cli_args(parser)
     cases = [
         ACCEPTED["dflash"],
+        *(argv for name, argv in QWEN_RELEASE.items() if name.endswith("-dflash")),
         LAUNCH_REJECTED["dflash-block-mismatch"][0],
         LAUNCH_REJECTED["dflash-window-below-block"][0],
         LAUNCH_REJECTED["dflash-without-drafter"][0],
