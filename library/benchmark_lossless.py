@@ -74,6 +74,11 @@ import stat  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.benchmark import SCHEMA_VERSION, compare_outputs  # noqa: E402
+from ansible.module_utils.serving import (  # noqa: E402
+    ServingConfigError,
+    config_name,
+    parse_config_name,
+)
 
 LEVEL = re.compile(r"^c(\d+)\.json$")
 
@@ -153,19 +158,46 @@ def level_problem(document) -> str | None:
     return None
 
 
+def _tp(config: str) -> int | None:
+    try:
+        return parse_config_name(config)[1]
+    except ServingConfigError:
+        return None
+
+
+def reference_of(config: str, reference: str, found: dict) -> str:
+    """The reference config a config is checked against: the reference at the config's own
+    TP size when the run expanded TP sizes (greedy outputs agree only at one TP size), else the
+    reference itself."""
+    tp = _tp(config)
+    at_tp = config_name(reference, tp) if tp is not None else reference
+    return at_tp if at_tp in found else reference
+
+
+def is_reference(config: str, reference: str) -> bool:
+    try:
+        return parse_config_name(config)[0] == reference and parse_config_name(config)[2] is None
+    except ServingConfigError:
+        return config == reference
+
+
 def check(results_dir: str, reference: str, threshold: float) -> dict:
     found = levels(results_dir)
-    base = found.get(reference, {})
+    references = {}
     configs = {}
     for config, files in found.items():
-        if config == reference:
+        if config == reference or is_reference(config, reference):
             continue
+        own_reference = reference_of(config, reference, found)
+        base = found.get(own_reference, {})
+        if base:
+            references[config] = own_reference
         checked, skipped = [], []
         for key, path in sorted(files.items()):
             prompt_set, concurrency = key
             where = {"prompt_set": prompt_set, "concurrency": concurrency}
             if key not in base:
-                skipped.append({**where, "reason": f"no {reference} level to compare with"})
+                skipped.append({**where, "reason": f"no {own_reference} level to compare with"})
                 continue
             candidate, truth = load(path), load(base[key])
             temperatures = {
@@ -197,7 +229,10 @@ def check(results_dir: str, reference: str, threshold: float) -> dict:
         "schema_version": SCHEMA_VERSION,
         "kind": "sglang_benchmark.lossless",
         "reference": reference,
-        "reference_found": bool(base),
+        "reference_found": bool(references) or reference in found,
+        # Per config, the reference it was checked against when not `reference` itself
+        # (ar-tp4 for dflash-tp4 in a run over TP sizes).
+        "references": {c: r for c, r in references.items() if r != reference},
         "threshold": threshold,
         "configs": configs,
         "flagged": sorted(c for c, r in configs.items() if r["broken_verification"]),

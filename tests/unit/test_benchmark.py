@@ -837,6 +837,38 @@ def test_lossless_check_flags_configs_that_change_outputs(tmp_path):
     assert_unchanged(again)
 
 
+def test_lossless_checks_each_tp_size_against_the_reference_at_that_size(tmp_path):
+    """Over TP sizes there is no plain `ar`: dflash-tp4 is held to ar-tp4's greedy outputs
+    (numerics differ between TP sizes), and the references themselves are not checked."""
+    at_tp1 = [list(range(20)) for _ in range(4)]
+    at_tp4 = [[*range(10), *range(50, 60)] for _ in range(4)]
+    level_file(tmp_path, "ar-tp1", 1, at_tp1)
+    level_file(tmp_path, "ar-tp4", 1, at_tp4)
+    level_file(tmp_path, "dflash-tp1", 1, at_tp1)
+    level_file(tmp_path, "dflash-tp4", 1, at_tp4)
+    level_file(tmp_path, "ddtree-tp4-b32", 1, at_tp1)  # TP1's outputs at TP4: flagged
+    level_file(tmp_path, "ddtree-tp8-b32", 1, at_tp1)  # no ar-tp8
+    output = tmp_path / "lossless.json"
+    result = run_module("benchmark_lossless", {"results_dir": str(tmp_path), "output": str(output)})
+    assert set(result["configs"]) == {
+        "dflash-tp1",
+        "dflash-tp4",
+        "ddtree-tp4-b32",
+        "ddtree-tp8-b32",
+    }
+    assert result["flagged"] == ["ddtree-tp4-b32"]
+    assert result["configs"]["dflash-tp4"]["mismatch_rate"] == 0
+    report = json.loads(output.read_text())
+    assert report["references"] == {
+        "dflash-tp1": "ar-tp1",
+        "dflash-tp4": "ar-tp4",
+        "ddtree-tp4-b32": "ar-tp4",
+    }
+    assert report["configs"]["ddtree-tp8-b32"]["not_checked"] == [
+        {"prompt_set": "gsm8k", "concurrency": 1, "reason": "no ar level to compare with"}
+    ]
+
+
 def test_lossless_threshold_passes_realistic_drift_and_flags_broken_verification(tmp_path):
     """Against the simulator: greedy outputs that leave plain decoding's for a few requests,
     from some token on (as non-bitwise-identical kernels do), pass; gross loss is flagged."""
