@@ -96,7 +96,8 @@ srt/observability/metrics_collector.py TokenizerMetricsCollector)
     checks do not), sglang:startup_time_seconds per phase, and the running and queued
     request gauges. Without --enable-metrics /metrics is 404.
 
-/model_info (http_server.py model_info); anything else: 404 {"detail": "Not Found"}.
+/model_info (http_server.py model_info; model_type and architectures from the served folder's
+config.json, K2.6's without one); anything else: 404 {"detail": "Not Found"}.
 
 The scheduler runs one decode step every SGLANG_SIM_STEP_MS for every running request whose
 prefill (SGLANG_SIM_PREFILL_MS after admission, rounded up to a step) is done: a verify step
@@ -375,6 +376,7 @@ class Simulator:
             # The verifier's tokens per step: the tree's nodes plus its root.
             self.draft_tokens = int(self.resolved["speculative_ddtree_budget"]) + 1
         self.model_name = self.resolved.get("served_model_name") or ""
+        self.model_type, self.architectures = model_identity(self.resolved.get("model_path"))
         self.status = "Starting"
         self.running: list[Request] = []
         self.waiting: list[Request] = []
@@ -691,8 +693,8 @@ class Simulator:
             "disaggregation_mode": "null",
             "has_image_understanding": False,
             "has_audio_understanding": False,
-            "model_type": "kimi_k25",
-            "architectures": ["KimiK25ForConditionalGeneration"],
+            "model_type": self.model_type,
+            "architectures": self.architectures,
         }
 
     def metrics(self) -> str:
@@ -1103,6 +1105,24 @@ async def serve(args: dict, settings: Settings) -> None:
     scheduler.cancel()
     if warmup is not None:
         warmup.cancel()
+
+
+def model_identity(model_path: object) -> tuple[str, list[str]]:
+    """(model_type, architectures) from the served folder's config.json, as SGLang reads its
+    hf_config, so a server of another model does not claim to be K2.6; K2.6's when the folder
+    has no readable config (the simulator is often started on a bare path)."""
+    fallback = ("kimi_k25", ["KimiK25ForConditionalGeneration"])
+    try:
+        with open(Path(str(model_path)) / "config.json", "rb") as handle:
+            config = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError, TypeError):
+        return fallback
+    if not isinstance(config, dict):
+        return fallback
+    model_type, architectures = config.get("model_type"), config.get("architectures")
+    if not isinstance(model_type, str) or not isinstance(architectures, list):
+        return fallback
+    return model_type[:100], [str(name)[:200] for name in architectures[:8]]
 
 
 def is_ddtree(resolved: dict) -> bool:

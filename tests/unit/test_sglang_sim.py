@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support import sglang_sim
 from tests.support.sim_process import (
     BASE,
     DFLASH,
@@ -645,3 +646,42 @@ def test_the_named_sweeps_have_the_shapes_their_names_claim():
     collapse = tokens_per_s(HYBRID_COLLAPSE)
     assert collapse[16] > collapse[32] > collapse[64] > collapse[128]
     assert HYBRID_COLLAPSE[64][0] < HYBRID_COLLAPSE[16][0]
+
+
+def test_the_qwen_sweep_collapses_under_its_own_depth_cap():
+    """The hybrid control's sweep (budgets 15, 32, 64 at block size 16): both steps collapse,
+    every row stays under 16 tokens a step, budget 15 alone reaches past K2.6's cap of 8, and the
+    simulator serves it at its block size."""
+    from tests.support.ddtree_tables import QWEN_HYBRID, pairs, table_env, tokens_per_s
+
+    assert [kind for _, _, kind in pairs(QWEN_HYBRID)] == ["collapse", "collapse"]
+    assert all(1 <= accept <= 16 for _, accept in QWEN_HYBRID.values())
+    assert QWEN_HYBRID[15][1] > 8
+    rates = tokens_per_s(QWEN_HYBRID)
+    assert rates[15] > rates[32] > rates[64]
+    table = table_env(QWEN_HYBRID, 0.2)
+    for budget, (step, accept) in QWEN_HYBRID.items():
+        resolved = {"speculative_ddtree_budget": budget, "speculative_num_draft_tokens": 16}
+        assert sglang_sim.ddtree_row(resolved, table) == (pytest.approx(step * 0.2), accept)
+    # At K2.6's block size the same row is impossible, and the simulator says so.
+    with pytest.raises(ValueError, match="between 1 and 8"):
+        sglang_sim.ddtree_row(
+            {"speculative_ddtree_budget": 15, "speculative_num_draft_tokens": 8}, table
+        )
+
+
+def test_model_info_names_the_served_models_architecture(tmp_path):
+    """/model_info's model_type and architectures come from the served folder's config.json,
+    as SGLang's come from its hf_config; a bare or broken folder reads as K2.6."""
+    qwen = tmp_path / "qwen"
+    qwen.mkdir()
+    (qwen / "config.json").write_text(
+        json.dumps({"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"]})
+    )
+    assert sglang_sim.model_identity(str(qwen)) == ("qwen3_5", ["Qwen3_5ForConditionalGeneration"])
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('["not", "an", "object"]')
+    kimi = ("kimi_k25", ["KimiK25ForConditionalGeneration"])
+    for path in (str(broken), str(tmp_path / "missing"), None):
+        assert sglang_sim.model_identity(path) == kimi
