@@ -6,13 +6,19 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: capacity_plan
-short_description: Plan per-GPU memory for serving a DeepSeek-V3-style model with SGLang
+short_description: Plan per-GPU memory for serving a model with SGLang (MLA or hybrid recurrent)
 description:
   - Pure computation from HF-style config.json files; changes nothing and supports check mode.
   - Models what tensor parallelism splits and what it replicates (MLA's latent KV cache is
     replicated on every rank), compressed-tensors INT4 routed experts with their group scales,
     the BF16 rest, the vision tower and an optional drafter.
   - The KV pool is what SGLang's static memory fraction leaves after the weights, in tokens.
+  - Hybrid attention/recurrent targets (C(layer_types) mixing full_attention and
+    linear_attention, e.g. Qwen3.6-27B) as SGLang 0.5.23 sizes them - KV cache for the
+    full-attention layers only; a recurrent (conv + SSM) state per request slot, whose pool
+    takes mamba_full_memory_ratio's share first; and under speculative decoding one more
+    state per verified token per running request (a DDTree tree verifies budget + 1 nodes).
+    Pure-attention targets give the same figures whatever these options say.
   - Does not fail when the model does not fit; returns C(fits=false) and a C(reason).
   - Fails, naming the file, the field, what it holds and what is needed, when a config field
     the plan reads is missing, not an integer (a boolean is not one), out of its range, or
@@ -61,6 +67,43 @@ options:
     description: Fewest KV cache tokens per GPU that count as fitting.
     type: int
     default: 16384
+  verify_tokens:
+    description: >-
+      Tokens the target verifies per request and step, each keeping its own recurrent state
+      on a hybrid target - 1 for AR, the block size for a DFlash chain
+      (--speculative-num-draft-tokens), budget + 1 for DDTree. Default the drafter's
+      C(block_size), else 1.
+    type: int
+  max_running_requests:
+    description: >-
+      SGLang's --max-running-requests - the running requests whose verify states are
+      reserved. Default as SGLang picks it - 48 under speculative decoding, else what the KV
+      and recurrent pools allow; either way capped by the recurrent state slots.
+    type: int
+  mamba_ssm_dtype:
+    description: SGLang's --mamba-ssm-dtype; default the config's mamba_ssm_dtype, else float32.
+    type: str
+    choices: [float32, bfloat16, float16]
+  mamba_full_memory_ratio:
+    description: SGLang's --mamba-full-memory-ratio (recurrent state to KV cache memory).
+    type: float
+    default: 0.9
+  mamba_radix_cache_strategy:
+    description: >-
+      SGLang's --mamba-radix-cache-strategy; C(auto) resolves to extra_buffer under overlap
+      scheduling, else no_buffer (page size 1). Sets the state slots per running request.
+    type: str
+    default: auto
+    choices: [auto, no_buffer, extra_buffer, extra_buffer_lazy]
+  disable_overlap_schedule:
+    description: SGLang's --disable-overlap-schedule (DDTree turns overlap off).
+    type: bool
+    default: false
+  max_mamba_cache_size:
+    description: >-
+      SGLang's --max-mamba-cache-size - recurrent state slots, instead of
+      mamba_full_memory_ratio's share of memory.
+    type: int
 author:
   - kimi-deploy-kit maintainers
 """
@@ -122,12 +165,65 @@ reason:
   description: Why it does not fit, and what to change; null when it fits.
   returned: success
   type: str
+attention:
+  description: C(pure_attention), or C(hybrid) (attention plus recurrent layers).
+  returned: success
+  type: str
+  sample: hybrid
+verify_tokens:
+  description: Tokens verified per request and step the plan used.
+  returned: success
+  type: int
+max_running_requests:
+  description: >-
+    Hybrid - the running requests SGLang would allow (0 when none fits). Pure attention -
+    the option as given (null when unset).
+  returned: success
+  type: int
+recurrent_state_bytes_per_request:
+  description: Conv plus SSM state of one request slot on one GPU, all recurrent layers, or 0.
+  returned: success
+  type: int
+  sample: 153944064
+recurrent_state_bytes_per_verify_token:
+  description: >-
+    Intermediate state one verified token keeps per request on one GPU under speculative
+    decoding (0 without speculative decoding or recurrent layers).
+  returned: success
+  type: int
+verify_state_bytes_per_request:
+  description: recurrent_state_bytes_per_verify_token times verify_tokens.
+  returned: success
+  type: int
+recurrent_state_slots:
+  description: Recurrent state slots (SGLang's max_mamba_cache_size); 0 without recurrent layers.
+  returned: success
+  type: int
+recurrent_state_gib:
+  description: The recurrent state pool on one GPU (slots + 1 padding slot), GiB.
+  returned: success
+  type: float
+verify_state_gib:
+  description: The per-verify-token intermediate states on one GPU, GiB.
+  returned: success
+  type: float
+mamba_ssm_dtype:
+  description: The SSM state's dtype (null without recurrent layers); conv states are bfloat16.
+  returned: success
+  type: str
 """
 
 import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.capacity import KV_DTYPE_BYTES, CapacityError, plan  # noqa: E402
+from ansible.module_utils.capacity import (  # noqa: E402
+    KV_DTYPE_BYTES,
+    MAMBA_FULL_MEMORY_RATIO,
+    MAMBA_STRATEGIES,
+    SSM_DTYPE_BYTES,
+    CapacityError,
+    plan,
+)
 
 # A config.json is a few KiB; anything this large is not one.
 MAX_CONFIG_BYTES = 16 << 20
@@ -171,6 +267,17 @@ def main() -> None:
             },
             "overhead_mib": {"type": "int", "default": 3072},
             "min_kv_tokens": {"type": "int", "default": 16384},
+            "verify_tokens": {"type": "int"},
+            "max_running_requests": {"type": "int"},
+            "mamba_ssm_dtype": {"type": "str", "choices": list(SSM_DTYPE_BYTES)},
+            "mamba_full_memory_ratio": {"type": "float", "default": MAMBA_FULL_MEMORY_RATIO},
+            "mamba_radix_cache_strategy": {
+                "type": "str",
+                "default": "auto",
+                "choices": list(MAMBA_STRATEGIES),
+            },
+            "disable_overlap_schedule": {"type": "bool", "default": False},
+            "max_mamba_cache_size": {"type": "int"},
         },
         supports_check_mode=True,
     )
@@ -189,6 +296,18 @@ def main() -> None:
             min_kv_tokens=params["min_kv_tokens"],
             gpu_count=params["gpu_count"],
             sources=(params["model_config"], params["draft_model_config"]),
+            **{
+                name: params[name]
+                for name in (
+                    "verify_tokens",
+                    "max_running_requests",
+                    "mamba_ssm_dtype",
+                    "mamba_full_memory_ratio",
+                    "mamba_radix_cache_strategy",
+                    "disable_overlap_schedule",
+                    "max_mamba_cache_size",
+                )
+            },
         )
     except CapacityError as exc:
         module.fail_json(msg=str(exc))

@@ -327,3 +327,291 @@ def test_no_negative_or_nan_result_over_random_configs():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 assert math.isfinite(value) and value >= 0, (key, value, target["text_config"])
     assert refused > 0
+
+
+# --- Hybrid attention/recurrent targets (Qwen3.6-27B) and K2.6 unchanged -------------------
+
+QWEN = REPO / "models" / "qwen3.6-27b" / "config.json"
+QWEN_DFLASH = REPO / "models" / "qwen3.6-27b" / "dflash" / "config.json"
+# RTX PRO 6000 Blackwell (ct200): MiB per GPU as nvidia-smi reports it, and the profile's
+# mem_fraction_static.
+CT200 = {"gpu_memory_mib": 97887, "mem_fraction_static": 0.85}
+
+# K2.6 on ct200 at TP8 as plan() returned it before hybrid targets were modelled (commit
+# f3fffa3, the same code that passes the published-figure tests above): a regression fixture.
+K26_BEFORE = {
+    None: {"weights_gib_per_gpu": 71.82, "draft_weights_gib_per_gpu": 0.0,
+           "checkpoint_gib": 554.27, "kv_bytes_per_token": 70272,
+           "draft_kv_bytes_per_token": 0, "kv_pool_gib": 6.88, "kv_tokens": 105194,
+           "static_budget_gib": 78.7, "fits": True, "reason": None},
+    DFLASH: {"weights_gib_per_gpu": 71.82, "draft_weights_gib_per_gpu": 1.22,
+             "checkpoint_gib": 554.27, "kv_bytes_per_token": 70272,
+             "draft_kv_bytes_per_token": 3072, "kv_pool_gib": 5.67, "kv_tokens": 82972,
+             "static_budget_gib": 78.7, "fits": True, "reason": None},
+    EAGLE3: {"weights_gib_per_gpu": 71.82, "draft_weights_gib_per_gpu": 0.7,
+             "checkpoint_gib": 554.27, "kv_bytes_per_token": 70272,
+             "draft_kv_bytes_per_token": 1152, "kv_pool_gib": 6.18, "kv_tokens": 92958,
+             "static_budget_gib": 78.7, "fits": True, "reason": None},
+}  # fmt: skip
+
+# New options at values that change a hybrid plan a lot; none may move a K2.6 figure.
+HYBRID_OPTIONS = [
+    {},
+    {"verify_tokens": 65, "disable_overlap_schedule": True},
+    {"verify_tokens": 1, "max_running_requests": 1, "mamba_ssm_dtype": "bfloat16"},
+    {"mamba_full_memory_ratio": 5.0, "mamba_radix_cache_strategy": "extra_buffer_lazy"},
+    {"max_mamba_cache_size": 3, "max_running_requests": 512},
+]
+
+
+@pytest.mark.parametrize("draft", [None, DFLASH, EAGLE3], ids=["ar", "dflash", "eagle3"])
+@pytest.mark.parametrize("options", HYBRID_OPTIONS, ids=range(len(HYBRID_OPTIONS)))
+def test_k26_figures_are_unchanged_whatever_the_hybrid_options(draft, options):
+    result = plan(
+        config(K26),
+        tp_size=8,
+        draft_model_config=config(draft) if draft else None,
+        **CT200,
+        **options,
+    )
+    before = K26_BEFORE[draft]
+    assert {key: result[key] for key in before} == before
+    # The added fields say there is no recurrent state to plan.
+    assert result["attention"] == "pure_attention"
+    assert result["recurrent_state_bytes_per_request"] == 0
+    assert result["recurrent_state_gib"] == result["verify_state_gib"] == 0
+    assert result["mamba_ssm_dtype"] is None
+
+
+def test_qwen_checkpoint_size_matches_the_published_index():
+    # Qwen/Qwen3.6-27B model.safetensors.index.json: total_size 55.56 GB in 15 shards, as a
+    # third-party reading of it reports (eadst.com/blog/325; unverified): text model, vision
+    # tower and the one-layer MTP head, all BF16.
+    groups = target_parameters(config(QWEN))
+    assert checkpoint_bytes(groups) / 1e9 == pytest.approx(55.56, abs=0.01)
+    # The MTP head is in the checkpoint but not loaded without NEXTN decoding.
+    assert groups["mtp"]["served"] is False
+
+
+def test_qwen_drafter_size_matches_the_published_safetensors():
+    # z-lab/Qwen3.6-27B-DFlash: "3.22 GiB safetensors" (a third-party manifest; the card says
+    # about 2B parameters). It has no embedding or LM head: SGLang's DFlashDraftModel uses the
+    # target's, and its fc fuses the 5 target layers of dflash_config.target_layer_ids.
+    groups = draft_parameters(config(QWEN_DFLASH))
+    assert checkpoint_bytes(groups) / GIB == pytest.approx(3.22, abs=0.01)
+    assert "lm_head" not in groups
+    assert groups["fc"]["params"] == 5 * 5120 * 5120
+
+
+def test_qwen_recurrent_state_follows_sglang_shapes():
+    """No published SGLang log of Qwen3.5/3.6's Mamba cache was found; the figure follows
+    configs/mamba_utils.py: per Gated DeltaNet layer a conv state of (2 x 16 x 128 + 48 x 128)
+    channels x (kernel 4 - 1), bfloat16, and an SSM state of 48 heads x 128 x 128, float32."""
+    result = plan(config(QWEN), tp_size=1, **CT200)
+    per_layer = (2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * 4
+    assert result["recurrent_state_bytes_per_request"] == 48 * per_layer == 153_944_064
+    # KV: the 16 full-attention layers only, 4 KV heads of 256, K and V, BF16.
+    assert result["kv_bytes_per_token"] == 16 * 2 * 4 * 256 * 2
+    half = plan(config(QWEN), tp_size=1, mamba_ssm_dtype="bfloat16", **CT200)
+    assert half["recurrent_state_bytes_per_request"] == 48 * (per_layer - 48 * 128 * 128 * 2)
+    # TP splits the state by heads, and the KV heads down to one per rank.
+    tp8 = plan(config(QWEN), tp_size=8, **CT200)
+    assert tp8["recurrent_state_bytes_per_request"] == 153_944_064 // 8
+    assert tp8["kv_bytes_per_token"] == 16 * 2 * 1 * 256 * 2
+
+
+def qwen_plan(serving: str, **options) -> dict:
+    """Qwen3.6-27B on one RTX PRO 6000 (TP1) as the model's serving configs launch it:
+    dflash (release: overlap scheduling, extra_buffer) and DDTree budgets (page size 1,
+    overlap off, so no_buffer) verifying budget + 1 tree nodes."""
+    kinds = {"ar": {}, "dflash": {"draft_model_config": config(QWEN_DFLASH)}}
+    if serving.startswith("ddtree-b"):
+        budget = int(serving.removeprefix("ddtree-b"))
+        kinds[serving] = {
+            "draft_model_config": config(QWEN_DFLASH),
+            "verify_tokens": budget + 1,
+            "disable_overlap_schedule": True,
+        }
+    return plan(config(QWEN), tp_size=1, gpu_count=8, **CT200, **kinds[serving], **options)
+
+
+def test_qwen_fits_one_rtx_pro_6000_for_ar_and_dflash():
+    ar, dflash = qwen_plan("ar"), qwen_plan("dflash")
+    for result in (ar, dflash):
+        assert result["fits"] is True, result["reason"]
+        assert result["attention"] == "hybrid"
+        assert result["weights_gib_per_gpu"] == pytest.approx(50.96, abs=0.01)
+    assert dflash["draft_weights_gib_per_gpu"] == pytest.approx(3.22, abs=0.01)
+    assert dflash["verify_tokens"] == 16  # the drafter's block size
+    # AR keeps no verify states; DFlash reserves 16 per running request (+1 padding slot).
+    assert ar["verify_state_gib"] == 0 and ar["recurrent_state_bytes_per_verify_token"] == 0
+    per_request = dflash["recurrent_state_bytes_per_request"]
+    assert dflash["verify_state_bytes_per_request"] == 16 * per_request
+    reserved = (dflash["max_running_requests"] + 1) * 16 * per_request
+    assert dflash["verify_state_gib"] == pytest.approx(reserved / GIB, abs=0.01)
+    assert dflash["kv_tokens"] < ar["kv_tokens"]
+
+
+@pytest.mark.parametrize("budget", [15, 32, 64])
+def test_ddtree_budget_costs_recurrent_state(budget):
+    result = qwen_plan(f"ddtree-b{budget}")
+    assert result["verify_tokens"] == budget + 1
+    per_request = result["recurrent_state_bytes_per_request"]
+    assert result["verify_state_bytes_per_request"] == (budget + 1) * per_request
+    if budget < 64:
+        assert result["fits"] is True, result["reason"]
+        assert result["max_running_requests"] >= 1
+        return
+    # SGLang's default share (mamba_full_memory_ratio 0.9) of the 24.5 GiB the weights leave
+    # holds no slot once 65 tree nodes each keep a state: the server would refuse to start.
+    assert result["fits"] is False
+    assert result["recurrent_state_slots"] == 0 and result["max_running_requests"] == 0
+    assert "--max-mamba-cache-size" in result["reason"]
+
+
+@pytest.mark.parametrize("budget", [15, 32, 64])
+def test_ddtree_fits_with_one_request_of_state_slots(budget):
+    """With --max-mamba-cache-size 3 (one running request under no_buffer's 3 states per
+    request) every budget of the study fits one RTX PRO 6000 at TP1."""
+    result = qwen_plan(f"ddtree-b{budget}", max_mamba_cache_size=3)
+    assert result["fits"] is True, result["reason"]
+    assert result["max_running_requests"] == 1
+    per_request = result["recurrent_state_bytes_per_request"]
+    # Two request slots' verify states (one plus the padding slot), four persistent slots.
+    assert result["verify_state_gib"] == pytest.approx(
+        2 * (budget + 1) * per_request / GIB, abs=0.01
+    )
+    assert result["recurrent_state_gib"] == pytest.approx(4 * per_request / GIB, abs=0.01)
+    assert result["kv_tokens"] >= 16384
+
+
+def test_qwen_through_the_module():
+    result = run_module(
+        "capacity_plan",
+        {
+            "model_config": str(QWEN),
+            "draft_model_config": str(QWEN_DFLASH),
+            "gpu_memory_mib": 97887,
+            "tp_size": 1,
+            "mem_fraction_static": 0.85,
+            "verify_tokens": 65,
+            "disable_overlap_schedule": True,
+            "max_mamba_cache_size": 3,
+        },
+    )
+    assert not result.get("failed"), result
+    assert result["fits"] is True and result["attention"] == "hybrid"
+    assert result == {**result, **qwen_plan("ddtree-b64", max_mamba_cache_size=3)}
+
+
+@pytest.mark.parametrize("tp_size", [3, 32])
+def test_qwen_tp_size_must_split_heads(tmp_path, tp_size):
+    result = module_plan(tmp_path, target=config(QWEN), tp_size=tp_size)
+    assert result.get("failed"), result
+    assert f"tp_size {tp_size}" in result["msg"] and "Fix:" in result["msg"]
+
+
+BAD_HYBRID_FIELDS = [
+    ("layer_types", ["linear_attention"] * 63),
+    ("layer_types", ["linear_attention"] * 63 + ["attention"]),
+    ("layer_types", "full_attention"),
+    ("full_attention_interval", 3),
+    ("full_attention_interval", 0),
+    ("linear_num_value_heads", -48),
+    ("linear_num_key_heads", 5),
+    ("linear_key_head_dim", 1.5),
+    ("linear_conv_kernel_dim", 1),
+    ("mamba_ssm_dtype", "float64"),
+    ("head_dim", None),
+    ("num_key_value_heads", 5),
+    ("attn_output_gate", "yes"),
+    ("mtp_num_hidden_layers", -1),
+    ("max_position_embeddings", True),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_HYBRID_FIELDS)
+def test_bad_hybrid_field_fails_naming_file_field_and_value(tmp_path, field, value):
+    target = config(QWEN)
+    target["text_config"][field] = value
+    result = module_plan(tmp_path, target=target, tp_size=1)
+    assert result.get("failed"), f"{field}={value!r} gave {result}"
+    message = result["msg"]
+    assert "target.json" in message and field in message and repr(value) in message
+    assert "needed" in message and "Fix:" in message
+
+
+@pytest.mark.parametrize(
+    ("where", "field", "value"),
+    [
+        ("vision_config", "depth", 0),
+        ("vision_config", "deepstack_visual_indexes", [99]),
+        ("vision_config", "out_hidden_size", "5120"),
+        ("draft", "dflash_config", {"target_layer_ids": [-1]}),
+        ("draft", "layer_types", ["sliding_attention"] * 4),
+        ("draft", "sliding_window", -2048),
+        ("draft", "architectures", "DFlashDraftModel"),
+        ("draft", "block_size", 0),
+    ],
+)
+def test_bad_hybrid_part_fails_naming_the_field(tmp_path, where, field, value):
+    target, draft = config(QWEN), config(QWEN_DFLASH)
+    (draft if where == "draft" else target[where])[field] = value
+    result = module_plan(tmp_path, target=target, draft=draft, tp_size=1)
+    assert result.get("failed"), f"{where}.{field}={value!r} gave {result}"
+    assert field in result["msg"]
+    assert ("draft.json" if where == "draft" else "target.json") in result["msg"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"verify_tokens": 0},
+        {"verify_tokens": True},
+        {"max_running_requests": -1},
+        {"mamba_full_memory_ratio": float("nan")},
+        {"mamba_full_memory_ratio": 0.0},
+        {"mamba_ssm_dtype": "int8"},
+        {"mamba_radix_cache_strategy": "lazy"},
+        {"max_mamba_cache_size": 0},
+        {"mamba_radix_cache_strategy": "extra_buffer_lazy", "disable_overlap_schedule": True},
+    ],
+)
+def test_bad_hybrid_options_fail(params):
+    for target in (QWEN, K26):
+        with pytest.raises(CapacityError) as raised:
+            plan(config(target), tp_size=8, **CT200, **params)
+        assert next(iter(params)) in str(raised.value)
+
+
+def test_no_negative_or_nan_result_over_random_hybrid_configs():
+    """Random mutations of Qwen3.6-27B's text config, and random options: plan() refuses
+    them or returns finite, non-negative numbers (a fixed seed)."""
+    import random
+
+    rng = random.Random(17)
+    base = config(QWEN)
+    fields = [k for k, v in base["text_config"].items() if isinstance(v, int | bool)]
+    values = [-(10**9), -1, 0, 1, 2, 3, 7, 10**3, 10**9, True, 1.5, "8", None]
+    refused = 0
+    for _ in range(300):
+        target = json.loads(json.dumps(base))
+        for field in rng.sample(fields, 2):
+            target["text_config"][field] = rng.choice(values)
+        try:
+            result = plan(
+                target,
+                gpu_memory_mib=rng.choice([1024, 97887, 10**7]),
+                tp_size=rng.choice([1, 2, 4, 8]),
+                mem_fraction_static=0.85,
+                draft_model_config=rng.choice([None, config(QWEN_DFLASH)]),
+                verify_tokens=rng.choice([None, 1, 16, 65, 4096]),
+                max_mamba_cache_size=rng.choice([None, 1, 3, 10**6]),
+            )
+        except CapacityError:
+            refused += 1
+            continue
+        for key, value in result.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                assert math.isfinite(value) and value >= 0, (key, value, target["text_config"])
+    assert refused > 0
