@@ -25,6 +25,13 @@ description:
     when tp_size does not divide what SGLang splits over ranks.
 version_added: "0.1.0"
 options:
+  launch_argv:
+    description:
+      - The launch command the plan is for (argv after C(-m sglang.launch_server), or the whole
+        argv). Sets C(verify_tokens), C(disable_overlap_schedule), C(max_running_requests) and
+        the C(mamba_*) options from its flags; an option given here explicitly wins.
+    type: list
+    elements: str
   model_config:
     description: Path to the target model's config.json (on the machine running the module).
     type: path
@@ -85,20 +92,22 @@ options:
     type: str
     choices: [float32, bfloat16, float16]
   mamba_full_memory_ratio:
-    description: SGLang's --mamba-full-memory-ratio (recurrent state to KV cache memory).
+    description: >-
+      SGLang's --mamba-full-memory-ratio (recurrent state to KV cache memory); 0.9, SGLang's
+      default, when neither this nor C(launch_argv) says.
     type: float
-    default: 0.9
   mamba_radix_cache_strategy:
     description: >-
       SGLang's --mamba-radix-cache-strategy; C(auto) resolves to extra_buffer under overlap
       scheduling, else no_buffer (page size 1). Sets the state slots per running request.
+      C(auto) when neither this nor C(launch_argv) says.
     type: str
-    default: auto
     choices: [auto, no_buffer, extra_buffer, extra_buffer_lazy]
   disable_overlap_schedule:
-    description: SGLang's --disable-overlap-schedule (DDTree turns overlap off).
+    description: >-
+      SGLang's --disable-overlap-schedule (DDTree turns overlap off); false when neither this
+      nor C(launch_argv) says.
     type: bool
-    default: false
   max_mamba_cache_size:
     description: >-
       SGLang's --max-mamba-cache-size - recurrent state slots, instead of
@@ -218,10 +227,10 @@ import json  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.capacity import (  # noqa: E402
     KV_DTYPE_BYTES,
-    MAMBA_FULL_MEMORY_RATIO,
     MAMBA_STRATEGIES,
     SSM_DTYPE_BYTES,
     CapacityError,
+    launch_options,
     plan,
 )
 
@@ -270,13 +279,10 @@ def main() -> None:
             "verify_tokens": {"type": "int"},
             "max_running_requests": {"type": "int"},
             "mamba_ssm_dtype": {"type": "str", "choices": list(SSM_DTYPE_BYTES)},
-            "mamba_full_memory_ratio": {"type": "float", "default": MAMBA_FULL_MEMORY_RATIO},
-            "mamba_radix_cache_strategy": {
-                "type": "str",
-                "default": "auto",
-                "choices": list(MAMBA_STRATEGIES),
-            },
-            "disable_overlap_schedule": {"type": "bool", "default": False},
+            "mamba_full_memory_ratio": {"type": "float"},
+            "mamba_radix_cache_strategy": {"type": "str", "choices": list(MAMBA_STRATEGIES)},
+            "disable_overlap_schedule": {"type": "bool"},
+            "launch_argv": {"type": "list", "elements": "str"},
             "max_mamba_cache_size": {"type": "int"},
         },
         supports_check_mode=True,
@@ -285,6 +291,22 @@ def main() -> None:
     draft_config = read_config(module, "draft_model_config")
     params = module.params
     try:
+        options = launch_options(params["launch_argv"]) if params["launch_argv"] else {}
+        options.update(
+            {
+                name: params[name]
+                for name in (
+                    "verify_tokens",
+                    "max_running_requests",
+                    "mamba_ssm_dtype",
+                    "mamba_full_memory_ratio",
+                    "mamba_radix_cache_strategy",
+                    "disable_overlap_schedule",
+                    "max_mamba_cache_size",
+                )
+                if params[name] is not None
+            }
+        )
         result = plan(
             model_config,
             gpu_memory_mib=params["gpu_memory_mib"],
@@ -296,18 +318,7 @@ def main() -> None:
             min_kv_tokens=params["min_kv_tokens"],
             gpu_count=params["gpu_count"],
             sources=(params["model_config"], params["draft_model_config"]),
-            **{
-                name: params[name]
-                for name in (
-                    "verify_tokens",
-                    "max_running_requests",
-                    "mamba_ssm_dtype",
-                    "mamba_full_memory_ratio",
-                    "mamba_radix_cache_strategy",
-                    "disable_overlap_schedule",
-                    "max_mamba_cache_size",
-                )
-            },
+            **options,
         )
     except CapacityError as exc:
         module.fail_json(msg=str(exc))

@@ -830,6 +830,68 @@ def check_numbers(
             raise CapacityError(f"{name} is {value!r}; needed: {needed}. Fix: {fix}")
 
 
+# Launch flags that decide the recurrent state's plan, and the plan() parameter each sets.
+LAUNCH_FLAGS = {
+    "--max-running-requests": ("max_running_requests", int),
+    "--mamba-ssm-dtype": ("mamba_ssm_dtype", str),
+    "--mamba-full-memory-ratio": ("mamba_full_memory_ratio", float),
+    "--mamba-radix-cache-strategy": ("mamba_radix_cache_strategy", str),
+    "--max-mamba-cache-size": ("max_mamba_cache_size", int),
+}
+
+
+def _flag(argv: list, flag: str) -> str | None:
+    """The value argparse would give flag (`--flag value` or `--flag=value`, the last wins)."""
+    found = None
+    for index, item in enumerate(argv):
+        if item == flag and index + 1 < len(argv):
+            found = str(argv[index + 1])
+        elif isinstance(item, str) and item.startswith(flag + "="):
+            found = item[len(flag) + 1 :]
+    return found
+
+
+def launch_options(argv) -> dict:
+    """The plan() parameters a launch argv sets, so that a plan is of the command that runs:
+    verify tokens (1 without speculation; budget + 1 under DDTREE, its budget defaulting to
+    the draft tokens - 1 as the pull request does; else --speculative-num-draft-tokens, or the
+    drafter's block size when absent), overlap scheduling, and the --mamba-* and
+    --max-running-requests flags. A value that does not parse fails naming the flag."""
+    if not isinstance(argv, list) or not all(isinstance(item, str) for item in argv):
+        raise CapacityError(f"launch_argv must be a list of strings, got {argv!r:.120}")
+    options: dict = {"disable_overlap_schedule": "--disable-overlap-schedule" in argv}
+
+    def number(flag, kind):
+        text = _flag(argv, flag)
+        if text is None:
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            raise CapacityError(f"{flag} {text!r} in the launch is not a {kind.__name__}") from None
+        if kind is float and not math.isfinite(value):
+            raise CapacityError(f"{flag} {text!r} in the launch is not a finite number")
+        return value
+
+    for flag, (name, kind) in LAUNCH_FLAGS.items():
+        value = number(flag, kind) if kind is not str else _flag(argv, flag)
+        if value is not None:
+            options[name] = value
+    algorithm = (_flag(argv, "--speculative-algorithm") or "").upper()
+    draft_tokens = number("--speculative-num-draft-tokens", int)
+    if not algorithm or algorithm == "NONE":
+        options["verify_tokens"] = 1
+    elif algorithm == "DDTREE":
+        budget = number("--speculative-ddtree-budget", int)
+        if budget is None and draft_tokens is not None:
+            budget = draft_tokens - 1
+        if budget is not None:
+            options["verify_tokens"] = budget + 1
+    elif draft_tokens is not None:
+        options["verify_tokens"] = draft_tokens
+    return options
+
+
 def check_hybrid_numbers(
     verify_tokens,
     max_running_requests,

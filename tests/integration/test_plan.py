@@ -29,13 +29,38 @@ def hub():
             approved_tokens={TOKEN},
         )
         hub.add_repo("lightseekorg/kimi-k2.6-eagle3.1-mla", {"e.safetensors": b"e" * 1000})
+        hub.add_repo("Qwen/Qwen3.6-27B", {"config.json": b"{}", "q.safetensors": b"q" * 3000})
+        hub.add_repo(
+            "z-lab/Qwen3.6-27B-DFlash",
+            {"q.safetensors": b"z" * 500},
+            gated=True,
+            approved_tokens={TOKEN},
+        )
         yield hub
 
 
 # K2.6 plans from before models became data (tests/fixtures/plans-kimi-k2.6/README.md).
 BEFORE_MODEL_DATA = REPO / "tests" / "fixtures" / "plans-kimi-k2.6"
 # The plan fields that models as data added (issue 17), "[]" for any list index.
-ADDED_BY_MODEL_DATA: set[str] = set()
+# The capacity plan's fields for a hybrid target's recurrent state (module_utils/capacity.py).
+HYBRID_CAPACITY = (
+    "attention", "verify_tokens", "max_running_requests", "mamba_ssm_dtype",
+    "recurrent_state_bytes_per_request", "recurrent_state_bytes_per_verify_token",
+    "verify_state_bytes_per_request", "recurrent_state_slots", "recurrent_state_gib",
+    "verify_state_gib",
+)  # fmt: skip
+ADDED_BY_MODEL_DATA = {
+    "/model",
+    *(
+        f"/serving_configs/{config}/{field}"
+        for config in ("ar", "eagle3", "dflash", "ddtree", "dflash-tree-backend")
+        for field in (
+            "launch[]/tp_size",
+            "launch[]/capacity",
+            *(f"capacity/{key}" for key in HYBRID_CAPACITY),
+        )
+    ),
+}
 
 
 def fields_changed(before, after, path: str = "") -> tuple[list[str], list[str]]:
@@ -124,6 +149,68 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
     assert TOKEN not in run.stdout
     second = run_plan(playbook, inventory, out, hub.url)
     second.assert_unchanged()
+
+
+def kit_copy(tmp_path: Path) -> Path:
+    """A kit folder whose plan/ is under tmp_path: models and contracts linked from the repo."""
+    kit = tmp_path / "kit"
+    (kit / "tests").mkdir(parents=True)
+    (kit / "models").symlink_to(REPO / "models")
+    (kit / "tests" / "contract").symlink_to(REPO / "tests" / "contract")
+    return kit
+
+
+def test_the_hybrid_model_plans_under_its_own_folder_at_tp1(playbook, hub, tmp_path):
+    """kimi_model=qwen3.6-27b: its repositories, its configs (no EAGLE-3), TP1 on one RTX PRO
+    6000 with room for every budget, launch commands both contracts accept, and a plan under
+    plan/qwen3.6-27b/<host>/ that leaves K2.6's plan/<host>/ alone."""
+    kit = kit_copy(tmp_path)
+    (kit / "plan" / "ct200-node-01").mkdir(parents=True)
+    (kit / "plan" / "ct200-node-01" / "plan.json").write_text('{"model": "K2.6, untouched"}')
+    run = playbook(
+        "plan.yml",
+        REPO / "inventory" / "ct200",
+        extravars={"kimi_model": "qwen3.6-27b", "kimi_kit_dir": str(kit)},
+        envvars={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **token_env(TOKEN, tmp_path)},
+    )
+    assert run.rc == 0, run.stdout
+    untouched = json.loads((kit / "plan" / "ct200-node-01" / "plan.json").read_text())
+    assert untouched == {"model": "K2.6, untouched"}
+    plan = json.loads((kit / "plan" / "qwen3.6-27b" / "ct200-node-01" / "plan.json").read_text())
+    assert plan["model"] == {"name": "qwen3.6-27b", "title": "Qwen3.6-27B", "attention": "hybrid"}
+    assert plan["hardware"]["tp_size"] == 1
+    assert set(plan["repos"]) == {"target", "dflash"}
+    assert plan["repos"]["target"]["repo_id"] == "Qwen/Qwen3.6-27B"
+    assert plan["repos"]["dflash"]["access"] == "ok"
+    assert plan["download_bytes"] == 3002 + 500
+    assert set(plan["serving_configs"]) == {"ar", "dflash", "ddtree", "dflash-tree-backend"}
+    launches = [launch for c in plan["serving_configs"].values() for launch in c["launch"]]
+    assert sorted(launch["name"] for launch in launches) == [
+        "ar", "ddtree-b15", "ddtree-b32", "ddtree-b64", "dflash", "dflash-tree-backend"
+    ]  # fmt: skip
+    assert plan["validation"]["failed"] == [] and plan["validation"]["unchecked"] == []
+    for launch in launches:
+        argv = launch["argv"]
+        assert argv[argv.index("--model-path") + 1] == "/opt/kimi/weights/Qwen/Qwen3.6-27B"
+        assert argv[argv.index("--tp-size") + 1] == "1"
+        assert argv[argv.index("--tool-call-parser") + 1] == "qwen3_coder"
+        assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"
+        assert launch["capacity"]["fits"] is True, launch["capacity"]
+    for config in plan["serving_configs"].values():
+        assert config["capacity"]["fits"] is True
+        assert config["capacity"]["weights_gib_per_gpu"] < 60
+    # DDTree keeps recurrent state per verified tree node: a bigger budget holds fewer tokens.
+    tokens = {
+        launch["budget"]: launch["capacity"]["kv_tokens"]
+        for launch in plan["serving_configs"]["ddtree"]["launch"]
+    }
+    assert tokens[15] > tokens[32] > tokens[64] > 0
+    assert plan["serving_configs"]["ddtree"]["capacity"] == min(
+        (launch["capacity"] for launch in plan["serving_configs"]["ddtree"]["launch"]),
+        key=lambda capacity: capacity["kv_tokens"],
+    )
+    markdown = (kit / "plan" / "qwen3.6-27b" / "ct200-node-01" / "plan.md").read_text()
+    assert "Model: Qwen3.6-27B (`qwen3.6-27b`, hybrid)." in markdown
 
 
 def test_plan_says_when_the_hub_is_unreachable(playbook, tmp_path):

@@ -16,6 +16,7 @@ from ansible.module_utils.capacity import (
     CapacityError,
     checkpoint_bytes,
     draft_parameters,
+    launch_options,
     plan,
     target_parameters,
 )
@@ -615,3 +616,60 @@ def test_no_negative_or_nan_result_over_random_hybrid_configs():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 assert math.isfinite(value) and value >= 0, (key, value, target["text_config"])
     assert refused > 0
+
+
+def test_launch_options_read_the_plan_from_the_launch_command():
+    """The plan is of the command that runs: verify tokens from the speculative flags, and the
+    recurrent-state flags as SGLang reads them (the last one wins, --flag=value too)."""
+    ddtree = ["--speculative-algorithm", "DDTREE", "--speculative-num-draft-tokens", "16",
+              "--page-size", "1", "--disable-overlap-schedule", "--speculative-ddtree-budget", "64",
+              "--max-mamba-cache-size", "3", "--mamba-ssm-dtype=bfloat16"]  # fmt: skip
+    assert launch_options(ddtree) == {
+        "verify_tokens": 65,
+        "disable_overlap_schedule": True,
+        "max_mamba_cache_size": 3,
+        "mamba_ssm_dtype": "bfloat16",
+    }
+    # No budget: the pull request's default, a chain of draft tokens - 1.
+    assert launch_options(ddtree[:7])["verify_tokens"] == 16
+    assert launch_options(["--speculative-algorithm", "DFLASH"]) == {
+        "disable_overlap_schedule": False
+    }  # the drafter's block size decides
+    assert launch_options(["--tp-size", "1"])["verify_tokens"] == 1
+    assert (
+        launch_options(["--mamba-full-memory-ratio", "2", "--mamba-full-memory-ratio", "4"])[
+            "mamba_full_memory_ratio"
+        ]
+        == 4.0
+    )
+    for bad, flag in (
+        (["--max-mamba-cache-size", "three"], "--max-mamba-cache-size"),
+        (["--mamba-full-memory-ratio", "nan"], "--mamba-full-memory-ratio"),
+        (["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "1e3"], "budget"),
+    ):
+        with pytest.raises(CapacityError, match=flag):
+            launch_options(bad)
+    with pytest.raises(CapacityError, match="list of strings"):
+        launch_options(["--tp-size", 1])
+
+
+def test_the_module_plans_the_launch_it_is_given_and_explicit_options_win():
+    argv = ["--speculative-algorithm", "DDTREE", "--speculative-num-draft-tokens", "16",
+            "--disable-overlap-schedule", "--speculative-ddtree-budget", "64"]  # fmt: skip
+    common = {
+        "model_config": str(QWEN),
+        "draft_model_config": str(QWEN_DFLASH),
+        "gpu_memory_mib": 97887,
+        "tp_size": 1,
+        "mem_fraction_static": 0.85,
+    }
+    default = run_module("capacity_plan", {**common, "launch_argv": argv})
+    assert default["verify_tokens"] == 65 and default["fits"] is False
+    capped = run_module(
+        "capacity_plan", {**common, "launch_argv": [*argv, "--max-mamba-cache-size", "3"]}
+    )
+    assert capped["fits"] is True and capped["max_running_requests"] == 1
+    explicit = run_module("capacity_plan", {**common, "launch_argv": argv, "verify_tokens": 16})
+    assert explicit["verify_tokens"] == 16 and explicit["fits"] is True
+    bad = run_module("capacity_plan", {**common, "launch_argv": ["--max-running-requests", "x"]})
+    assert bad["failed"] and "--max-running-requests 'x'" in bad["msg"]
