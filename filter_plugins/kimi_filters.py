@@ -19,12 +19,19 @@ from pathlib import Path
 import ansible.module_utils
 from ansible.errors import AnsibleFilterError
 
-# A filter runs in the controller's own process, where only ansible's module_utils are
-# importable: add the kit's folder to the same package (as filter_plugins/kimi_model.py does).
+# Modules get the kit's module_utils/ shipped with them; a filter runs in the controller's own
+# process, where only ansible's are importable: add the kit's folder to the same package.
 _KIT_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _KIT_MODULE_UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_KIT_MODULE_UTILS)
 
+import yaml  # noqa: E402
+from ansible.module_utils.model_data import (  # noqa: E402
+    ModelDataError,
+    config_paths,
+    load_model,
+    serving_definitions,
+)
 from ansible.module_utils.serving import (  # noqa: E402
     ServingConfigError,
     ordered_run,
@@ -33,7 +40,7 @@ from ansible.module_utils.serving import (  # noqa: E402
 
 DOCUMENTATION = r"""
 name: kimi_filters
-short_description: Quoting filters for systemd units and environment files
+short_description: The kit's filters (quoting for systemd, serving config names, model folders)
 description:
   - C(systemd_exec_line) turns an argv list into the value of ExecStart=.
   - C(env_file_line) turns a key and a value into one EnvironmentFile line.
@@ -46,6 +53,12 @@ description:
   - C(kimi_expanded_configs) is the benchmark's run list: the selected configs expanded over
     their TP sizes and DDTree budgets, each control before what it controls, the reference
     config's servers first.
+  - C(kimi_model_data) loads models/<name>/model.yml, checked field by field
+    (module_utils/model_data.py); an unknown name or a bad field fails naming the file, the
+    field and the fix. C(kimi_serving_definitions) gives the model's serving configs with the
+    DDTree budgets and the TP sizes to expand over; C(kimi_model_configs) the shipped
+    config.json path of the target and of each drafter. group_vars/all/model.yml derives every
+    model variable from them.
 """
 
 PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -160,6 +173,25 @@ def kimi_expanded_configs(definitions, selected, reference=None, budgets=None) -
     return _names(ordered_run, definitions, list(selected), reference, budgets)
 
 
+def _model(function, *args):
+    try:
+        return function(*args)
+    except ModelDataError as error:
+        raise AnsibleFilterError(str(error)) from None
+
+
+def kimi_model_data(name, models_dir):
+    return _model(load_model, str(models_dir), name, yaml.safe_load)
+
+
+def kimi_serving_definitions(model, budgets, tp_sizes=None):
+    return _model(serving_definitions, model, budgets, tp_sizes)
+
+
+def kimi_model_configs(model, models_dir):
+    return _model(config_paths, model, str(models_dir))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -170,4 +202,7 @@ class FilterModule:
             "kimi_config_base": kimi_config_base,
             "kimi_config_name_parts": kimi_config_name_parts,
             "kimi_expanded_configs": kimi_expanded_configs,
+            "kimi_model_data": kimi_model_data,
+            "kimi_serving_definitions": kimi_serving_definitions,
+            "kimi_model_configs": kimi_model_configs,
         }

@@ -746,24 +746,12 @@ def check_tp_size(
     _divides(tp_size, draft["num_attention_heads"], "num_attention_heads", draft_source, why, fix)
     _divides(tp_size, draft["intermediate_size"], "intermediate_size", draft_source, why, fix)
     if "kv_lora_rank" not in draft:
-        kv_heads = draft["num_key_value_heads"]
-        if kv_heads >= tp_size:
-            _divides(tp_size, kv_heads, "num_key_value_heads", draft_source, why, fix)
-        elif tp_size % kv_heads:
-            raise CapacityError(
-                f"tp_size {tp_size} is not a multiple of {draft_source}'s num_key_value_heads "
-                f"({kv_heads}): with fewer KV heads than ranks SGLang replicates each over "
-                f"tp_size / num_key_value_heads ranks. Needed: a tp_size that is a multiple of "
-                f"{kv_heads} or divides it. Fix: {fix}"
-            )
+        _kv_heads_split(tp_size, draft["num_key_value_heads"], draft_source, why, fix)
 
 
-def _check_hybrid_tp(tp_size: int, target: dict, source: str, fix: str) -> None:
-    """What SGLang 0.5.23 splits evenly in a hybrid target (python/sglang/srt/models/
-    qwen3_5.py): the attention's KV heads (divided, or each replicated when fewer than the
-    ranks) and the Gated DeltaNet's key and value heads (num_k_heads // attn_tp_size)."""
-    kv_heads = target["num_key_value_heads"]
-    why = "SGLang gives every TP rank the same number of KV heads"
+def _kv_heads_split(tp_size: int, kv_heads: int, source: str, why: str, fix: str) -> None:
+    """GQA KV heads over TP ranks as SGLang lays them out: divided evenly, or, with fewer heads
+    than ranks, each replicated over tp_size / kv_heads ranks."""
     if kv_heads >= tp_size:
         _divides(tp_size, kv_heads, "num_key_value_heads", source, why, fix)
     elif tp_size % kv_heads:
@@ -773,6 +761,14 @@ def _check_hybrid_tp(tp_size: int, target: dict, source: str, fix: str) -> None:
             f"tp_size / num_key_value_heads ranks. Needed: a tp_size that is a multiple of "
             f"{kv_heads} or divides it. Fix: {fix}"
         )
+
+
+def _check_hybrid_tp(tp_size: int, target: dict, source: str, fix: str) -> None:
+    """What SGLang 0.5.23 splits evenly in a hybrid target (python/sglang/srt/models/
+    qwen3_5.py): the attention's KV heads (divided, or each replicated when fewer than the
+    ranks) and the Gated DeltaNet's key and value heads (num_k_heads // attn_tp_size)."""
+    why = "SGLang gives every TP rank the same number of KV heads"
+    _kv_heads_split(tp_size, target["num_key_value_heads"], source, why, fix)
     if "linear_attention" in target["layer_types"]:
         why = "the Gated DeltaNet layers split their heads evenly over TP ranks"
         for field in ("linear_num_key_heads", "linear_num_value_heads"):
