@@ -3,7 +3,7 @@ docs/studies/ddtree-budget.md.
 
 Two simulated hosts run the same serving configs the kit renders for a ct200 host (ar, dflash,
 the chain control dflash-tree-backend, DDTree at budgets 16, 32, 64 and 128; argv from
-group_vars/all/serving.yml through module_utils/serving.py): `sim-healthy` plays the healthy
+models/kimi-k2.6/model.yml through module_utils/serving.py): `sim-healthy` plays the healthy
 pure-attention sweep of tests/support/ddtree_tables.py, `sim-hybrid-collapse` the sweep shaped
 like the hybrid model's collapse. Each config is served by tests/support/sglang_sim.py as the
 runtime the kit
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.support import models
 from tests.support.ddtree_tables import HEALTHY, HYBRID_COLLAPSE, table_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ RENDER_SETTINGS = {
     "mem_fraction_static": 0.85,
     "kv_cache_dtype": "auto",
     "chunked_prefill_size": 16384,
-    # The ct200 profile's backends (group_vars/ct200.yml).
+    # K2.6's backends on the ct200 profile (models/kimi-k2.6/model.yml).
     "attention_backends": {"target": "flashinfer", "draft": "flashinfer", "tree": "triton"},
     "host": "127.0.0.1",
     "tool_call_parser": "kimi_k2",
@@ -88,9 +89,7 @@ def launches(port: int) -> list[dict]:
         ansible.module_utils.__path__.append(str(REPO / "module_utils"))
     from ansible.module_utils.serving import render_all
 
-    serving = yaml.safe_load((REPO / "group_vars/all/serving.yml").read_text())
-    definitions = serving["kimi_serving_config_definitions"]
-    definitions["ddtree"] = {**definitions["ddtree"], "budgets": BUDGETS}
+    definitions = models.definitions("kimi-k2.6", budgets=BUDGETS)
     settings = {
         **RENDER_SETTINGS,
         # The runtimes' Pythons on a ct200 host (group_vars/all/serving.yml), as the launch
