@@ -147,8 +147,10 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         if written.is_file() and written.name != "hf-token":
             assert TOKEN not in written.read_text(errors="replace"), f"token written to {written}"
     assert TOKEN not in run.stdout
-    second = run_plan(playbook, inventory, out, hub.url)
-    second.assert_unchanged()
+    # Writing the same plan again changes nothing; the role does not depend on the profile for
+    # that, so one profile shows it (each run is about 10 s of make test).
+    if profile == "ct200":
+        run_plan(playbook, inventory, out, hub.url).assert_unchanged()
 
 
 def kit_copy(tmp_path: Path) -> Path:
