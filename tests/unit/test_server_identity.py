@@ -127,6 +127,7 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
     }
     variables = {
         "server_config": "ar",
+        "server_model_title": "Kimi K2.6",
         "server_api_key": api_key,
         "server_settings": {"secrets_file": SECRETS_FILE, "node_rank": 0},
         "server_unit_name": "kimi-sglang",
