@@ -1,14 +1,18 @@
-"""The whole study end to end over SSH test hosts, a PCIe ct200 host and an NVSwitch b200 host
-at once: deploy_kimi.yml (preflight, weights from a local hub, the release runtime with the
-simulator packaged as sglang 0.5.23 and the git runtime built from a local copy of the DDTree
-pull request's ref, tuning with kernel values under a private tree, the server), then
-benchmark_kimi.yml (ar, dflash, the chain control dflash-tree-backend and DDTree at the default
-budgets 16, 32, 64 and 128, at two levels), then `python -m analysis report`; a second deploy
-changes nothing and does not restart the servers; plan.yml lists what deploy ran.
+"""The whole study end to end over SSH test hosts, a PCIe ct200 host serving Kimi K2.6 and an
+NVSwitch b200 host serving the hybrid control Qwen3.6-27B (`kimi_model: qwen3.6-27b` as a host
+variable), at once: deploy_kimi.yml (preflight, each model's weights from a local hub, the
+release runtime with the simulator packaged as sglang 0.5.23 and the git runtime built from a
+local copy of the DDTree pull request's ref, tuning with kernel values under a private tree, the
+server), then benchmark_kimi.yml as one run per model (--limit to its host, both at once: ar,
+dflash, the chain control dflash-tree-backend and DDTree at each model's own budgets, 16 to 128
+for K2.6 and 15, 32, 64 for Qwen, at two levels), then `python -m analysis report` of each run
+and `python -m analysis compare` of the two; a second deploy changes nothing and does not
+restart the servers; plan.yml lists what deploy ran, each model's plan in its own folder.
 
-The simulator plays a DDTree budget sweep per host from tests/support/ddtree_tables.py: the ct200
-host a healthy pure-attention one (accepted tokens per step rising, then saturating), the b200 host
-one shaped like the hybrid model's collapse, so the report must warn about the second only.
+The simulator plays a DDTree budget sweep per host from tests/support/ddtree_tables.py: the K2.6
+host a healthy pure-attention one (accepted tokens per step rising, then saturating), the Qwen
+host one shaped like the published hybrid study (block size 16), so the comparison must carry a
+collapse warning for the hybrid run only.
 
 The b200 host boots systemd as PID 1, as real GPU hosts do: its fabric manager and its server
 are systemd units. The ct200 host runs sshd as PID 1 (a container): the kit's supervisor runs
@@ -18,18 +22,21 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.support.ddtree_tables import HEALTHY, HYBRID_COLLAPSE, pairs, table_env
+from tests.support.ddtree_tables import HEALTHY, QWEN_HYBRID, pairs, table_env
 from tests.support.fake_sglang import build_git_source
 from tests.support.hostprep import EXTRAVARS as TUNING_VARS
 from tests.support.hostprep import install_fabricmanager, install_git_source, prepare_host
 from tests.support.hub_server import LocalHub, token_env
+from tests.support.models import model
 from tests.support.results_tree import TEMPLATE, Sim, implied_speedup_range
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,31 +50,51 @@ TOKEN = "hf_deploy_good_2b7e41"
 API_KEY = "sk-kimi-e2e-7f3a9c51e2d4"
 HOSTS = ["ct200-a", "b200-a"]
 SYSTEMD_HOST = "b200-a"
-RUN = "e2e"
+# The hybrid control runs on the systemd host, K2.6 on the other; each model is one run.
+KIMI_HOST, QWEN_HOST = "ct200-a", SYSTEMD_HOST
+MODELS = {KIMI_HOST: "kimi-k2.6", QWEN_HOST: "qwen3.6-27b"}
+RUNS = {KIMI_HOST: "e2e-k26", QWEN_HOST: "e2e-qwen"}
 # The simulator's settings: 5 ms steps, 4 tokens accepted per verify step under speculation,
 # next to no prefill, so dflash over ar is close to 4x by construction (256 tokens: the prefill
-# token, then 255 decode steps against 64 verify steps).
-STEP_MS, ACCEPT, MAX_NEW_TOKENS, PREFILL_MS, PROMPTS = 5, 4, 256, 1, 8
+# token, then 255 decode steps against 64 verify steps). Fewer tokens would blur the tokens a
+# step read back per budget (a last, partial verify step weighs more); four prompts are one
+# wave at concurrency 4 and keep ar at concurrency 1, the longest level, to about 5 s.
+STEP_MS, ACCEPT, MAX_NEW_TOKENS, PREFILL_MS, PROMPTS = 5, 4, 256, 1, 4
 SIM_ENV = {
     "HF_HUB_OFFLINE": "1",
-    "SGLANG_SIM_LOAD_SECONDS": "2",
+    # Nothing reads the load time but the health wait, which polls every second.
+    "SGLANG_SIM_LOAD_SECONDS": "1",
     "SGLANG_SIM_STEP_MS": str(STEP_MS),
     "SGLANG_SIM_ACCEPT": str(ACCEPT),
     "SGLANG_SIM_PREFILL_MS": str(PREFILL_MS),
 }
-# DDTree per budget: a healthy sweep on one host, the hybrid-shaped collapse on the other. Step
-# times shrink to a fifth (about 6 ms a step) so the sweep runs quickly; the diagnosis reads
-# ratios between budgets, which the scale keeps.
-SWEEPS = {"ct200-a": HEALTHY, SYSTEMD_HOST: HYBRID_COLLAPSE}
+# DDTree per budget: a healthy sweep on K2.6, the published hybrid collapse on Qwen. Step times
+# shrink to a fifth (about 6 ms a step on K2.6, 15 to 17 ms on Qwen) so the sweep runs quickly;
+# the diagnosis reads ratios between budgets, which the scale keeps.
+SWEEPS = {KIMI_HOST: HEALTHY, QWEN_HOST: QWEN_HYBRID}
 STEP_SCALE = 0.2
-BUDGETS = [16, 32, 64, 128]  # kimi_ddtree_budgets' defaults
-DDTREE_CONFIGS = [f"ddtree-b{budget}" for budget in BUDGETS]
+# Each model's kimi_ddtree_budgets (K2.6 16 to 128; Qwen 15, 32, 64: 15 is its block size - 1).
+BUDGETS = {host: model(name)["ddtree_budgets"] for host, name in MODELS.items()}
+DDTREE_CONFIGS = {host: [f"ddtree-b{b}" for b in budgets] for host, budgets in BUDGETS.items()}
 CHAIN = "dflash-tree-backend"
 # The chain control: DFlash's chain on the tree backend, a little faster a step than the
-# smallest tree and accepting fewer tokens.
-CHAIN_ENV = {"SGLANG_SIM_STEP_MS": "5.8", "SGLANG_SIM_ACCEPT": "4.4"}
-CONFIGS = ["ar", "dflash", CHAIN, *DDTREE_CONFIGS]
+# smallest tree and accepting fewer tokens (K2.6 at most 8 a step, Qwen at most 16).
+CHAIN_ENV = {
+    KIMI_HOST: {"SGLANG_SIM_STEP_MS": "5.8", "SGLANG_SIM_ACCEPT": "4.4"},
+    QWEN_HOST: {"SGLANG_SIM_STEP_MS": "16.8", "SGLANG_SIM_ACCEPT": "14"},
+}
+CONFIGS = {host: ["ar", "dflash", CHAIN, *DDTREE_CONFIGS[host]] for host in HOSTS}
 LEVELS = (1, 4)
+
+
+def drafter(host: str) -> str:
+    return model(MODELS[host])["drafters"]["dflash"]["repo_id"]
+
+
+def block_size(host: str) -> int:
+    """The DFlash drafter's block size: the tokens a verify step of the chain sees."""
+    args = [str(a) for a in model(MODELS[host])["serving_config_definitions"]["dflash"]["args"]]
+    return int(args[args.index("--speculative-num-draft-tokens") + 1])
 
 
 def host_environment(host: str) -> dict:
@@ -83,9 +110,16 @@ def cluster():
         for name in HOSTS:
             prepare_host(hosts, name, cpufreq=False)
         install_fabricmanager(hosts, "b200-a")
-        # Host variables, so each host's simulator plays its own sweep (extra vars would win).
+        # Host variables, so each host serves its own model and its simulator plays its own
+        # sweep (extra vars would win over both).
         hosts.write_inventory(
-            host_vars={name: {"kimi_server_environment": host_environment(name)} for name in HOSTS}
+            host_vars={
+                KIMI_HOST: {"kimi_server_environment": host_environment(KIMI_HOST)},
+                QWEN_HOST: {
+                    "kimi_model": MODELS[QWEN_HOST],
+                    "kimi_server_environment": host_environment(QWEN_HOST),
+                },
+            }
         )
         yield hosts
     finally:
@@ -112,6 +146,24 @@ def hub(cluster):
             gated=True,
             approved_tokens={TOKEN},
         )
+        qwen = model(MODELS[QWEN_HOST])
+        hub.add_repo(
+            qwen["target"]["repo_id"],
+            {
+                "config.json": (REPO / "models/qwen3.6-27b/config.json").read_bytes(),
+                "tokenizer_config.json": json.dumps({"chat_template": TEMPLATE}).encode(),
+                **{f"model-{i:05d}-of-00003.safetensors": bytes([i]) * 300_000 for i in range(3)},
+            },
+        )
+        hub.add_repo(
+            qwen["drafters"]["dflash"]["repo_id"],
+            {
+                "config.json": json.dumps({"block_size": block_size(QWEN_HOST)}).encode(),
+                "model.safetensors": b"q" * 200_000,
+            },
+            gated=True,
+            approved_tokens={TOKEN},
+        )
         yield hub
 
 
@@ -127,6 +179,7 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
     git = build_git_source(source)
     for name in HOSTS:
         git["url"] = install_git_source(cluster, name, source)
+    state_root = Path(cluster.state_dir) / "controller-state"
     extravars = {
         **TUNING_VARS,
         "kimi_serving_configs": ["ar", "dflash", "ddtree"],
@@ -135,7 +188,11 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         "kimi_server_host": "0.0.0.0",  # noqa: S104 - inside the test host's own namespace
         "kimi_hf_endpoint": hub.url,
         "kimi_sglang_git": {"url": git["url"], "ref": git["ref"], "patches": []},
-        "weights_controller_state_dir": str(Path(cluster.state_dir) / "controller-state"),
+        # The kit's own per-model folder (state/<host>/, state/<model>/<host>/), moved out of
+        # the checkout: each host's model picks its folder.
+        "weights_controller_state_dir": moved(
+            "kimi_controller_state_dir", "state", str(state_root)
+        ),
         "weights_wheelhouse": str(wheelhouse),
         "weights_poll_interval": 1,
         "weights_download_environment": {"HF_HUB_DISABLE_XET": "1"},
@@ -143,15 +200,19 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         "server_health_poll_s": 1,
     }
 
+    def arguments(name: str, playbook: str = "deploy_kimi.yml", limit=None, **more) -> dict:
+        return {
+            "playbook": playbook,
+            "inventory": cluster.inventory,
+            "private_dir": tmp_path_factory.mktemp(name),
+            "extravars": {**extravars, **more},
+            "envvars": {**token_env(TOKEN, secrets), "HF_HUB_DISABLE_XET": "1"},
+            "vars_files": [key_file],
+            "limit": limit,
+        }
+
     def run(name: str, playbook: str = "deploy_kimi.yml", **more):
-        return run_playbook(
-            playbook,
-            cluster.inventory,
-            tmp_path_factory.mktemp(name),
-            extravars={**extravars, **more},
-            envvars={**token_env(TOKEN, secrets), "HF_HUB_DISABLE_XET": "1"},
-            vars_files=[key_file],
-        )
+        return run_playbook(**arguments(name, playbook, **more))
 
     first = run("deploy-1")
     pids = {name: server_pid(cluster, name) for name in HOSTS} if first.rc == 0 else {}
@@ -166,44 +227,96 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
             for i in range(PROMPTS)
         )
     )
-    bench = run(
-        "benchmark",
-        "benchmark_kimi.yml",
-        benchmark_concurrency=list(LEVELS),
-        benchmark_server_environment={CHAIN: CHAIN_ENV},
-        benchmark_num_prompts=PROMPTS,
-        benchmark_max_new_tokens=MAX_NEW_TOKENS,
-        benchmark_warmup_requests=1,
-        benchmark_poll_s=1,
-        benchmark_run_id=RUN,
-        benchmark_results_dir=str(results),
-        benchmark_prompt_sets=[],
-        benchmark_prompt_files={"questions": str(prompts)},
-    )
-    report = tmp_path_factory.mktemp("report") / "out"
-    analysis = subprocess.run(
-        [sys.executable, "-m", "analysis", "report", str(results / RUN), "--out", str(report)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+    # One run per model, limited to its host, both at once: each model's run.json names it,
+    # and the two runs together take as long as the longer one. Each runs in a process of its
+    # own, since run_playbook sets the environment of the process it runs in.
+    bench_args = {
+        host: {
+            "name": f"benchmark-{MODELS[host]}",
+            "playbook": "benchmark_kimi.yml",
+            "limit": host,
+            "benchmark_concurrency": list(LEVELS),
+            "benchmark_server_environment": {CHAIN: CHAIN_ENV[host]},
+            "benchmark_num_prompts": PROMPTS,
+            "benchmark_max_new_tokens": MAX_NEW_TOKENS,
+            "benchmark_warmup_requests": 1,
+            "benchmark_poll_s": 1,
+            "benchmark_run_id": RUNS[host],
+            "benchmark_results_dir": str(results),
+            "benchmark_prompt_sets": [],
+            "benchmark_prompt_files": {"questions": str(prompts)},
+        }
+        for host in HOSTS
+    }
+    with ProcessPoolExecutor(len(HOSTS), mp_context=multiprocessing.get_context("fork")) as pool:
+        running = {
+            host: pool.submit(run_playbook, **arguments(**args))
+            for host, args in bench_args.items()
+        }
+        bench = {host: future.result(timeout=1200) for host, future in running.items()}
     pids_after_benchmark = {name: server_pid(cluster, name) for name in HOSTS}
-    second = run("deploy-2")
+    report_dir = tmp_path_factory.mktemp("report")
+    reports = {host: report_dir / MODELS[host] for host in HOSTS}
+    comparison = report_dir / "compare"
+    # The analyses read files the second deploy does not touch: they run beside it.
+    commands = {
+        **{
+            host: ["report", str(results / RUNS[host]), "--out", str(reports[host])]
+            for host in HOSTS
+        },
+        "compare": [
+            "compare",
+            str(results / RUNS[KIMI_HOST]),
+            str(results / RUNS[QWEN_HOST]),
+            "--out",
+            str(comparison),
+        ],
+    }
+    started = {
+        key: subprocess.Popen(
+            [sys.executable, "-m", "analysis", *args, "--workers", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for key, args in commands.items()
+    }
+    try:
+        second = run("deploy-2")
+    finally:
+        analysis = {key: finished(process) for key, process in started.items()}
     return {
         "secrets": secrets,
         "key_file": key_file,
-        "report_dir": report.parent,
+        "report_dir": report_dir,
         "first": first,
         "second": second,
         "pids": pids,
         "pids_after_benchmark": pids_after_benchmark,
         "bench": bench,
-        "results": results / RUN,
+        "results": {host: results / RUNS[host] for host in HOSTS},
         "analysis": analysis,
-        "report": report,
+        "reports": reports,
+        "compare": comparison,
         "extravars": extravars,
+        "state_root": state_root,
     }
+
+
+def moved(variable: str, folder: str, root: str) -> str:
+    """The kit's own <kit>/<folder>[/<model>] path of a host, with <kit>/<folder> moved to root:
+    extra vars are templated per host, so each host's model still picks its subfolder."""
+    return f"{{{{ {variable} | replace(kimi_kit_dir ~ '/{folder}', '{root}') }}}}"
+
+
+def finished(process: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate(timeout=30)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def server_pid(cluster, host: str) -> int:
@@ -218,70 +331,102 @@ def test_deploy_ends_with_a_healthy_server_on_every_host(cluster, deploy):
     assert first.rc == 0, first.stdout
     health = first.results("Wait for /health_generate")
     assert {host: health[host]["state"] for host in HOSTS} == dict.fromkeys(HOSTS, "healthy")
+    launches = {}
     for host in HOSTS:
         launch = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
+        launches[host] = launch
         assert launch["config"] == "dflash" and launch["runtime"] == "sglang==0.5.23"
         assert launch["argv"][0] == "/opt/kimi/venv/bin/python"
-        assert "/opt/kimi/weights/z-lab/Kimi-K2.6-DFlash" in launch["argv"]
+        # Each host serves its own model with that model's drafter.
+        target = model(MODELS[host])["target"]["repo_id"]
+        assert argument(launch["argv"], "--model-path") == f"/opt/kimi/weights/{target}"
+        assert f"/opt/kimi/weights/{drafter(host)}" in launch["argv"]
         # The profile's NCCL settings reach the server and /etc/nccl.conf alike.
         nccl = cluster.ssh(host, "cat /etc/nccl.conf").stdout
         for key, value in launch["environment"].items():
             if key.startswith("NCCL_"):
                 assert f"{key}={value}" in nccl
-    ct200 = json.loads(cluster.ssh("ct200-a", "cat /var/lib/kimi/server/launch.json").stdout)
-    assert ct200["environment"]["NCCL_P2P_DISABLE"] == "1"
-    b200 = json.loads(cluster.ssh("b200-a", "cat /var/lib/kimi/server/launch.json").stdout)
-    argv = b200["argv"]
-    assert argv[argv.index("--attention-backend") + 1] == "trtllm_mla"
+    assert launches[KIMI_HOST]["environment"]["NCCL_P2P_DISABLE"] == "1"
+    # TP size, parsers and the target's attention backend come from each model's folder: K2.6
+    # spans the eight GPUs; Qwen runs at TP1 with its own parsers, and on the b200 host its
+    # attention runs on its own profile entry, not on the MLA-only trtllm_mla K2.6 gets there.
+    kimi, qwen = launches[KIMI_HOST]["argv"], launches[QWEN_HOST]["argv"]
+    assert argument(kimi, "--tp-size") == "8" and argument(qwen, "--tp-size") == "1"
+    assert argument(kimi, "--tool-call-parser") == "kimi_k2"
+    assert argument(qwen, "--tool-call-parser") == "qwen3_coder"
+    assert argument(qwen, "--reasoning-parser") == "qwen3"
+    backend = model(MODELS[QWEN_HOST])["profiles"]["b200"]["target_attention_backend"]
+    assert argument(qwen, "--attention-backend") == backend != "trtllm_mla"
+    assert argument(qwen, "--speculative-num-draft-tokens") == "16"
+    # The weights stage's controller records went to each model's own folder.
+    state = deploy["state_root"]
+    assert (state / KIMI_HOST / "weights.json").is_file()
+    assert (state / MODELS[QWEN_HOST] / QWEN_HOST / "weights.json").is_file()
+    assert not (state / QWEN_HOST).exists()
+
+
+def argument(argv: list[str], flag: str) -> str:
+    assert flag in argv, (flag, argv)
+    return argv[argv.index(flag) + 1]
 
 
 def test_benchmark_lands_results_for_every_host_config_and_level(deploy):
-    bench, results = deploy["bench"], deploy["results"]
-    assert bench.rc == 0, bench.stdout
     for host in HOSTS:
-        for config in CONFIGS:
+        bench, results = deploy["bench"][host], deploy["results"][host]
+        assert bench.rc == 0, bench.stdout
+        # --limit: each run touched its own host only, and says which model it measured.
+        assert set(bench.stats["ok"]) - {"localhost"} == {host}, bench.stats
+        run = json.loads((results / "run.json").read_text())
+        assert run["hosts"] == [host] and run["model"]["name"] == MODELS[host]
+        assert run["model"]["attention"] == model(MODELS[host])["attention"]
+        assert sorted(p.name for p in results.iterdir() if p.is_dir()) == [host]
+        for config in CONFIGS[host]:
             for concurrency in LEVELS:
                 level = json.loads(
                     (results / host / config / "questions" / f"c{concurrency}.json").read_text()
                 )
                 assert level["summary"]["requests_ok"] == PROMPTS, (host, config, concurrency)
-                python = "venv-git" if config in (CHAIN, *DDTREE_CONFIGS) else "venv"
+                python = "venv-git" if config in (CHAIN, *DDTREE_CONFIGS[host]) else "venv"
                 assert level["provenance"]["launch"]["argv"][0] == f"/opt/kimi/{python}/bin/python"
 
 
 def test_analysis_report_shows_the_speedup_the_simulator_implies(deploy, tmp_path):
     from tests.support.report_check import check_report, open_in_chromium
 
-    analysis, report = deploy["analysis"], deploy["report"]
-    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
-    check_report(report)
-    with (report / "summary.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
-    dflash = [r for r in rows if r["config"] == "dflash"]
-    assert {(r["host"], r["concurrency"]) for r in dflash} == {
-        (host, level) for host in HOSTS for level in ("1", "4")
-    }
-    ar = Sim(step_ms=STEP_MS, prefill_ms=PREFILL_MS)
-    spec = Sim(step_ms=STEP_MS, prefill_ms=PREFILL_MS, accept=float(ACCEPT))
-    for row in dflash:
-        # ACCEPT tokens per verify step against one per step, at the same step time.
-        low, high = implied_speedup_range(
-            spec, ar, int(row["concurrency"]), PROMPTS, MAX_NEW_TOKENS
-        )
-        assert low * 0.95 <= float(row["speedup_vs_ar"]) <= high * 1.05, (low, high, row)
-    shown = open_in_chromium(report / "report.html", tmp_path)
+    for host in HOSTS:
+        analysis, report = deploy["analysis"][host], deploy["reports"][host]
+        assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+        check_report(report)
+        with (report / "summary.csv").open() as handle:
+            rows = list(csv.DictReader(handle))
+        dflash = [r for r in rows if r["config"] == "dflash"]
+        assert {(r["host"], r["concurrency"]) for r in dflash} == {
+            (host, level) for level in ("1", "4")
+        }
+        ar = Sim(step_ms=STEP_MS, prefill_ms=PREFILL_MS)
+        spec = Sim(step_ms=STEP_MS, prefill_ms=PREFILL_MS, accept=float(ACCEPT))
+        for row in dflash:
+            # ACCEPT tokens per verify step against one per step, at the same step time.
+            low, high = implied_speedup_range(
+                spec, ar, int(row["concurrency"]), PROMPTS, MAX_NEW_TOKENS
+            )
+            assert low * 0.95 <= float(row["speedup_vs_ar"]) <= high * 1.05, (low, high, row)
+    # The hybrid run's report, as a browser shows it (the comparison's page is opened below).
+    shown = open_in_chromium(deploy["reports"][QWEN_HOST] / "report.html", tmp_path)
     assert shown["images"] and all(complete for complete, *_ in shown["images"])
 
 
 def test_ddtree_sweep_runs_with_its_flags_and_is_diagnosed_per_host(deploy):
-    """Every budget ran on the git runtime with the flags DDTree needs; the report shows every
-    budget beside its chain control, warns about the collapse-shaped sweep only, and never
-    recommends a collapsed budget."""
-    results, report = deploy["results"], deploy["report"]
-    assert deploy["analysis"].returncode == 0, deploy["analysis"].stderr
+    """Every budget of each model ran on the git runtime with the flags DDTree needs; each
+    run's report shows every budget beside its chain control, warns about the hybrid's collapse
+    only, and never recommends a collapsed budget."""
+    documents = {}
     for host in HOSTS:
+        results, report = deploy["results"][host], deploy["reports"][host]
+        assert deploy["analysis"][host].returncode == 0, deploy["analysis"][host].stderr
         scaled = {b: (step * STEP_SCALE, accept) for b, (step, accept) in SWEEPS[host].items()}
-        for budget in BUDGETS:
+        assert set(BUDGETS[host]) <= set(scaled), (host, sorted(scaled))
+        for budget in BUDGETS[host]:
             for concurrency in LEVELS:
                 level = json.loads(
                     (
@@ -292,6 +437,7 @@ def test_ddtree_sweep_runs_with_its_flags_and_is_diagnosed_per_host(deploy):
                 for flags in (
                     "--speculative-algorithm DDTREE",
                     f"--speculative-ddtree-budget {budget}",
+                    f"--speculative-num-draft-tokens {block_size(host)}",
                     "--page-size 1",
                     "--disable-overlap-schedule",
                     "--attention-backend triton",
@@ -301,53 +447,109 @@ def test_ddtree_sweep_runs_with_its_flags_and_is_diagnosed_per_host(deploy):
                 measured = level["summary"]["accepted_tokens_per_step"]
                 assert measured == pytest.approx(scaled[budget][1], rel=0.05), (host, budget)
 
-    document = json.loads((report / "report.json").read_text())
-    rows = [r for r in document["rows"] if r["prompt_set"] == "questions"]
-    for row in rows:
-        budget = row["ddtree_budget"]
-        expected = {"ar": 1, "dflash": 8, CHAIN: 8}.get(row["config"], (budget or 0) + 1)
-        assert int(row["verify_tokens_per_step"]) == expected, row
-        if row["config"].startswith("ddtree-"):
-            assert row["chain_control"] == CHAIN, row
-            chain = next(
-                r
-                for r in rows
-                if (r["host"], r["config"], r["concurrency"])
-                == (row["host"], CHAIN, row["concurrency"])
+        document = json.loads((report / "report.json").read_text())
+        documents[host] = document
+        rows = [r for r in document["rows"] if r["prompt_set"] == "questions"]
+        assert {r["host"] for r in rows} == {host}
+        block = block_size(host)  # K2.6 8, Qwen 16
+        for row in rows:
+            budget = row["ddtree_budget"]
+            expected = {"ar": 1, "dflash": block, CHAIN: block}.get(
+                row["config"], (budget or 0) + 1
             )
-            ratio = row["output_tokens_per_s"] / chain["output_tokens_per_s"]
-            assert row["speedup_vs_chain"] == pytest.approx(ratio, rel=1e-3), row
-    shown = {(r["host"], r["config"], int(r["concurrency"])) for r in rows}
-    assert shown >= {(h, c, n) for h in HOSTS for c in CONFIGS for n in LEVELS}
+            assert int(row["verify_tokens_per_step"]) == expected, row
+            if row["config"].startswith("ddtree-"):
+                assert row["chain_control"] == CHAIN, row
+                chain = next(
+                    r
+                    for r in rows
+                    if (r["config"], r["concurrency"]) == (CHAIN, row["concurrency"])
+                )
+                ratio = row["output_tokens_per_s"] / chain["output_tokens_per_s"]
+                assert row["speedup_vs_chain"] == pytest.approx(ratio, rel=1e-3), row
+        shown = {(r["host"], r["config"], int(r["concurrency"])) for r in rows}
+        assert shown >= {(host, c, n) for c in CONFIGS[host] for n in LEVELS}
 
-    collapses = [w for w in document["warnings"] if w["kind"] == "ddtree_budget_collapse"]
-    assert sorted((w["host"], w["prompt_set"], int(w["concurrency"])) for w in collapses) == [
-        (SYSTEMD_HOST, "questions", level) for level in LEVELS
-    ]
-    # The simulator's collapse pairs, found again from what the client measured.
-    expected_pairs = [(a, b) for a, b, kind in pairs(HYBRID_COLLAPSE) if kind == "collapse"]
-    for warning in collapses:
+    collapses = {
+        host: [w for w in document["warnings"] if w["kind"] == "ddtree_budget_collapse"]
+        for host, document in documents.items()
+    }
+    assert collapses[KIMI_HOST] == []
+    assert sorted(
+        (w["host"], w["prompt_set"], int(w["concurrency"])) for w in collapses[QWEN_HOST]
+    ) == [(QWEN_HOST, "questions", level) for level in LEVELS]
+    # The simulator's collapse pairs, found again from what the client measured: 15 -> 32 and
+    # 32 -> 64, the published study's two steps.
+    expected_pairs = [(a, b) for a, b, kind in pairs(QWEN_HYBRID) if kind == "collapse"]
+    assert expected_pairs == [(15, 32), (32, 64)]
+    for warning in collapses[QWEN_HOST]:
         found = [(p["budgets"][0], p["budgets"][1]) for p in warning["pairs"]]
-        assert [pair for pair in found if pair[1] in BUDGETS] == [
-            pair for pair in expected_pairs if pair[1] in BUDGETS
-        ], warning
-    # 32 and 64 fell from the budget below; 128 stays far below 16 for no more step time.
+        assert found == expected_pairs, warning
+    rows = [r for d in documents.values() for r in d["rows"] if r["prompt_set"] == "questions"]
     collapsed = {
         (r["host"], r["ddtree_budget"]) for r in rows if r["budget_diagnosis"] == "collapsed"
     }
-    assert collapsed == {(SYSTEMD_HOST, budget) for budget in (32, 64, 128)}
+    assert collapsed == {(QWEN_HOST, budget) for budget in (32, 64)}
     saturated = {
         (r["host"], r["ddtree_budget"]) for r in rows if r["budget_diagnosis"] == "saturated"
     }
     # The healthy sweep gains under 5% tokens a step from 64 to 128 for 11% more step time.
-    assert saturated == {("ct200-a", 128)}
+    assert saturated == {(KIMI_HOST, 128)}
     picks: dict[str, set] = {}
-    for pick in document["recommendation"]:
-        picks.setdefault(pick["host"], set()).add(pick["config"])
-    # The collapse host: only budget 16 stayed healthy, and it is the fastest config there.
-    # The healthy host: 32 and 64 run within 1% of each other, and 32 is the smaller (the
-    # saturation rule takes it even when 64 measures a hair faster).
-    assert picks == {SYSTEMD_HOST: {"ddtree-b16"}, "ct200-a": {"ddtree-b32"}}
+    for document in documents.values():
+        for pick in document["recommendation"]:
+            picks.setdefault(pick["host"], set()).add(pick["config"])
+    # The hybrid: only budget 15 stayed healthy, and it is the fastest config there (15 tokens
+    # a step against dflash's 4 at 3.5 times the step time). The healthy host: 32 and 64 run
+    # within 1% of each other, and 32 is the smaller (the saturation rule takes it even when 64
+    # measures a hair faster).
+    assert picks == {QWEN_HOST: {"ddtree-b15"}, KIMI_HOST: {"ddtree-b32"}}
+
+
+def test_comparison_of_the_two_models_shows_both_decompositions_and_the_hybrids_collapse(
+    deploy, tmp_path
+):
+    """`python -m analysis compare RUN_K26 RUN_QWEN`: the hybrid (B) carries the collapse
+    warnings and a collapsed verdict, K2.6 (A) none and a healthy one, and the page shows each
+    run's decomposition plot."""
+    from tests.support.report_check import open_in_chromium, png_size
+
+    analysis, out = deploy["analysis"]["compare"], deploy["compare"]
+    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+    document = json.loads((out / "report.json").read_text())
+    assert document["kind"] == "analysis.compare"
+    collapses = [w for w in document["warnings"] if w["kind"] == "ddtree_budget_collapse"]
+    assert sorted((w["where"][:2], w["host"], int(w["concurrency"])) for w in collapses) == [
+        ("B:", QWEN_HOST, level) for level in LEVELS
+    ]
+    diagnosis = document["diagnosis"]
+    assert diagnosis["a"]["model"]["name"] == MODELS[KIMI_HOST]
+    assert diagnosis["b"]["model"]["name"] == MODELS[QWEN_HOST]
+    assert (diagnosis["a"]["verdict"], diagnosis["b"]["verdict"]) == ("healthy", "collapsed")
+    assert diagnosis["a"]["collapses"] == []
+    assert len(diagnosis["b"]["collapses"]) == len(LEVELS)
+    # Both runs' budget steps, each against its own next budget.
+    steps = {
+        side: {tuple(row["budgets"]) for row in diagnosis[side]["ddtree_sweep"]}
+        for side in ("a", "b")
+    }
+    assert steps == {"a": {(16, 32), (32, 64), (64, 128)}, "b": {(15, 32), (32, 64)}}
+    # Hosts differ and so do some configs: what both ran (ar, dflash, the chain, b32, b64) is
+    # side by side, each run's other budgets listed as only in it.
+    configs = {row["config"] for row in document["rows"]}
+    assert configs == {"ar", "dflash", CHAIN, "ddtree-b32", "ddtree-b64"}
+    assert {c for _, c, _ in document["only_in_a"]} == {"ddtree-b16", "ddtree-b128"}
+    assert {c for _, c, _ in document["only_in_b"]} == {"ddtree-b15"}
+    decompositions = [p for p in document["plots"] if "decomposition" in p]
+    assert len(decompositions) == 2, document["plots"]
+    for name in decompositions:
+        width, height = png_size((out / name).read_bytes())
+        assert width > 200 and height > 150, (name, width, height)
+    page = (out / "compare.html").read_text()
+    assert page.count("data:image/png;base64,") == len(document["plots"])
+    shown = open_in_chromium(out / "compare.html", tmp_path)
+    assert len(shown["images"]) == len(document["plots"])
+    assert all(complete and width > 200 for complete, width, _ in shown["images"])
 
 
 def test_second_deploy_changes_nothing_and_keeps_the_servers(cluster, deploy):
@@ -362,6 +564,8 @@ def test_second_deploy_changes_nothing_and_keeps_the_servers(cluster, deploy):
 
 
 def test_plan_lists_what_deploy_runs(cluster, deploy):
+    """Each model's plan goes to its own folder (K2.6's where it always did, Qwen's under
+    qwen3.6-27b/), and each lists the launch its host runs."""
     from tests.support.ansible_run import run_playbook
 
     extravars = deploy["extravars"]
@@ -374,24 +578,29 @@ def test_plan_lists_what_deploy_runs(cluster, deploy):
         deploy["report_dir"] / "plan-runner",
         extravars={
             **extravars,
-            "plan_output_dir": str(plan_dir),
+            "plan_output_dir": moved("kimi_plan_dir", "plan", str(plan_dir)),
             "plan_state_dir": extravars["weights_controller_state_dir"],
         },
         vars_files=[deploy["key_file"]],
     )
     assert run.rc == 0, run.stdout
-    for host in HOSTS:
-        plan = json.loads((plan_dir / host / "plan.json").read_text())
+    folders = {KIMI_HOST: plan_dir / KIMI_HOST, QWEN_HOST: plan_dir / MODELS[QWEN_HOST] / QWEN_HOST}
+    assert sorted(p.name for p in plan_dir.iterdir()) == sorted([KIMI_HOST, MODELS[QWEN_HOST]])
+    for host, folder in folders.items():
+        plan = json.loads((folder / "plan.json").read_text())
         launches = {c["name"]: c for c in plan["serving_configs"]["dflash"]["launch"]}
         deployed = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
         assert launches["dflash"]["argv"] == deployed["argv"]
         assert launches["dflash"]["environment"] == deployed["environment"]
+        # The budgets each model sweeps, as its plan lists them.
+        ddtree = {c["name"] for c in plan["serving_configs"]["ddtree"]["launch"]}
+        assert ddtree == set(DDTREE_CONFIGS[host]), (host, ddtree)
 
 
 def test_no_secret_reaches_a_file_others_can_read(cluster, deploy):
     """The HF token and the API key, and anything anyone can compute from them (unkeyed hashes,
     base64, the server's old launch hash), are in no file readable by other users: not on the
-    controller (ansible-runner's records of every run, results, report, plan, the controller
+    controller (ansible-runner's records of every run, results, reports, plans, the controller
     state) and not on the hosts (everything they wrote, journals included). Root-only files are
     where secrets belong; the files the secrets came from are excepted."""
     from tests.support.secret_scan import derived_forms, legacy_launch_hash, scan
@@ -407,10 +616,11 @@ def test_no_secret_reaches_a_file_others_can_read(cluster, deploy):
         mode = cluster.ssh(host, "stat -c %a /etc/kimi/sglang-secrets.yaml").stdout.strip()
         assert mode == "600", (host, mode)
     controller = [
-        *(deploy[name].private_dir for name in ("first", "bench", "second")),
-        deploy["results"],
+        *(deploy[name].private_dir for name in ("first", "second")),
+        *(run.private_dir for run in deploy["bench"].values()),
+        *deploy["results"].values(),
         deploy["report_dir"],
-        Path(deploy["extravars"]["weights_controller_state_dir"]),
+        deploy["state_root"],
     ]
     hosts = [Path(host.state_dir) / part for host in cluster.hosts for part in ("upper", "tmp")]
     leaks, read = scan(controller + hosts, secrets, exclude=[deploy["secrets"]])
