@@ -12,7 +12,10 @@ regular expression of its own.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import ipaddress
+import os
 import re
 from pathlib import Path
 
@@ -27,6 +30,7 @@ if _KIT_MODULE_UTILS not in ansible.module_utils.__path__:
 
 import yaml  # noqa: E402
 from ansible.module_utils.model_data import (  # noqa: E402
+    MAX_MODEL_FILE_BYTES,
     ModelDataError,
     config_paths,
     load_model,
@@ -180,8 +184,33 @@ def _model(function, *args):
         raise AnsibleFilterError(str(error)) from None
 
 
+# Every variable group_vars/all derives from the model is templated again wherever it is used
+# (a hundred times and more in one plan run), so the checked data is kept per file content: a
+# model.yml changed on disk is read and checked again.
+_MODELS: dict[tuple, dict] = {}
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _parse_yaml(text: str):
+    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader, C or Python
+
+
 def kimi_model_data(name, models_dir):
-    return _model(load_model, str(models_dir), name, yaml.safe_load)
+    try:
+        path = os.path.join(str(models_dir), str(name), "model.yml")
+        with open(path, "rb") as handle:
+            digest = hashlib.sha256(handle.read(MAX_MODEL_FILE_BYTES + 1)).hexdigest()
+        key = (str(models_dir), str(name), digest)
+    except (OSError, ValueError):
+        key = None  # load_model names what is wrong
+    if key is None or key not in _MODELS:
+        data = _model(load_model, str(models_dir), name, _parse_yaml)
+        if key is None:
+            return data
+        if len(_MODELS) >= 16:
+            _MODELS.clear()
+        _MODELS[key] = data
+    return copy.deepcopy(_MODELS[key])
 
 
 def kimi_serving_definitions(model, budgets, tp_sizes=None):

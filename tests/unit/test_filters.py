@@ -83,3 +83,25 @@ def test_server_url_refuses_what_is_no_host_and_port(settings):
 
 def test_the_filters_are_registered_under_their_names():
     assert {"kimi_needed_repos", "kimi_server_url"} <= set(filters.FilterModule().filters())
+
+
+def test_model_data_is_read_again_when_the_file_changes(tmp_path):
+    """The filter keeps a model's checked data between the many times group_vars template it,
+    but never a stale copy: a changed model.yml is read and checked again, and a caller that
+    changes what it got does not change what the next one gets."""
+    import shutil
+
+    shutil.copytree(Path(__file__).resolve().parents[2] / "models" / "kimi-k2.6", tmp_path / "m")
+    (tmp_path / "m" / "model.yml").write_text(
+        (tmp_path / "m" / "model.yml").read_text().replace("name: kimi-k2.6", "name: m")
+    )
+    data = filters.kimi_model_data("m", tmp_path)
+    assert data["tp_size"] == 8
+    data["tp_size"] = 99
+    assert filters.kimi_model_data("m", tmp_path)["tp_size"] == 8
+    path = tmp_path / "m" / "model.yml"
+    path.write_text(path.read_text().replace("tp_size: 8", "tp_size: 4"))
+    assert filters.kimi_model_data("m", tmp_path)["tp_size"] == 4
+    path.write_text(path.read_text().replace("tp_size: 4", "tp_size: '4'"))
+    with pytest.raises(AnsibleFilterError, match="tp_size is '4'"):
+        filters.kimi_model_data("m", tmp_path)
