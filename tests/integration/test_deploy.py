@@ -4,8 +4,8 @@ variable), at once: deploy_kimi.yml (preflight, each model's weights from a loca
 release runtime with the simulator packaged as sglang 0.5.23 and the git runtime built from a
 local copy of the DDTree pull request's ref, tuning with kernel values under a private tree, the
 server), then benchmark_kimi.yml as one run per model (--limit to its host, both at once: ar,
-dflash, the chain control dflash-tree-backend and DDTree at each model's own budgets, 16 to 128
-for K2.6 and 15, 32, 64 for Qwen, at two levels), then `python -m analysis report` of each run
+dflash (K2.6 only), the chain control dflash-tree-backend and DDTree at each model's own
+budgets, 16 to 128 for K2.6 and 15, 32, 64 for Qwen, at two levels), then `python -m analysis report` of each run
 and `python -m analysis compare` of the two; a second deploy changes nothing and does not
 restart the servers; plan.yml lists what deploy ran, each model's plan in its own folder.
 
@@ -78,12 +78,20 @@ BUDGETS = {host: model(name)["ddtree_budgets"] for host, name in MODELS.items()}
 DDTREE_CONFIGS = {host: [f"ddtree-b{b}" for b in budgets] for host, budgets in BUDGETS.items()}
 CHAIN = "dflash-tree-backend"
 # The chain control: DFlash's chain on the tree backend, a little faster a step than the
-# smallest tree and accepting fewer tokens (K2.6 at most 8 a step, Qwen at most 16).
+# smallest tree and accepting fewer tokens (K2.6 at most 8 a step, Qwen at most 16). On Qwen
+# it runs 20% under budget 15 (714 against 862 tok/s), so which is fastest is not timing noise.
 CHAIN_ENV = {
     KIMI_HOST: {"SGLANG_SIM_STEP_MS": "5.8", "SGLANG_SIM_ACCEPT": "4.4"},
-    QWEN_HOST: {"SGLANG_SIM_STEP_MS": "16.8", "SGLANG_SIM_ACCEPT": "14"},
+    QWEN_HOST: {"SGLANG_SIM_STEP_MS": "16.8", "SGLANG_SIM_ACCEPT": "12"},
 }
-CONFIGS = {host: ["ar", "dflash", CHAIN, *DDTREE_CONFIGS[host]] for host in HOSTS}
+# The hybrid's run is the contrast: AR, the chain control and the budgets. Its dflash on the
+# release runtime is the plan's and the contracts' (tests/integration/test_plan.py) and would
+# only add a server to this, the longest fixture of make test.
+SERVED = {KIMI_HOST: ["ar", "dflash", "ddtree"], QWEN_HOST: ["ar", "ddtree"]}
+CONFIGS = {
+    host: [*(c for c in SERVED[host] if c != "ddtree"), CHAIN, *DDTREE_CONFIGS[host]]
+    for host in HOSTS
+}
 LEVELS = (1, 4)
 
 
@@ -236,6 +244,7 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
             "playbook": "benchmark_kimi.yml",
             "limit": host,
             "benchmark_concurrency": list(LEVELS),
+            "benchmark_serving_configs": SERVED[host],
             "benchmark_server_environment": {CHAIN: CHAIN_ENV[host]},
             "benchmark_num_prompts": PROMPTS,
             "benchmark_max_new_tokens": MAX_NEW_TOKENS,
@@ -397,20 +406,29 @@ def test_analysis_report_shows_the_speedup_the_simulator_implies(deploy, tmp_pat
         analysis, report = deploy["analysis"][host], deploy["reports"][host]
         assert analysis.returncode == 0, analysis.stdout + analysis.stderr
         check_report(report)
-        with (report / "summary.csv").open() as handle:
-            rows = list(csv.DictReader(handle))
-        dflash = [r for r in rows if r["config"] == "dflash"]
-        assert {(r["host"], r["concurrency"]) for r in dflash} == {
-            (host, level) for level in ("1", "4")
-        }
-        ar = Sim(step_ms=STEP_MS, prefill_ms=PREFILL_MS)
-        spec = Sim(step_ms=STEP_MS, prefill_ms=PREFILL_MS, accept=float(ACCEPT))
-        for row in dflash:
-            # ACCEPT tokens per verify step against one per step, at the same step time.
-            low, high = implied_speedup_range(
-                spec, ar, int(row["concurrency"]), PROMPTS, MAX_NEW_TOKENS
-            )
-            assert low * 0.95 <= float(row["speedup_vs_ar"]) <= high * 1.05, (low, high, row)
+    with (deploy["reports"][KIMI_HOST] / "summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    dflash = [r for r in rows if r["config"] == "dflash"]
+    assert {(r["host"], r["concurrency"]) for r in dflash} == {
+        (KIMI_HOST, level) for level in ("1", "4")
+    }
+    ar = Sim(step_ms=STEP_MS, prefill_ms=PREFILL_MS)
+    spec = Sim(step_ms=STEP_MS, prefill_ms=PREFILL_MS, accept=float(ACCEPT))
+    for row in dflash:
+        # What the server counted is exact: ACCEPT tokens a verify step, the prefill token
+        # aside. The speedup is the report's own ratio of measured throughputs; against the
+        # simulator's implied range it is a timing, so it only has to be in its neighbourhood
+        # (4 requests at 5 ms steps on a loaded 2-core machine overshoot by several percent).
+        assert float(row["accepted_tokens_per_step"]) == pytest.approx(ACCEPT, rel=0.01), row
+        reference = next(
+            r for r in rows if r["config"] == "ar" and r["concurrency"] == row["concurrency"]
+        )
+        measured = float(row["output_tokens_per_s"]) / float(reference["output_tokens_per_s"])
+        assert float(row["speedup_vs_ar"]) == pytest.approx(measured, rel=0.01), row
+        low, high = implied_speedup_range(
+            spec, ar, int(row["concurrency"]), PROMPTS, MAX_NEW_TOKENS
+        )
+        assert low * 0.85 <= float(row["speedup_vs_ar"]) <= high * 1.15, (low, high, row)
     # The hybrid run's report, as a browser shows it (the comparison's page is opened below).
     shown = open_in_chromium(deploy["reports"][QWEN_HOST] / "report.html", tmp_path)
     assert shown["images"] and all(complete for complete, *_ in shown["images"])
@@ -500,7 +518,8 @@ def test_ddtree_sweep_runs_with_its_flags_and_is_diagnosed_per_host(deploy):
         for pick in document["recommendation"]:
             picks.setdefault(pick["host"], set()).add(pick["config"])
     # The hybrid: only budget 15 stayed healthy, and it is the fastest config there (15 tokens
-    # a step against dflash's 4 at 3.5 times the step time). The healthy host: 32 and 64 run
+    # a step against the chain control's 12 at almost its step time, 20% ahead). The healthy
+    # host: 32 and 64 run
     # within 1% of each other, and 32 is the smaller (the saturation rule takes it even when 64
     # measures a hair faster).
     assert picks == {QWEN_HOST: {"ddtree-b15"}, KIMI_HOST: {"ddtree-b32"}}
@@ -534,11 +553,11 @@ def test_comparison_of_the_two_models_shows_both_decompositions_and_the_hybrids_
         for side in ("a", "b")
     }
     assert steps == {"a": {(16, 32), (32, 64), (64, 128)}, "b": {(15, 32), (32, 64)}}
-    # Hosts differ and so do some configs: what both ran (ar, dflash, the chain, b32, b64) is
-    # side by side, each run's other budgets listed as only in it.
+    # Hosts differ and so do some configs: what both ran (ar, the chain, b32, b64) is side by
+    # side, each run's other configs listed as only in it.
     configs = {row["config"] for row in document["rows"]}
-    assert configs == {"ar", "dflash", CHAIN, "ddtree-b32", "ddtree-b64"}
-    assert {c for _, c, _ in document["only_in_a"]} == {"ddtree-b16", "ddtree-b128"}
+    assert configs == {"ar", CHAIN, "ddtree-b32", "ddtree-b64"}
+    assert {c for _, c, _ in document["only_in_a"]} == {"dflash", "ddtree-b16", "ddtree-b128"}
     assert {c for _, c, _ in document["only_in_b"]} == {"ddtree-b15"}
     decompositions = [p for p in document["plots"] if "decomposition" in p]
     assert len(decompositions) == 2, document["plots"]
