@@ -5,9 +5,10 @@ release runtime with the simulator packaged as sglang 0.5.23 and the git runtime
 local copy of the DDTree pull request's ref, tuning with kernel values under a private tree, the
 server), then benchmark_kimi.yml as one run per model (--limit to its host, both at once: ar,
 dflash (K2.6 only), the chain control dflash-tree-backend and DDTree at each model's own
-budgets, 16 to 128 for K2.6 and 15, 32, 64 for Qwen, at two levels), then `python -m analysis report` of each run
-and `python -m analysis compare` of the two; a second deploy changes nothing and does not
-restart the servers; plan.yml lists what deploy ran, each model's plan in its own folder.
+budgets, 16 to 128 for K2.6 and 15, 32, 64 for Qwen, at two levels), then `python -m analysis
+report` of each run and `python -m analysis compare` of the two; a second deploy changes
+nothing and does not restart the servers; plan.yml lists what deploy ran, each model's plan in
+its own folder.
 
 The simulator plays a DDTree budget sweep per host from tests/support/ddtree_tables.py: the K2.6
 host a healthy pure-attention one (accepted tokens per step rising, then saturating), the Qwen
