@@ -175,10 +175,12 @@ def reference_of(config: str, reference: str, found: dict) -> str:
 
 
 def is_reference(config: str, reference: str) -> bool:
+    """The reference itself, or the reference at some TP size (ar, ar-tp4)."""
     try:
-        return parse_config_name(config)[0] == reference and parse_config_name(config)[2] is None
+        base, _tp_size, budget = parse_config_name(config)
     except ServingConfigError:
         return config == reference
+    return config == reference or (base == reference and budget is None)
 
 
 def check(results_dir: str, reference: str, threshold: float) -> dict:
@@ -186,7 +188,7 @@ def check(results_dir: str, reference: str, threshold: float) -> dict:
     references = {}
     configs = {}
     for config, files in found.items():
-        if config == reference or is_reference(config, reference):
+        if is_reference(config, reference):
             continue
         own_reference = reference_of(config, reference, found)
         base = found.get(own_reference, {})
