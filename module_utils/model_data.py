@@ -322,7 +322,46 @@ def check_model(data, folder) -> dict:
         "profiles": profiles,
         "serving_config_definitions": definitions,
         "references": top.words("references", re.compile(r"^[a-z0-9_]{1,64}$"), optional=True),
+        "accuracy": _accuracy(top),
     }
+
+
+def _accuracy(top: _Reader) -> dict:
+    """The answer-scoring settings: the chat template switch that turns thinking off for scored
+    prompt sets, and per prompt set the accuracy AR must reach, with where that floor comes from.
+    Optional: a model without them is scored with its template's defaults and no floor."""
+    if top.get("accuracy") is None:
+        return {"chat_template_kwargs": {}, "floors": {}}
+    reader = top.mapping("accuracy")
+    kwargs_reader = (
+        reader.mapping("chat_template_kwargs")
+        if "chat_template_kwargs" in (reader.data)
+        else _Reader({}, reader.path, reader.name("chat_template_kwargs"))
+    )
+    kwargs = {}
+    for key, value in kwargs_reader.data.items():
+        if not isinstance(key, str) or not KEY.match(key):
+            kwargs_reader.fail(kwargs_reader.where, key, "template variable names (a-z, 0-9, _)")
+        if not isinstance(value, (bool, int, float, str)) or (
+            isinstance(value, str) and len(value) > 256
+        ):
+            kwargs_reader.fail(kwargs_reader.name(key), value, "a boolean, number or short string")
+        kwargs[key] = value
+    floors_reader = (
+        reader.mapping("floors")
+        if "floors" in reader.data
+        else _Reader({}, reader.path, reader.name("floors"))
+    )
+    floors = {}
+    for prompt_set in floors_reader.data:
+        if not isinstance(prompt_set, str) or not WORD.match(prompt_set):
+            floors_reader.fail(floors_reader.where, prompt_set, "prompt set names")
+        entry = floors_reader.mapping(prompt_set)
+        floor = entry.get("floor")
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor <= 1:
+            entry.fail(entry.name("floor"), floor, "a share of right answers above 0, at most 1")
+        floors[prompt_set] = {"floor": float(floor), "source": entry.text("source")}
+    return {"chat_template_kwargs": kwargs, "floors": floors}
 
 
 def serving_definitions(model: dict, budgets, tp_sizes=None) -> dict:

@@ -144,6 +144,13 @@ def _set(data, dotted, value):
         ("profiles.ct200.mem_fraction_static", 1.5, "needed a number between 0 and 1"),
         ("profiles.ct200.target_attention_backend", None, "target_attention_backend is None"),
         ("launch_args", "--x", "launch_args is '--x'"),
+        ("accuracy", "on", "accuracy is 'on'; needed a mapping"),
+        ("accuracy.floors.gsm8k.floor", 1.5, "needed a share of right answers above 0"),
+        ("accuracy.floors.gsm8k.floor", True, "accuracy.floors.gsm8k.floor is True"),
+        ("accuracy.floors.gsm8k.source", "", "accuracy.floors.gsm8k.source is ''"),
+        ("accuracy.floors.gsm8k", 0.9, "accuracy.floors.gsm8k is 0.9; needed a mapping"),
+        ("accuracy.chat_template_kwargs.thinking", [False], "a boolean, number or short string"),
+        ("accuracy.chat_template_kwargs", ["thinking"], "needed a mapping"),
     ],
 )
 def test_a_bad_field_is_named_with_what_is_needed(models, field, value, message):
