@@ -113,6 +113,13 @@ options:
       SGLang's --max-mamba-cache-size - recurrent state slots, instead of
       mamba_full_memory_ratio's share of memory.
     type: int
+  context_length:
+    description:
+      - SGLang's --context-length - C(auto), or a number of tokens. C(auto) resolves to
+        C(max_context_length); a number is kept, with C(context_length_warning) when one
+        request that long does not fit the KV pool. Default what C(launch_argv) says, else
+        C(auto).
+    type: str
 author:
   - kimi-deploy-kit maintainers
 """
@@ -216,6 +223,30 @@ verify_state_gib:
   description: The per-verify-token intermediate states on one GPU, GiB.
   returned: success
   type: float
+context_length:
+  description: >-
+    The launch's --context-length - the user's value, or C(max_context_length) for C(auto).
+  returned: success
+  type: int
+  sample: 82972
+context_length_source:
+  description: C(auto) (from this plan) or C(user).
+  returned: success
+  type: str
+max_context_length:
+  description: >-
+    The longest request one server holds whole - the KV pool in tokens, capped at the model's
+    max_position_embeddings.
+  returned: success
+  type: int
+context_length_fits:
+  description: Whether one request at context_length fits the KV pool (and the model).
+  returned: success
+  type: bool
+context_length_warning:
+  description: What does not fit and how to fix it; null when it fits.
+  returned: success
+  type: str
 mamba_ssm_dtype:
   description: The SSM state's dtype (null without recurrent layers); conv states are bfloat16.
   returned: success
@@ -284,6 +315,7 @@ def main() -> None:
             "disable_overlap_schedule": {"type": "bool"},
             "launch_argv": {"type": "list", "elements": "str"},
             "max_mamba_cache_size": {"type": "int"},
+            "context_length": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -303,6 +335,7 @@ def main() -> None:
                     "mamba_radix_cache_strategy",
                     "disable_overlap_schedule",
                     "max_mamba_cache_size",
+                    "context_length",
                 )
                 if params[name] is not None
             }

@@ -42,6 +42,12 @@ full_attention and linear_attention, the Gated DeltaNet) follow SGLang 0.5.23 as
   cost memory on a hybrid target.
 - An MTP head in the checkpoint counts in its size but is not loaded without NEXTN.
 
+Context length (SGLang's --context-length): `auto` is the longest request one server can
+hold whole - the KV pool in tokens (target and drafter caches together), capped at the
+model's max_position_embeddings. SGLang itself warns when the pool holds fewer tokens than
+--context-length and then caps a request at the pool (python/sglang/srt/managers/tp_worker.py,
+TpModelWorker.get_worker_info); the plan says so before the launch, for a value the user set.
+
 A config.json is outside input: every field read is checked first (an int that is not a bool,
 within bounds far above any released model), and tp_size is checked against what SGLang
 splits evenly over ranks, so a plan never holds a negative, NaN or silently wrong figure.
@@ -200,6 +206,7 @@ def check_target(config, source: str = "model_config") -> None:
     cfg.integer("n_shared_experts", MAX_EXPERTS, low=0, default=None, nullable=True)
     _check_mla(cfg)
     cfg.flag("tie_word_embeddings")
+    cfg.integer("max_position_embeddings", MAX_KV_TOKENS, default=None, nullable=True)
     quant = cfg.part("quantization_config")
     if quant:
         _check_quantization(quant)
@@ -833,6 +840,7 @@ LAUNCH_FLAGS = {
     "--mamba-full-memory-ratio": ("mamba_full_memory_ratio", float),
     "--mamba-radix-cache-strategy": ("mamba_radix_cache_strategy", str),
     "--max-mamba-cache-size": ("max_mamba_cache_size", int),
+    "--context-length": ("context_length", int),
 }
 
 
@@ -851,8 +859,9 @@ def launch_options(argv) -> dict:
     """The plan() parameters a launch argv sets, so that a plan is of the command that runs:
     verify tokens (1 without speculation; budget + 1 under DDTREE, its budget defaulting to
     the draft tokens - 1 as the pull request does; else --speculative-num-draft-tokens, or the
-    drafter's block size when absent), overlap scheduling, and the --mamba-* and
-    --max-running-requests flags. A value that does not parse fails naming the flag."""
+    drafter's block size when absent), overlap scheduling, and the --mamba-*,
+    --max-running-requests and --context-length flags. A value that does not parse fails
+    naming the flag."""
     if not isinstance(argv, list) or not all(isinstance(item, str) for item in argv):
         raise CapacityError(f"launch_argv must be a list of strings, got {argv!r:.120}")
     options: dict = {"disable_overlap_schedule": "--disable-overlap-schedule" in argv}
@@ -1069,6 +1078,7 @@ def plan(
     mamba_radix_cache_strategy: str = "auto",
     disable_overlap_schedule: bool = False,
     max_mamba_cache_size: int | None = None,
+    context_length: int | str | None = None,
 ) -> dict:
     """Weights per GPU, KV bytes per token and the KV pool in tokens, with a fit verdict.
     `gpu_count`: the GPUs the server can span (None when unknown); `sources` name the two
@@ -1078,7 +1088,10 @@ def plan(
     DFlash chain, budget + 1 for DDTree; default the drafter's block size, or 1),
     `max_running_requests` (default SGLang's: 48 under speculative decoding, else what the
     pools allow), and SGLang's --mamba-ssm-dtype, --mamba-full-memory-ratio,
-    --mamba-radix-cache-strategy, --disable-overlap-schedule and --max-mamba-cache-size."""
+    --mamba-radix-cache-strategy, --disable-overlap-schedule and --max-mamba-cache-size.
+    `context_length`: the launch's --context-length, `auto` (or None) for the longest one
+    request can use (context_fit())."""
+    requested_context = check_context_length(context_length)
     check_numbers(gpu_memory_mib, mem_fraction_static, overhead_mib, min_kv_tokens, gpu_count)
     check_hybrid_numbers(
         verify_tokens,
@@ -1171,7 +1184,9 @@ def plan(
             f"{min_kv_tokens} needed; raise mem_fraction_static, use kv_cache_dtype fp8_e4m3, "
             "or use more GPUs"
         )
+    context = context_fit(kv_tokens, model_config, requested_context)
     return {
+        **context,
         "weights_gib_per_gpu": round(weights / GIB, 2),
         "draft_weights_gib_per_gpu": round(draft_weights / GIB, 2),
         "checkpoint_gib": round(checkpoint_bytes(target) / GIB, 2),
@@ -1209,3 +1224,51 @@ def _max_running_requests(
         estimated = int(kv_tokens / cfg["max_position_embeddings"] * 512)
         count = min(max(min(estimated, 4096), 2048), kv_tokens // 2)
     return max(0, min(count, state_cap))
+
+
+def check_context_length(value) -> int | None:
+    """None for `auto`, else the user's --context-length as an int (1 to MAX_KV_TOKENS)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if not _is_int(value) or not 1 <= value <= MAX_KV_TOKENS:
+        raise CapacityError(
+            f"context_length is {value!r}; needed: auto or a whole number of tokens from 1 to "
+            f"{MAX_KV_TOKENS}. Fix: kimi_context_length."
+        )
+    return value
+
+
+def context_fit(kv_tokens: int, model_config: dict, requested: int | None) -> dict:
+    """The launch's context length and whether one request at that length fits the KV pool.
+
+    max_context_length is the longest one request can use: the pool, capped at the model's
+    max_position_embeddings (when the config has one). `auto` (requested None) takes it; a
+    user value is kept as is, with a warning when one request at that length overflows the
+    pool (SGLang then cuts requests at the pool) or passes max_position_embeddings (SGLang
+    refuses to start without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)."""
+    positions = text_config(model_config).get("max_position_embeddings")
+    longest = min(kv_tokens, positions) if _is_int(positions) else kv_tokens
+    warning = None
+    if requested is not None and _is_int(positions) and requested > positions:
+        warning = (
+            f"context_length {requested} is above the model's max_position_embeddings "
+            f"{positions}: SGLang refuses to start unless "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, and outputs past it are unreliable. "
+            f"Fix: kimi_context_length at most {positions}, or auto"
+        )
+    elif requested is not None and requested > kv_tokens:
+        warning = (
+            f"one request at context_length {requested} does not fit the KV pool of "
+            f"{kv_tokens} tokens: SGLang cuts longer requests at the pool. Fix: "
+            f"kimi_context_length {longest} or less (auto takes it), a higher "
+            "mem_fraction_static, kv_cache_dtype fp8_e4m3, or a config without a drafter"
+        )
+    return {
+        "context_length": longest if requested is None else requested,
+        "context_length_source": "auto" if requested is None else "user",
+        "max_context_length": longest,
+        "context_length_fits": warning is None,
+        "context_length_warning": warning,
+    }

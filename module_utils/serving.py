@@ -246,8 +246,10 @@ def render(
     mem_fraction_static, kv_cache_dtype, chunked_prefill_size, attention_backends {target,
     draft, tree}, host, port, api_key, secrets_file, tool_call_parser, reasoning_parser,
     model_args (the model's launch_args), nnodes, node_rank, dist_init_addr, environment,
-    release, git {url, ref}, extra_args. tp: the config's own TP size (a TP-expanded name),
-    else the host's tp_size.
+    release, git {url, ref}, extra_args, served_model_name, context_length (a number, or
+    `auto`: the launch's entry in context_lengths, the capacity plan's figure; without one
+    the flag is left out and SGLang takes the model's own). tp: the config's own TP size (a
+    TP-expanded name), else the host's tp_size.
     """
     tree = bool(definition.get("tree"))
     secrets: dict = {}
@@ -259,6 +261,8 @@ def render(
         raise ServingConfigError(
             f"{name}: model_args (the model's launch_args) must be a list, got {model_args!r}"
         )
+    context_length = resolve_context_length(name, s)
+    served = s.get("served_model_name")
     argv = [
         s["pythons"][kind], "-m", "sglang.launch_server",
         "--model-path", s["model_path"],
@@ -271,6 +275,9 @@ def render(
         "--attention-backend", backends["tree"] if tree else backends["target"],
         "--tool-call-parser", s["tool_call_parser"],
         "--reasoning-parser", s["reasoning_parser"],
+        # The name /v1/models answers and OpenAI clients ask for.
+        *(["--served-model-name", str(served)] if served else []),
+        *(["--context-length", str(context_length)] if context_length else []),
         # What every launch of this model needs beyond the kit's own flags (model.yml).
         *(str(arg) for arg in model_args),
         "--host", s["host"],
@@ -335,9 +342,29 @@ def render(
         "runtime_kind": definition.get("runtime", "release"),
         # The config this one is the control for (dflash-tree-backend: ddtree), or None.
         "control_for": definition.get("control_for"),
+        "context_length": context_length,
         # Written by the server role to secrets_file (0600); never shown unmasked.
         "secrets": secrets,
     }
+
+
+def resolve_context_length(name: str, s: dict) -> int | None:
+    """The launch's --context-length: the user's number, or for `auto` the capacity plan's
+    figure for this launch (settings' context_lengths, by launch name); None when `auto` has
+    none yet (plan.yml renders first, then plans; deploy takes preflight's record)."""
+    value = s.get("context_length", "auto")
+    if value in (None, "") or str(value).strip().lower() == "auto":
+        recorded = s.get("context_lengths")
+        value = recorded.get(name) if isinstance(recorded, dict) else None
+        if value is None:
+            return None
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 1 << 40:
+        raise ServingConfigError(
+            f"{name}: context_length is {value!r}; needed: auto or a whole number of tokens "
+            "(kimi_context_length)"
+        )
+    return int(text)
 
 
 def is_secret_name(name: str) -> bool:

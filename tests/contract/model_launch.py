@@ -48,6 +48,10 @@ def settings(data: dict, profile: str, **host) -> dict:
         "port": 30000,
         "tool_call_parser": data["parsers"]["tool_call"],
         "reasoning_parser": data["parsers"]["reasoning"],
+        "served_model_name": data["target"]["repo_id"],
+        # auto's figure comes from a capacity plan, which these commands have none of: a
+        # number stands in for it, so the contract checks the flag too.
+        "context_length": 65536,
         "model_args": data.get("launch_args") or [],
         "environment": {"HF_HUB_OFFLINE": "1"},
         "release": "0.5.23",

@@ -39,6 +39,11 @@ def hub():
         yield hub
 
 
+# The capacity plan's context length fields (issue 18): --context-length per launch.
+CONTEXT_CAPACITY = (
+    "context_length", "context_length_source", "max_context_length", "context_length_fits",
+    "context_length_warning",
+)  # fmt: skip
 # K2.6 plans from before models became data (tests/fixtures/plans-kimi-k2.6/README.md).
 BEFORE_MODEL_DATA = REPO / "tests" / "fixtures" / "plans-kimi-k2.6"
 # The plan fields that models as data added (issue 17), "[]" for any list index.
@@ -57,7 +62,8 @@ ADDED_BY_MODEL_DATA = {
         for field in (
             "launch[]/tp_size",
             "launch[]/capacity",
-            *(f"capacity/{key}" for key in HYBRID_CAPACITY),
+            "launch[]/context_length",
+            *(f"capacity/{key}" for key in HYBRID_CAPACITY + CONTEXT_CAPACITY),
         )
     ),
 }
@@ -125,6 +131,13 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         assert plan["serving_configs"]["dflash-tree-backend"]["control_for"] == "ddtree"
         assert plan["serving_configs"]["ddtree"]["control_for"] is None
         for config in plan["serving_configs"].values():
+            # auto: each launch's context length is its own capacity plan's figure.
+            for launch in config["launch"]:
+                argv, capacity = launch["argv"], launch["capacity"]
+                given = int(argv[argv.index("--context-length") + 1])
+                assert given == launch["context_length"] == capacity["context_length"]
+                assert given == min(capacity["kv_tokens"], 262144)
+                assert argv[argv.index("--served-model-name") + 1] == "moonshotai/Kimi-K2.6"
             assert config["capacity"]["fits"] is True
             assert config["capacity"]["weights_gib_per_gpu"] == pytest.approx(71.82, abs=0.01)
         check_launch_commands(plan)

@@ -673,3 +673,69 @@ def test_the_module_plans_the_launch_it_is_given_and_explicit_options_win():
     assert explicit["verify_tokens"] == 16 and explicit["fits"] is True
     bad = run_module("capacity_plan", {**common, "launch_argv": ["--max-running-requests", "x"]})
     assert bad["failed"] and "--max-running-requests 'x'" in bad["msg"]
+
+
+def test_context_length_auto_is_the_pool_capped_at_the_model_positions():
+    """The issue's figure: on CT200 with DFlash one request can use about 83K tokens of
+    K2.6's 262144; on H200 the pool is larger than the model's positions, so they cap it."""
+    ct200 = plan(
+        config(K26), 97887, 8, 0.85, draft_model_config=config(DFLASH), context_length="auto"
+    )
+    assert ct200["context_length"] == ct200["max_context_length"] == ct200["kv_tokens"]
+    assert 80_000 < ct200["context_length"] < 86_000
+    assert ct200["context_length_source"] == "auto" and ct200["context_length_fits"] is True
+    assert ct200["context_length_warning"] is None
+    h200 = plan(config(K26), 143771, 8, 0.9, draft_model_config=config(DFLASH))
+    assert h200["kv_tokens"] > 262144 and h200["context_length"] == 262144
+
+
+def test_a_user_context_length_is_kept_and_warned_about_when_it_outruns_the_pool():
+    kwargs = {"draft_model_config": config(DFLASH)}
+    long = plan(config(K26), 97887, 8, 0.85, context_length="200000", **kwargs)
+    assert long["context_length"] == 200000 and long["context_length_source"] == "user"
+    assert long["context_length_fits"] is False and long["fits"] is True
+    warning = long["context_length_warning"]
+    assert "200000" in warning and str(long["kv_tokens"]) in warning
+    assert f"kimi_context_length {long['kv_tokens']} or less" in warning
+    # From the launch's own flag, the way the module reads launch_argv.
+    options = launch_options(["--context-length", "65536"])
+    short = plan(config(K26), 97887, 8, 0.85, **kwargs, **options)
+    assert short["context_length"] == 65536 and short["context_length_fits"] is True
+    beyond = plan(config(K26), 143771, 8, 0.9, context_length=300000)
+    assert beyond["context_length_fits"] is False
+    assert "max_position_embeddings 262144" in beyond["context_length_warning"]
+
+
+@pytest.mark.parametrize("value", [0, -1, "lots", True, 2.5, 1 << 41])
+def test_bad_context_lengths_fail_naming_the_variable(value):
+    with pytest.raises(CapacityError, match=r"context_length .*kimi_context_length"):
+        plan(config(K26), 97887, 8, 0.85, context_length=value)
+
+
+def test_context_length_through_the_module():
+    result = run_module(
+        "capacity_plan",
+        {
+            "model_config": str(K26),
+            "draft_model_config": str(DFLASH),
+            "gpu_memory_mib": 97887,
+            "tp_size": 8,
+            "mem_fraction_static": 0.85,
+            "launch_argv": ["--context-length", "262144"],
+        },
+    )
+    assert not result.get("failed"), result
+    assert result["context_length"] == 262144 and result["context_length_fits"] is False
+    # The option wins over the flag in the launch (plan.yml's first render has a stale one).
+    result = run_module(
+        "capacity_plan",
+        {
+            "model_config": str(K26),
+            "gpu_memory_mib": 97887,
+            "tp_size": 8,
+            "mem_fraction_static": 0.85,
+            "launch_argv": ["--context-length", "262144"],
+            "context_length": "auto",
+        },
+    )
+    assert result["context_length"] == result["kv_tokens"] and result["context_length_fits"]

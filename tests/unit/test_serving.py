@@ -497,11 +497,19 @@ def test_model_args_follow_the_kit_model_flags_and_leave_k26_unchanged():
     for path in sorted(fixtures.glob("*.json")):
         before = json.loads(path.read_text())
         hardware = before["hardware"]
+        # auto's figure is the plan's (test_plan checks it against the capacity plan).
+        planned = {
+            launch["name"]: int(launch["argv"][launch["argv"].index("--context-length") + 1])
+            for config in before["serving_configs"].values()
+            for launch in config["launch"]
+        }
         now = launches(
             "kimi-k2.6",
             before["profile"],
             kv_cache_dtype=hardware["kv_cache_dtype"],
             chunked_prefill_size=hardware["chunked_prefill_size"],
+            context_length="auto",
+            context_lengths=planned,
         )
         for config in before["serving_configs"].values():
             for launch in config["launch"]:
@@ -537,3 +545,42 @@ def test_name_filters_wrap_the_one_parser():
         filters.kimi_expanded_configs(definitions, ["medusa"], "ar")
     with pytest.raises(AnsibleFilterError, match="needs the definitions mapping"):
         filters.kimi_expanded_configs(["ar"], ["ar"])
+
+
+def test_every_launch_names_its_model_and_context_length():
+    """--served-model-name on every launch; --context-length the user's number, or for auto
+    the capacity plan's figure per launch name (left out while none is planned)."""
+    named = {**SETTINGS, "served_model_name": "moonshotai/Kimi-K2.6"}
+    configs = {c["name"]: c for c in render_all(DEFINITIONS, ["ar", "dflash"], named)}
+    for config in configs.values():
+        argv = config["argv"]
+        assert argv[argv.index("--served-model-name") + 1] == "moonshotai/Kimi-K2.6"
+        assert "--context-length" not in argv and config["context_length"] is None
+
+    user = {
+        c["name"]: c for c in render_all(DEFINITIONS, ["ar"], {**named, "context_length": 131072})
+    }
+    argv = user["ar"]["argv"]
+    assert argv[argv.index("--context-length") + 1] == "131072"
+    assert user["ar"]["context_length"] == 131072
+
+    planned = {**named, "context_length": "auto", "context_lengths": {"dflash": 82972, "ar": 90000}}
+    configs = {c["name"]: c for c in render_all(DEFINITIONS, ["ar", "dflash"], planned)}
+    assert configs["dflash"]["argv"][configs["dflash"]["argv"].index("--context-length") + 1] == (
+        "82972"
+    )
+    assert configs["ar"]["context_length"] == 90000
+    # A user's number wins over what was planned for auto.
+    [ar] = render_all(DEFINITIONS, ["ar"], {**planned, "context_length": "4096"})
+    assert ar["context_length"] == 4096
+    # A record that is not a mapping is no figure.
+    [ar] = render_all(DEFINITIONS, ["ar"], {**planned, "context_lengths": ["x"]})
+    assert ar["context_length"] is None
+
+
+@pytest.mark.parametrize("value", [0, -5, "lots", True, 1.5, "12k"])
+def test_bad_context_lengths_fail_naming_the_variable(value):
+    with pytest.raises(ServingConfigError, match=r"ar: context_length .*kimi_context_length"):
+        render_all(DEFINITIONS, ["ar"], {**SETTINGS, "context_length": value})
+    with pytest.raises(ServingConfigError, match=r"ar: context_length"):
+        render_all(DEFINITIONS, ["ar"], {**SETTINGS, "context_lengths": {"ar": value}})
