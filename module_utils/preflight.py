@@ -19,6 +19,7 @@ CHECKS = (
     "hf_token",
     "hub_access",
     "capacity",
+    "context_length",
 )
 # Below this the INT4 Marlin MoE kernels that serve K2.6's experts do not run.
 MIN_COMPUTE_CAPABILITY = (8, 0)
@@ -208,6 +209,16 @@ def evaluate(
             f"serving config {config} does not fit on {count} x {models} at tp_size "
             f"{tp_size}: {result.get('reason')}.",
         )
+    # Always a warning: a server whose context length outruns its pool still serves, and
+    # SGLang cuts longer requests at the pool.
+    for config, result in capacity.items():
+        if result.get("fits") and "context_length_fits" in result:
+            findings.add(
+                "context_length",
+                bool(result["context_length_fits"]),
+                f"serving config {config}: {result.get('context_length_warning')}.",
+                warn=True,
+            )
 
     return {
         "findings": findings.items,

@@ -202,6 +202,9 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         "weights_controller_state_dir": moved(
             "kimi_controller_state_dir", "state", str(state_root)
         ),
+        # Preflight's record of each launch's context length, which the server stage reads.
+        "kimi_context_lengths_file": moved("kimi_controller_state_dir", "state", str(state_root))
+        + "/{{ inventory_hostname }}/context-lengths.json",
         "weights_wheelhouse": str(wheelhouse),
         "weights_poll_interval": 1,
         "weights_download_environment": {"HF_HUB_DISABLE_XET": "1"},

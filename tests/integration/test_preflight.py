@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,8 @@ def hosts(hub):
             host_vars={
                 "ct200-fa3": {"kimi_target_attention_backend": "fa3"},
                 "ct200-nofit": {"kimi_mem_fraction_static": 0.6},
+                # Longer than one drafted request can use of CT200's KV pool (about 83K).
+                "ct200-ok": {"kimi_context_length": 200000},
             }
         )
         # A weights filesystem of 1 MiB: smaller than what the hub lists.
@@ -102,12 +105,17 @@ def full_run(hosts, hub, tmp_path_factory):
 
     private = tmp_path_factory.mktemp("preflight-all")
     secrets = tmp_path_factory.mktemp("secrets")
-    return run_playbook(
+    run = run_playbook(
         PREFLIGHT,
         hosts.inventory,
         private,
+        extravars={
+            "preflight_context_lengths_file": f"{private}/context/{{{{ inventory_hostname }}}}.json"
+        },
         envvars={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **token_env(GOOD, secrets)},
     )
+    run.context_dir = private / "context"
+    return run
 
 
 def test_healthy_hosts_pass(full_run):
@@ -193,3 +201,22 @@ def test_check_mode_runs_the_same_checks(playbook, hosts, hub, tmp_path):
         check=True,
     )
     run.assert_unchanged()
+
+
+def test_context_length_is_recorded_per_launch_and_warned_when_it_outruns_the_pool(full_run):
+    """auto (b200-ok): each launch's figure from the host's own GPUs, recorded for the server
+    stage; a user's 200000 on CT200 (ct200-ok) is kept, with a warning per drafted config."""
+    record = json.loads((full_run.context_dir / "b200-ok.json").read_text())
+    assert record["kind"] == "kimi.context_lengths" and record["context_length"] == "auto"
+    lengths, pools = record["context_lengths"], record["kv_tokens"]
+    assert {"ar", "dflash", "eagle3", "ddtree-b16"} <= set(lengths)
+    assert all(lengths[name] == min(pools[name], 262144) for name in lengths)
+    ct200 = json.loads((full_run.context_dir / "ct200-ok.json").read_text())
+    assert set(ct200["context_lengths"].values()) == {200000}
+    assert 80_000 < ct200["kv_tokens"]["dflash"] < 86_000
+    warnings = full_run.results(JUDGE)["ct200-ok"]["warning_messages"]
+    outrun = [w for w in warnings if w.startswith("[context_length]")]
+    assert any("serving config dflash:" in w and "200000" in w for w in outrun), warnings
+    assert not any(
+        "[context_length]" in w for w in full_run.results(JUDGE)["b200-ok"]["warning_messages"]
+    )

@@ -237,3 +237,23 @@ def test_unreachable_hub_skips_disk_with_a_warning():
     verdict = judge(hub=hub)
     assert any("could not be reached" in f for f in verdict["failures"])
     assert any("download size is unknown" in w for w in verdict["warning_messages"])
+
+
+def test_a_context_length_beyond_the_pool_is_a_warning_never_a_failure():
+    capacity = {
+        "dflash": {
+            "fits": True,
+            "context_length_fits": False,
+            "context_length_warning": "one request at context_length 200000 does not fit",
+        },
+        "ar": {"fits": True, "context_length_fits": True, "context_length_warning": None},
+    }
+    verdict = judge(capacity=capacity)
+    assert verdict["failures"] == []
+    assert verdict["warning_messages"] == [
+        "[context_length] serving config dflash: one request at context_length 200000 does not fit."
+    ]
+    # A config that does not fit at all fails on capacity alone.
+    verdict = judge(capacity={"dflash": {**capacity["dflash"], "fits": False, "reason": "x"}})
+    assert [m.split("]")[0] for m in verdict["failures"]] == ["[capacity"]
+    assert verdict["warning_messages"] == []
