@@ -40,6 +40,13 @@ TEXT_COLUMNS = {
     "levels",
     "chain_control",
     "budget_diagnosis",
+    "scorer",
+    "verdict",
+    "check",
+    "result",
+    "found",
+    "expected",
+    "fix",
 }
 
 
@@ -47,8 +54,12 @@ def esc(value) -> str:
     return html.escape(str(value), quote=True)
 
 
+# Free text that wraps instead of widening the table.
+WRAPPED_COLUMNS = {"note", "found", "expected", "fix"}
+
+
 def _css(column: str) -> str:
-    return "text note" if column == "note" else "text" if column in TEXT_COLUMNS else ""
+    return "text note" if column in WRAPPED_COLUMNS else "text" if column in TEXT_COLUMNS else ""
 
 
 def table_html(rows: list[dict], columns, row_class=None) -> str:

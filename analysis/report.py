@@ -18,11 +18,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis import html, plots, sweep, tables
+from analysis import html, plots, quality, sweep, tables
 from analysis.results import (
     DEFAULT_MAX_FILE_BYTES,
     SUPPORTED_SCHEMAS,
     Results,
+    accuracy_floors,
     config_order,
     load,
     model_title,
@@ -242,7 +243,53 @@ HTML_COLUMNS = (
     "requests_failed",
     "client_saturated",
     "lossless",
+    "accuracy",
 )
+
+
+def _accuracy_html(scored: list[dict], reference: str, run: dict) -> str:
+    if not scored:
+        return (
+            "<p>No scored prompt set in these results (sets with reference answers, such as "
+            "gsm8k and math500, are scored by the benchmark).</p>"
+        )
+    floors = "".join(
+        f"<li>{html.esc(name)}: {floor['floor']:.2f} ({html.esc(floor['source'])})</li>"
+        for name, floor in sorted(accuracy_floors(run).items())
+    )
+    return (
+        "<p>Per scored level: answers right, wrong and unanswered (cut off at the token "
+        f"budget, or failed). Each config against {html.esc(reference)} on the same prompts, "
+        "request by request: prompts only the reference got right, prompts only the config "
+        "got right, and the exact two-sided McNemar p-value of those discordant pairs; a "
+        f"config significantly worse (p &lt; {quality.SIGNIFICANCE:g}) is warned about "
+        "(accuracy_below_ar), and so is a reference below its floor (accuracy_below_floor)."
+        "</p>"
+        + (f"<p>Floors (run.json model.accuracy_floors)</p><ul>{floors}</ul>" if floors else "")
+        + html.table_html(scored, quality.ACCURACY_COLUMNS, _accuracy_class)
+    )
+
+
+def _accuracy_class(row: dict) -> str:
+    return "flagged" if row.get("verdict") == "worse" else ""
+
+
+def _api_html(rows: list[dict]) -> str:
+    if not rows:
+        return (
+            "<p>No api-check.json in these results: the server stage's checks of the OpenAI "
+            "API were off, or the run predates them.</p>"
+        )
+    return (
+        "<p>The endpoints users call, checked by the server stage once healthy "
+        "(&lt;host&gt;/&lt;config&gt;/api-check.json): /v1/models names the served model, chat "
+        "answers streamed and not, a forced tool choice returns a parsed tool call, and "
+        "reasoning arrives in its own field. A check whose parser is not configured is not "
+        "run.</p>"
+        + html.table_html(
+            rows, quality.API_CHECK_COLUMNS, lambda r: "flagged" if r["result"] == "failed" else ""
+        )
+    )
 
 
 def _row_class(row: dict) -> str:
@@ -303,6 +350,8 @@ def report(
     origin = provenance(results)
     losslessness = lossless_rows(results, reference)
     pick_rows = tables.picks_table(picks)
+    scored = quality.accuracy_rows(results, table, reference)
+    api_checks = quality.api_check_rows(results)
     run = results.run
     model = run_model(run)
     name = run.get("run_id") or results_dir.resolve().name
@@ -357,6 +406,8 @@ def report(
                 else "<p>No lossless.json found: no config can be recommended.</p>"
             ),
         ),
+        ("accuracy", "Accuracy", _accuracy_html(scored, reference, results.run)),
+        ("api", "API checks", _api_html(api_checks)),
         (
             "provenance",
             "Provenance",
@@ -391,6 +442,8 @@ def report(
         "warnings": warnings,
         "ddtree_sweep": sweep_rows(diagnosis),
         "lossless": losslessness,
+        "accuracy": scored,
+        "api_checks": api_checks,
         "provenance": origin,
         "plots": [f"plots/{p.name}.png" for p in figures],
     }
@@ -399,6 +452,16 @@ def report(
         + tables.to_markdown(pick_rows, tables.PICK_COLUMNS)
         + "\n## Summary\n\n"
         + tables.to_markdown(table)
+        + (
+            "\n## Accuracy\n\n" + tables.to_markdown(scored, quality.ACCURACY_COLUMNS)
+            if scored
+            else ""
+        )
+        + (
+            "\n## API checks\n\n" + tables.to_markdown(api_checks, quality.API_CHECK_COLUMNS)
+            if api_checks
+            else ""
+        )
         + (
             "\n## Warnings\n\n"
             + "".join(
@@ -435,6 +498,7 @@ def report(
 
 COMPARED = (
     "output_tokens_per_s",
+    "accuracy",
     "speedup_vs_ar",
     "accept_length_mean",
     "step_ms",
@@ -552,6 +616,8 @@ def compare(
         "step_ms_b",
         "accepted_tokens_per_step_a",
         "accepted_tokens_per_step_b",
+        "accuracy_a",
+        "accuracy_b",
     )
     missing = "".join(
         f"<li>{esc_key(k)} only in {side[-1].upper()}</li>"

@@ -52,6 +52,10 @@ from pathlib import Path
 LEVEL_SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "schema" / "level.schema.json"
 SUPPORTED_SCHEMAS = (1,)  # the level schema's schema_version const (a test ties them)
 LOSSLESS_KIND = "sglang_benchmark.lossless"
+API_CHECK_KIND = "kimi.api_check"
+API_CHECK_FILE = "api-check.json"
+# Five checks of a few short strings each: a few kilobytes. Anything far larger is not one.
+API_CHECK_BYTES = 1 << 20
 REPORT_KIND = "analysis.report"
 LEVEL_FILE = re.compile(r"^c(\d+)\.json$")
 MAX_DEPTH = 8  # run/host/config/prompt set/c<N>.json is 4 below a run; room for a parent
@@ -125,6 +129,8 @@ class Results:
     lossless: dict[str, dict]  # host -> the losslessness report
     status: dict[tuple[str, str], dict]  # (host, config) -> status.json
     run: dict  # run.json, when there is one
+    # (host, config) -> api-check.json (the server stage's checks of the OpenAI API)
+    api_checks: dict[tuple[str, str], dict] = field(default_factory=dict)
     files: int = 0
     bytes_read: int = 0
     run_dir: Path | None = None  # run.json's folder, relative to root
@@ -145,7 +151,13 @@ def discover(root: Path) -> dict[str, list[Path]]:
     """Level, lossless, status and run files under root, skipping hidden folders and the
     analysis's own reports. Linked folders are followed (a run spread over disks), each real
     folder once, so a link back up the tree is no loop."""
-    found: dict[str, list[Path]] = {"level": [], "lossless": [], "status": [], "run": []}
+    found: dict[str, list[Path]] = {
+        "level": [],
+        "lossless": [],
+        "status": [],
+        "run": [],
+        "api_check": [],
+    }
     count = 0
     base_depth = len(root.parts)
     seen: set[tuple[int, int]] = set()
@@ -179,6 +191,8 @@ def discover(root: Path) -> dict[str, list[Path]]:
                 found["status"].append(here / name)
             elif name == "run.json":
                 found["run"].append(here / name)
+            elif name == API_CHECK_FILE:
+                found["api_check"].append(here / name)
     return found
 
 
@@ -481,6 +495,13 @@ def _worded(error, rel: str) -> list[str]:
         "pattern",
     ):
         return [f"{rel}: {where}: expected {_expected(schema)}, found {_show(instance)}"]
+    if error.validator in ("maxLength", "maxItems") and isinstance(instance, (str, list)):
+        # jsonschema's own message quotes the whole value: an untrusted file's megabyte.
+        unit = "characters" if isinstance(instance, str) else "items"
+        return [
+            f"{rel}: {where}: expected at most {error.validator_value} {unit}, found "
+            f"{len(instance)}"
+        ]
     return [f"{rel}: {where}: {error.message}"]
 
 
@@ -835,6 +856,8 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
                 f"{rel}: summary.requests_ok: {summary['requests_ok']}, but {ok_count} request "
                 "records have ok true"
             )
+    if not problems and summary.get("accuracy") is not None:
+        problems += accuracy_problems(summary["accuracy"], len(fields), rel)
     if problems:
         return None, problems
     return {
@@ -857,6 +880,57 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
         "accept_tokens": weights,
         "records": len(fields),
     }, []
+
+
+_OUTCOMES = re.compile(r"^[cwu]*$")
+_OUTCOME_COUNTS = (("correct", "c"), ("wrong", "w"), ("unanswered", "u"))
+
+
+def accuracy_problems(accuracy, records: int, rel: str) -> list[str]:
+    """What the schema cannot say of a level's summary.accuracy: one outcome character per
+    request record, the counts those characters add up to, and the accuracy they give. The
+    analysis pairs two configs' outcomes prompt by prompt, so a string that does not match its
+    records would pair the wrong answers."""
+    where = f"{rel}: summary.accuracy"
+    if not isinstance(accuracy, dict):
+        return [f"{where}: expected an object, found {_show(accuracy)}"]
+    outcomes = accuracy.get("outcomes")
+    if not isinstance(outcomes, str) or not _OUTCOMES.match(outcomes):
+        return [f"{where}.outcomes: expected a string of c, w and u, found {_show(outcomes)}"]
+    problems = []
+    if len(outcomes) != records:
+        problems.append(
+            f"{where}.outcomes: {len(outcomes)} outcomes, but the file holds {records} request "
+            "records (one outcome each, in request order)"
+        )
+    for name in ("n", "correct", "wrong", "unanswered"):
+        value = accuracy.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append(f"{where}.{name}: expected a count (an integer of 0 or more)")
+    if problems:
+        return problems
+    if accuracy["n"] != len(outcomes):
+        problems.append(f"{where}.n: {accuracy['n']}, but outcomes holds {len(outcomes)}")
+    for name, letter in _OUTCOME_COUNTS:
+        if accuracy[name] != outcomes.count(letter):
+            problems.append(
+                f"{where}.{name}: {accuracy[name]}, but outcomes holds {outcomes.count(letter)} "
+                f"{letter}"
+            )
+    value = accuracy.get("accuracy")
+    expected = accuracy["correct"] / accuracy["n"] if accuracy["n"] else None
+    # With no request scored the writer's accuracy is whatever it chose for 0 / 0.
+    if (
+        value is not None
+        and expected is not None
+        and (not _number(value) or abs(value - expected) > 1e-3)
+    ):
+        problems.append(f"{where}.accuracy: {_show(value)}, but correct / n is {expected:.4f}")
+    if not isinstance(accuracy.get("scorer"), str) or len(accuracy["scorer"]) > 64:
+        problems.append(
+            f"{where}.scorer: expected the scorer's name, found {_show(accuracy.get('scorer'))}"
+        )
+    return problems
 
 
 def reduce_provenance(provenance: dict) -> dict:
@@ -894,8 +968,23 @@ def reduce_provenance(provenance: dict) -> dict:
         "weights": [pick(w, "role", "repo_id", "revision", "manifest_sha256") for w in weights[:4]],
         "prompts": pick(provenance.get("prompts"), "name", "sha256", "requests_per_level"),
         "prompt_source": prompt_set.get("source") if isinstance(prompt_set, dict) else None,
+        # The chat template switches the set was rendered with (thinking off for scored sets).
+        "chat_template_kwargs": _template_kwargs(prompt_set),
         "started_at": provenance.get("started_at"),
         "ended_at": provenance.get("ended_at"),
+    }
+
+
+def _template_kwargs(prompt_set) -> dict | None:
+    template = prompt_set.get("chat_template") if isinstance(prompt_set, dict) else None
+    kwargs = template.get("kwargs") if isinstance(template, dict) else None
+    if not isinstance(kwargs, dict):
+        return None
+    # Shown in messages: a few short scalar switches, nothing else.
+    return {
+        str(k)[:64]: v
+        for k, v in list(kwargs.items())[:16]
+        if isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 64)
     }
 
 
@@ -934,6 +1023,20 @@ RUN_SCHEMA = {
                     "type": "object",
                     "properties": {"repo_id": _SHORT, "revision": _SHORT},
                 },
+                # Per prompt set the accuracy the reference config must reach, and where that
+                # floor comes from (the model's model.yml accuracy.floors).
+                "accuracy_floors": {
+                    "type": "object",
+                    "propertyNames": {"maxLength": 200},
+                    "additionalProperties": {
+                        "type": "object",
+                        "properties": {
+                            "floor": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                            "source": {"type": "string", "maxLength": 2000},
+                        },
+                        "required": ["floor"],
+                    },
+                },
             },
         },
     },
@@ -963,6 +1066,38 @@ LOSSLESS_SCHEMA = {
     },
     "required": ["configs"],
 }
+# api-check.json as the server stage writes it (module_utils/api_check.py), copied beside
+# the config's levels: untrusted, so every field shown is typed and bounded.
+_CHECK_TEXT = {"type": ["string", "null"], "maxLength": 4000}
+API_CHECK_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "kind": {"const": API_CHECK_KIND},
+        "schema_version": {"const": 1},
+        "checked_at": {"type": ["string", "null"], "maxLength": 64},
+        "base_url": {"type": ["string", "null"], "maxLength": 400},
+        "served_model_name": {"type": ["string", "null"], "maxLength": 400},
+        "config": {"type": "string", "minLength": 1, "maxLength": 200},
+        "passed": {"type": ["boolean", "null"]},
+        "checks": {
+            "type": "array",
+            "maxItems": 32,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9_]{1,64}$"},
+                    "passed": {"type": ["boolean", "null"]},
+                    "found": _CHECK_TEXT,
+                    "expected": _CHECK_TEXT,
+                    "fix": _CHECK_TEXT,
+                    "ms": {"type": ["number", "null"], "minimum": 0},
+                },
+                "required": ["name", "passed"],
+            },
+        },
+    },
+    "required": ["kind", "schema_version", "checks"],
+}
 # status.json as roles/benchmark/tasks/config.yml writes it (status itself is checked in load).
 STATUS_SCHEMA = {
     "type": "object",
@@ -980,14 +1115,20 @@ SIDE_FIX = "restore it, or move it out of the results to analyse without it"
 def side_validator(name: str):
     from jsonschema import Draft202012Validator
 
-    schema = {"run": RUN_SCHEMA, "lossless": LOSSLESS_SCHEMA, "status": STATUS_SCHEMA}[name]
+    schema = {
+        "run": RUN_SCHEMA,
+        "lossless": LOSSLESS_SCHEMA,
+        "status": STATUS_SCHEMA,
+        "api_check": API_CHECK_SCHEMA,
+    }[name]
     return Draft202012Validator(schema)
 
 
 def read_small(
     path: Path, rel: str, kind: str, limit: int = DEFAULT_MAX_FILE_BYTES
 ) -> tuple[dict | None, list[str]]:
-    """A run.json, lossless.json or status.json: (its object, []) or (None, problems)."""
+    """A run.json, lossless.json, status.json or api-check.json: (its object, []) or (None,
+    problems)."""
     data, problem = read_regular(path, rel, limit)
     if data is None:
         return None, [problem]
@@ -1124,6 +1265,15 @@ def load(
             )
             continue
         status[(_host_of(root, path.parent) or _root_host(root, levels), config)] = record
+    api_checks: dict[tuple[str, str], dict] = {}
+    for path in found["api_check"]:
+        rel = str(path.relative_to(root))
+        record, issues = read_small(path, rel, "api_check", min(max_file_bytes, API_CHECK_BYTES))
+        if issues:
+            problems += issues
+            continue
+        config = record.get("config") or path.parent.name
+        api_checks[(_host_of(root, path.parent) or _root_host(root, levels), config)] = record
     # A run.json that cannot be read is an error, not a file to pass over: it names the
     # reference config and the plan the incomplete_run warnings check, and a report made
     # without it would silently measure against ar and call an interrupted run complete.
@@ -1143,6 +1293,7 @@ def load(
         lossless=lossless,
         status=status,
         run=run,
+        api_checks=api_checks,
         files=len(tasks),
         bytes_read=total,
         run_dir=run_dir,
@@ -1451,3 +1602,18 @@ def model_title(model: dict | None) -> str:
         or (model.get("target") or {}).get("repo_id")
         or "model unknown"
     )
+
+
+def accuracy_floors(run: dict) -> dict[str, dict]:
+    """run.json's model.accuracy_floors: {prompt set: {floor, source}}, the accuracy the
+    reference config must reach on each scored set; {} when the run records none (a run from
+    before answers were scored, or a model without floors). load() has checked the types."""
+    model = run.get("model") if isinstance(run, dict) else None
+    floors = model.get("accuracy_floors") if isinstance(model, dict) else None
+    if not isinstance(floors, dict):
+        return {}
+    return {
+        name: {"floor": float(entry["floor"]), "source": str(entry.get("source") or "")}
+        for name, entry in floors.items()
+        if isinstance(entry, dict) and _number(entry.get("floor"))
+    }

@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from analysis import sweep
+from analysis import quality, sweep
 from analysis.results import (
     CHAIN_CONTROL,
     Results,
@@ -55,6 +55,11 @@ COLUMNS = (
     "server_crashed",
     "lossless",
     "mismatch_rate",
+    # Scored prompt sets only (empty otherwise): correct / n, n, and how many of the n were
+    # cut off or failed (counted as not correct).
+    "accuracy",
+    "accuracy_n",
+    "accuracy_unanswered",
 )
 # The markdown table is for reading: the columns that tell the story.
 MARKDOWN_COLUMNS = (
@@ -229,6 +234,7 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
                 "server_crashed": level.crashed,
                 "lossless": state,
                 "mismatch_rate": rate,
+                **_accuracy_columns(summary.get("accuracy")),
                 "file": level.path,
             }
         )
@@ -237,6 +243,20 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
         if row["ddtree_budget"] is not None:
             row["budget_diagnosis"] = diagnosis.mark(row)
     return out
+
+
+def _accuracy_columns(accuracy) -> dict:
+    """accuracy, accuracy_n, accuracy_unanswered of a level's summary.accuracy (checked by
+    analysis.results.accuracy_problems); None each for an unscored set. The accuracy is
+    recomputed from the counts: the one the pairing and the warnings use."""
+    if not isinstance(accuracy, dict):
+        return {"accuracy": None, "accuracy_n": None, "accuracy_unanswered": None}
+    n = accuracy["n"]
+    return {
+        "accuracy": accuracy["correct"] / n if n else None,
+        "accuracy_n": n,
+        "accuracy_unanswered": accuracy["unanswered"],
+    }
 
 
 # -- recommendation --------------------------------------------------------------------
@@ -426,6 +446,9 @@ WARNING_KINDS = (
     "chain_control_missing",
     "low_effective_concurrency",
     "incomplete_run",
+    "accuracy_below_ar",
+    "accuracy_below_floor",
+    "api_check_failed",
 )
 COLLAPSE_MEANING = (
     "A wider tree should never accept fewer tokens per step. This usually means state shared "
@@ -601,6 +624,9 @@ def warnings(
         )
     for where, message in incomplete(results):
         add("incomplete_run", "warning", where, message)
+    scored = quality.accuracy_rows(results, table, reference)
+    found += quality.accuracy_warnings(results, scored, reference)
+    found += quality.api_check_warnings(quality.api_check_rows(results))
     versions = {
         (lv.provenance.get("kit_version"), lv.provenance.get("sglang_version"))
         for lv in results.levels
@@ -626,6 +652,10 @@ def fmt(value, column: str = "") -> str:
             return f"{value:.3f}"
         if column == "mismatch_rate":
             return f"{value:.4f}"
+        if column in ("accuracy", "reference_accuracy"):
+            return f"{value:.3f}"
+        if column == "p_value":
+            return f"{value:.3g}"
         return f"{value:.2f}" if abs(value) < 1000 else f"{value:.1f}"
     return str(value)
 

@@ -59,6 +59,16 @@ def check_report(out: Path) -> dict:
             assert row["budget_diagnosis"] in (None, "collapsed", "saturated"), row
             if row["chain_control"] is None:
                 assert row["speedup_vs_chain"] is None, row
+        if row["accuracy_n"] is None:
+            # An unscored prompt set: all three empty.
+            assert row["accuracy"] is None and row["accuracy_unanswered"] is None, row
+        else:
+            assert 0 <= row["accuracy_unanswered"] <= row["accuracy_n"], row
+            assert row["accuracy"] is None or 0 <= row["accuracy"] <= 1, row
+    scored = [r for r in document["rows"] if r["accuracy_n"] is not None]
+    assert len(document["accuracy"]) == len(scored)
+    failed = [c for c in document["api_checks"] if c["result"] == "failed"]
+    assert len(failed) == sum(w["kind"] == "api_check_failed" for w in document["warnings"])
     assert all(w["kind"] in WARNING_KINDS for w in document["warnings"]), document["warnings"]
     assert (out / "summary.md").read_text().count("\n|") >= len(rows)
     assert (out / "recommendation.csv").is_file()

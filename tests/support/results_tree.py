@@ -28,6 +28,13 @@ launch's --tp-size (8 unless set); ddtree_sweep(table, tp=N) names its configs
 ddtree-tp<N>-b<B>, as a serving config expanded over TP sizes is named. run.json carries the
 plan's `model` (KIMI unless set; None leaves it out, as runs before models were data did) and
 its `reference` config.
+
+Scored prompt sets (Plan.scored, {set: scorer}): each request record carries its `score` and
+the summary its `accuracy`, as the benchmark records them; a Sim's `accuracy` and
+`unanswered` say which prompts it answers right, wrong or not at all, drawn the same way for
+every config (so a config at 0.89 is wrong on prompts AR at 0.9 got right), and its
+`prompts_variant` gives it another prompts file. Plan.accuracy_floors goes into run.json's
+model.
 """
 
 from __future__ import annotations
@@ -100,6 +107,15 @@ class Sim:
     algorithm: str | None = None
     draft_tokens: int | None = None
     tp: int = 8  # the launch's --tp-size
+    # Scored prompt sets (Plan.scored): the share of prompts answered right, and the share cut
+    # off (unanswered). Prompt i is right when its draw (a rank among the set's prompts,
+    # the same for every config) is below `accuracy`, unanswered when it is at or above
+    # 1 - `unanswered`, else wrong: a config at 0.89 is wrong on prompts a config at 0.9
+    # got right, never right where it was wrong.
+    accuracy: float | None = None
+    unanswered: float = 0.0
+    # Another prompts file (its sha256 differs): request i's prompt is not the reference's.
+    prompts_variant: str = ""
 
     @property
     def speculative(self) -> bool:
@@ -188,6 +204,13 @@ class Plan:
     # run.json's `model`; None: left out, as runs before models were data wrote it
     model: dict | None = field(default_factory=lambda: dict(KIMI))
     reference: str = "ar"  # run.json's reference_config, the losslessness check's truth
+    # Scored prompt sets, {name: scorer}: their levels carry each request's score and the
+    # summary's accuracy (Sim.accuracy of every config must be set).
+    scored: dict[str, str] = field(default_factory=dict)
+    # run.json model.accuracy_floors ({set: {floor, source}}); None leaves it out.
+    accuracy_floors: dict | None = None
+    # The chat template kwargs scored sets are rendered with (their prompt set record).
+    scored_kwargs: dict = field(default_factory=lambda: {"thinking": False})
 
     def sims(self, host: str) -> dict[str, Sim]:
         return {**self.configs, **self.host_configs.get(host, {})}
@@ -296,11 +319,17 @@ def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurre
         record, gaps = record_of(
             plan, sim, index, prompt_set, connected, sent, events, done, failed
         )
+        if prompt_set in plan.scored:
+            record["score"] = score_of(plan, sim, prompt_set, index, failed)
+            if record["score"]["outcome"] != "unanswered":
+                record["finish_reason"] = "stop"
         requests.append(record)
         if record["ok"]:
             itl.extend(gaps)
     duration = max(free_at)
     summary = summarize_level(requests, duration, itl)
+    if prompt_set in plan.scored:
+        summary["accuracy"] = accuracy_summary(plan.scored[prompt_set], requests)
     started = f"2026-01-01T00:{concurrency % 60:02d}:00.000+00:00"
     saturated = (host, config, concurrency) in plan.saturated
     provenance = provenance_of(plan, host, config, prompt_set, sim)
@@ -405,6 +434,50 @@ def record_of(plan, sim, index, prompt_set, connected, sent, events, done, faile
     return record, timings["itl_ms"]
 
 
+def draw(plan: Plan, prompt_set: str, index: int) -> float:
+    """Prompt index's rank among the set's prompts, over their count: every value k / n once,
+    so a rate r makes exactly round(r n) prompts fall below it."""
+    return _ranks(plan.seed, prompt_set, plan.num_prompts)[index] / plan.num_prompts
+
+
+@functools.cache
+def _ranks(seed: int, prompt_set: str, count: int) -> dict[int, int]:
+    order = sorted(
+        range(count), key=lambda i: hashlib.sha256(f"{seed}/{prompt_set}/{i}".encode()).digest()
+    )
+    return {prompt: rank for rank, prompt in enumerate(order)}
+
+
+def score_of(plan: Plan, sim: Sim, prompt_set: str, index: int, failed: bool) -> dict:
+    """A request's score as the benchmark records it (module_utils/scoring.py's outcome)."""
+    expected = str(index * 3 + 7)
+    value = draw(plan, prompt_set, index)
+    if failed or value >= 1 - sim.unanswered - 1e-9:
+        return {"outcome": "unanswered", "extracted": None, "expected": expected}
+    if value < (sim.accuracy or 0.0) - 1e-9:
+        return {"outcome": "correct", "extracted": expected, "expected": expected}
+    return {"outcome": "wrong", "extracted": str(index * 3 + 8), "expected": expected}
+
+
+def accuracy_summary(scorer: str, requests: list[dict]) -> dict:
+    """summary.accuracy from the records' scores, in request order."""
+    outcomes = "".join(r["score"]["outcome"][0] for r in requests)
+    counts = {name: outcomes.count(name[0]) for name in ("correct", "wrong", "unanswered")}
+    return {
+        "scorer": scorer,
+        "n": len(outcomes),
+        **counts,
+        "accuracy": counts["correct"] / len(outcomes) if outcomes else 0.0,
+        "outcomes": outcomes,
+    }
+
+
+def model_of(plan: Plan) -> dict:
+    """run.json's model: the plan's, with its accuracy floors when it has them."""
+    floors = plan.accuracy_floors
+    return {**plan.model, **({"accuracy_floors": floors} if floors is not None else {})}
+
+
 def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim) -> dict:
     profile = PROFILES[plan.hosts[host]]
     argv = ["python", "-m", "sglang.launch_server", "--model-path", "/w/t"]
@@ -437,6 +510,12 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
                 "name": prompt_set,
                 "source": {"repo": f"datasets/{prompt_set}", "resolved": "b" * 40},
                 "sha256": "0" * 64,
+                "scoring": plan.scored.get(prompt_set),
+                "chat_template": {
+                    "source": "chat_template.jinja",
+                    "sha256": "f" * 64,
+                    "kwargs": plan.scored_kwargs if prompt_set in plan.scored else {},
+                },
             }
         },
         "runtime": {"release": {"version": "0.5.23"}, "git": {"commit": "c" * 40} if git else None},
@@ -466,7 +545,7 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
         "prompts": {
             "path": f"/var/lib/kimi/benchmark/prompts/{prompt_set}.jsonl",
             "name": prompt_set,
-            "sha256": hashlib.sha256(prompt_set.encode()).hexdigest(),
+            "sha256": hashlib.sha256((prompt_set + sim.prompts_variant).encode()).hexdigest(),
             "requests_per_level": plan.num_prompts,
             "distinct_prompts": plan.num_prompts,
         },
@@ -533,7 +612,7 @@ def write_run(root: Path, plan: Plan | None = None, lossless: bool = True) -> Pa
             "num_prompts": plan.num_prompts,
             "max_new_tokens": plan.max_new_tokens,
             "temperature": plan.temperature,
-            **({"model": plan.model} if plan.model is not None else {}),
+            **({"model": model_of(plan)} if plan.model is not None else {}),
         },
     )
     checker = load_module("benchmark_lossless") if lossless else None
