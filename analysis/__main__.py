@@ -167,6 +167,16 @@ def main(argv: list[str] | None = None) -> int:
             f"  incomplete run: {len(unfinished)} incomplete_run warnings (run.json without "
             "ended_at, or configs and levels it plans that left no file): see the report"
         )
+    gate = {
+        kind: sum(w["kind"] == kind for w in outcome.warnings)
+        for kind in ("accuracy_below_floor", "accuracy_below_ar", "api_check_failed")
+    }
+    if any(gate.values()):
+        print(
+            "  quality gate: "
+            + ", ".join(f"{count} {kind}" for kind, count in gate.items() if count)
+            + " (a broken deployment that losslessness cannot see): see the report"
+        )
     counts = {s: sum(w["severity"] == s for w in outcome.warnings) for s in ("error", "warning")}
     if counts["error"] or counts["warning"]:
         print(f"  {counts['error']} errors and {counts['warning']} warnings: see the report")
