@@ -96,6 +96,37 @@ srt/observability/metrics_collector.py TokenizerMetricsCollector)
     checks do not), sglang:startup_time_seconds per phase, and the running and queued
     request gauges. Without --enable-metrics /metrics is 404.
 
+OpenAI-compatible API (srt/entrypoints/openai/protocol.py, serving_chat.py; http_server.py
+available_models)
+    /v1/models lists one ModelCard, the served model name (--served-model-name, else the model
+    path); /v1/models/<name> gives it or 404s. /v1/chat/completions renders the messages
+    through the served folder's chat template (chat_template.jinja, else tokenizer_config.json's;
+    tools and chat_template_kwargs passed to it; each message on a line without one) and runs
+    the prompt through the scheduler as /generate does. The model thinks first
+    (`<think> ... </think>` then the answer) unless chat_template_kwargs sets thinking (K2.6)
+    or enable_thinking (Qwen) false. With --reasoning-parser and separate_reasoning (default)
+    the reasoning goes to reasoning_content (kimi_k2's detector: everything before </think>,
+    or before a tool-call section), otherwise it stays in content. With tools and a
+    tool_choice other than none the model calls the named tool, or the first: with
+    --tool-call-parser the call comes in the model's format (K2's sections for kimi_k2) and is
+    parsed into tool_calls (K2's ids functions.<name>:<n>; finish_reason tool_calls; streamed
+    as one tool_calls delta once whole); without one a forced choice (named or required) is
+    the JSON-schema constrained `[{"name", "parameters"}]` left as content and an auto one the
+    model's format as content, as serving_chat.py leaves them (_tool_call_parsing_active is
+    false, so _process_tool_calls never runs). Streams: a role chunk, reasoning_content and
+    content deltas, a finish chunk, a usage chunk with stream_options.include_usage, [DONE].
+    A finished turn stops at its end of sequence: finish_reason stop, matched_stop the EOS id.
+
+Reference answers (for scored prompt sets)
+    With SGLANG_SIM_ANSWERS, a /generate or chat prompt that contains a known question gets a
+    few words of working, then `The answer is \\boxed{X}`: the reference answer when
+    draw(question) < SGLANG_SIM_ACCURACY, else a wrong one shaped like it (the number plus
+    one). The draw depends on the question alone, so every config and host draws the same
+    number: a config at 0.89 is wrong on a subset of what one at 0.9 got right. The answer ends
+    at its end of sequence (finish_reason {"type": "stop", "matched": EOS id}) when
+    max_new_tokens leaves room, else it is cut there (length); tokens, output_ids and text
+    always agree.
+
 /model_info (http_server.py model_info; model_type and architectures from the served folder's
 config.json, K2.6's without one); anything else: 404 {"detail": "Not Found"}.
 
@@ -144,6 +175,12 @@ Environment (all optional):
     SGLANG_SIM_DDTREE_TABLE   DDTree behaviour per budget, JSON {"<budget>": {"step_ms": ..,
                               "accept": ..}} (accept: tokens per verify step, bonus included);
                               without it a DDTree server uses SGLANG_SIM_STEP_MS and _ACCEPT
+    SGLANG_SIM_ANSWERS        JSON lines {"question": str, "answer": str}: the reference set
+                              the simulator answers (see Reference answers)
+    SGLANG_SIM_ACCURACY       the share of known questions answered right, 0..1 (default 1)
+    SGLANG_SIM_IGNORE_PARSERS tool_call and/or reasoning, comma-separated: the server runs as
+                              if launched without that parser (a parser that never engages:
+                              a runtime without it, a template whose output it does not match)
 Faults no SGLang release makes on purpose, but a dying server, a broken proxy or a bug can (for
 the benchmark client's tests; off unless set):
     SGLANG_SIM_FAULT          cut_event: the stream stops in the middle of its second event
@@ -230,6 +267,11 @@ class Settings:
     fault: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_FAULT", ""))
     fault_at: int = field(default_factory=lambda: int(env_float("SGLANG_SIM_FAULT_AT", 1)))
     endless_mib: float = field(default_factory=lambda: env_float("SGLANG_SIM_ENDLESS_MIB", 20))
+    answers: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_ANSWERS", ""))
+    accuracy: float = field(default_factory=lambda: env_float("SGLANG_SIM_ACCURACY", 1.0))
+    ignore_parsers: str = field(
+        default_factory=lambda: os.environ.get("SGLANG_SIM_IGNORE_PARSERS", "")
+    )
     # SGLang's own environment variables, with its defaults (srt/environ.py, http_server.py).
     health_check_timeout: float = field(
         default_factory=lambda: int(env_float("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
@@ -334,6 +376,220 @@ def draw(*parts) -> float:
     return int(digest, 16) / (1 << 32)
 
 
+EOS_ID = 163586  # K2.6's <|im_end|>, the token a finished turn matches
+MAX_ANSWERS = 50_000  # rows of SGLANG_SIM_ANSWERS
+THINK, END_THINK = "<think>", "</think>"
+
+
+def finish_reason(request: Request) -> dict:
+    """FINISH_MATCHED_TOKEN (the end of sequence) or FINISH_LENGTH, as meta_info carries them
+    (srt/managers/schedule_batch.py)."""
+    if request.stopped:
+        return {"type": "stop", "matched": EOS_ID}
+    return {"type": "length", "length": len(request.tokens)}
+
+
+def load_answers(path: str) -> list[tuple[str, str]]:
+    """SGLANG_SIM_ANSWERS: JSON lines of {"question": str, "answer": str}, the reference set
+    the simulator can answer; longest questions first, so one that contains another wins."""
+    if not path:
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if number > MAX_ANSWERS:
+                raise ValueError(f"SGLANG_SIM_ANSWERS has more than {MAX_ANSWERS} rows")
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            question, answer = row.get("question"), row.get("answer")
+            if not (isinstance(question, str) and question.strip() and isinstance(answer, str)):
+                raise ValueError(f"SGLANG_SIM_ANSWERS line {number}: needs question and answer")
+            rows.append((question.strip(), answer.strip()))
+    return sorted(rows, key=lambda row: -len(row[0]))
+
+
+def wrong_answer(answer: str) -> str:
+    """An answer that is not the reference but is shaped like one: a number one more, or the
+    expression plus one."""
+    plain = answer.replace(",", "").strip()
+    try:
+        return str(int(plain) + 1)
+    except ValueError:
+        pass
+    try:
+        return repr(float(plain) + 1)
+    except ValueError:
+        return f"{answer}+1"
+
+
+def answer_words(question: str, answer: str, rate: float) -> tuple[list[str], list[str]]:
+    """(the working, the final sentence) of the simulated answer to a known question: right
+    when draw(question) < rate, so every config draws the same number and a config at a lower
+    rate is wrong on a subset of what one at a higher rate got right. The working's length is
+    fixed per question (6 to 31 words)."""
+    value = answer if draw("answer", question) < rate else wrong_answer(answer)
+    working = [token(question, i, salt="work") for i in range(6 + int(draw("len", question) * 26))]
+    return working, ["The", "answer", "is", f"\\boxed{{{value}}}"]
+
+
+def known_question(answers: list[tuple[str, str]], prompt: str) -> tuple[str, str] | None:
+    return next(((q, a) for q, a in answers if q in prompt), None)
+
+
+TOOL_SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
+
+
+def argument_example(schema: object) -> object:
+    """A value of the JSON type a tool's parameter asks for."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    examples = {"integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}
+    return examples.get(kind, "example") if isinstance(kind, str) else "example"
+
+
+def called_tool(tools: list[dict], choice: object) -> dict:
+    """{name, arguments} the model calls: the named tool of a forced choice, else the first
+    tool, with an example value for each required parameter."""
+    functions = [t.get("function") for t in tools if isinstance(t.get("function"), dict)]
+    if not functions:
+        raise ValueError("Each tool needs a function")
+    function = functions[0]
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        function = next((f for f in functions if f.get("name") == name), None)
+        if function is None:
+            raise ValueError(f"Tool '{name}' not found in 'tools'.")
+    parameters = function.get("parameters") if isinstance(function.get("parameters"), dict) else {}
+    properties = (
+        parameters.get("properties") if isinstance(parameters.get("properties"), dict) else {}
+    )
+    required = [r for r in parameters.get("required") or [] if isinstance(r, str)]
+    arguments = {name: argument_example(properties.get(name)) for name in required}
+    return {"name": str(function.get("name") or ""), "arguments": arguments}
+
+
+@dataclass
+class ChatTurn:
+    """What one chat completion asks of the parsers: whether reasoning is split off (a
+    reasoning parser, separate_reasoning, thinking left on), the tool called and how."""
+
+    model: str
+    reasoning: bool = False
+    tool_parser: str = ""
+    call: dict | None = None
+    forced: bool = False
+
+    def call_words(self) -> list[str]:
+        """The call as the model writes it. With a tool-call parser the model's own format
+        (K2's sections for kimi_k2, <tool_call> JSON otherwise); without one a forced
+        tool_choice is constrained by a JSON schema to [{name, parameters}] (serving_chat.py
+        get_json_schema_constraint), and an auto one is left in the model's format."""
+        name, arguments = (
+            self.call["name"],
+            json.dumps(self.call["arguments"], separators=(",", ":")),
+        )
+        if not self.tool_parser and self.forced:
+            return [json.dumps([{"name": name, "parameters": self.call["arguments"]}])]
+        if self.tool_parser and self.tool_parser != "kimi_k2":
+            return [
+                "<tool_call>",
+                json.dumps({"name": name, "arguments": self.call["arguments"]}),
+                "</tool_call>",
+            ]
+        return [
+            TOOL_SECTION[0],
+            "<|tool_call_begin|>",
+            f"functions.{name}:0",
+            "<|tool_call_argument_begin|>",
+            arguments,
+            "<|tool_call_end|>",
+            TOOL_SECTION[1],
+        ]
+
+    def split(self, tokens: list[str]) -> tuple[str, str]:
+        """(reasoning, content) of the words so far: the reasoning parser (kimi_k2's detector,
+        force_reasoning while thinking is on) takes everything before </think>."""
+        if not self.reasoning:
+            return "", " ".join(tokens)
+        body = tokens[1:] if tokens[:1] == [THINK] else tokens
+        if END_THINK in body:
+            end = body.index(END_THINK)
+            return " ".join(body[:end]), " ".join(body[end + 1 :])
+        # K2's detector also ends the reasoning where a tool-call section begins.
+        if TOOL_SECTION[0] in body:
+            end = body.index(TOOL_SECTION[0])
+            return " ".join(body[:end]), " ".join(body[end:])
+        return " ".join(body), ""
+
+    def parsed_calls(self, content: str) -> list[dict] | None:
+        """The tool-call parser's tool_calls, when it runs and the whole call is in content
+        (_process_tool_calls; K2's ids are functions.<name>:<index>)."""
+        if self.call is None or not self.tool_parser:
+            return None
+        if content != " ".join(self.call_words()):
+            return None
+        name = self.call["name"]
+        ident = (
+            f"functions.{name}:0"
+            if self.tool_parser == "kimi_k2"
+            else f"call_{uuid.uuid4().hex[:24]}"
+        )
+        function = {"name": name, "arguments": json.dumps(self.call["arguments"])}
+        return [{"id": ident, "index": 0, "type": "function", "function": function}]
+
+
+def chat_template_of(model_path: object) -> str | None:
+    """The served folder's chat template (chat_template.jinja, else tokenizer_config.json's),
+    as the tokenizer loads it; None when it has none."""
+    folder = Path(str(model_path or ""))
+    with (
+        contextlib.suppress(OSError),
+        open(folder / "chat_template.jinja", encoding="utf-8") as handle,
+    ):
+        return handle.read(1 << 20)
+    try:
+        with open(folder / "tokenizer_config.json", encoding="utf-8") as handle:
+            template = json.loads(handle.read(8 << 20)).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) and template else None
+
+
+def render_messages(template: str | None, messages: list, tools: list, kwargs: dict) -> str:
+    """The prompt of a chat completion: the messages through the chat template as
+    transformers' apply_chat_template renders it (sandboxed, trim_blocks, lstrip_blocks, the
+    generation prompt added, chat_template_kwargs and tools passed); without a template, each
+    message on its own line."""
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ValueError("Each message needs a role")
+    if template is None:
+        lines = [f"{m['role']}: {m.get('content') or ''}" for m in messages]
+        return "\n".join([*lines, "assistant:"])
+    import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
+
+    def raise_exception(text):
+        raise jinja2.exceptions.TemplateError(text)
+
+    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    environment.filters["tojson"] = lambda value, **_: json.dumps(value, ensure_ascii=False)
+    environment.globals["raise_exception"] = raise_exception
+    values = {**kwargs, "add_generation_prompt": True, "messages": messages}
+    if tools:
+        values["tools"] = tools
+    try:
+        return environment.from_string(template).render(**values)
+    except jinja2.exceptions.TemplateError as error:
+        raise ValueError(f"chat template: {error}") from None
+
+
 @dataclass
 class Request:
     prompt: str
@@ -359,6 +615,17 @@ class Request:
     finished_time: float = 0.0
     sent_first: bool = False
     fault: str = ""  # SGLANG_SIM_FAULT, when it hits this request
+    # What the model says, word by word, when the prompt calls for a particular answer (a
+    # known question, a chat turn); None: words derived from the prompt up to max_new_tokens.
+    script: list[str] | None = None
+    stopped: bool = False  # finished at its end of sequence, before max_new_tokens
+
+    @property
+    def limit(self) -> int:
+        """Tokens it generates: its script's, cut at max_new_tokens."""
+        if self.script is None:
+            return self.max_new_tokens
+        return min(self.max_new_tokens, len(self.script))
 
     @property
     def prompt_tokens(self) -> int:
@@ -401,6 +668,9 @@ class Simulator:
         self.last_accept_length = 0.0
         # Server-side timings when SGLANG_SIM_TRUTH=1: one record per streamed request.
         self.truth: list[dict] = []
+        self.answers = load_answers(settings.answers)
+        self.chat_template = chat_template_of(self.resolved.get("model_path"))
+        self.created = int(time.time())
 
     # -- scheduler ---------------------------------------------------------------------
 
@@ -433,7 +703,8 @@ class Simulator:
         drifts = self.speculative and draw("drift", prompt) < self.settings.drift
         if drifts and index >= math.floor(draw("drift-at", prompt) * request.max_new_tokens):
             return token(prompt, index, salt="drift")
-        word = token(prompt, index)
+        script = request.script
+        word = script[index] if script is not None and index < len(script) else token(prompt, index)
         # A verification bug: accepted drafts that plain decoding would not produce.
         if self.speculative and draw("lossy", index, prompt) < self.settings.lossy:
             word = "x" + word[1:]
@@ -499,11 +770,13 @@ class Simulator:
                     request.histogram[correct] += 1
                 # Output past max_new_tokens is cut (Req.update_finish_state); the drafts the
                 # verifier accepted still count as accepted.
-                self.append(request, min(count, request.max_new_tokens - len(request.tokens)))
+                self.append(request, min(count, request.limit - len(request.tokens)))
                 decoded += 1
                 generated += count
             produced = True
-            if len(request.tokens) >= request.max_new_tokens:
+            if len(request.tokens) >= request.limit:
+                # The script's end is the model's end of sequence, unless the budget cut it.
+                request.stopped = len(request.tokens) < request.max_new_tokens
                 self.finish(request)
             request.changed.set()
         if produced:
@@ -590,7 +863,7 @@ class Simulator:
         tokens = len(request.tokens)
         meta = {
             "id": request.rid,
-            "finish_reason": {"type": "length", "length": tokens} if finished else None,
+            "finish_reason": finish_reason(request) if finished else None,
             "prompt_tokens": request.prompt_tokens,
             "weight_version": "default",
             "num_retractions": 0,
@@ -791,11 +1064,16 @@ class Simulator:
             text = " ".join(map(str, body["input_ids"]))
         if text is None:
             raise ValueError("Either text, input_ids or input_embeds should be provided.")
-        return Request(
+        request = Request(
             str(text),
             int(params.get("max_new_tokens", 128)),
             stream=bool(body.get("stream")),
         )
+        known = known_question(self.answers, request.prompt)
+        if known is not None:
+            working, final = answer_words(*known, self.settings.accuracy)
+            request.script = working + final
+        return request
 
     async def generate(
         self, body: dict, reply: Http, arrival: float | None, headers: dict | None = None
@@ -869,6 +1147,191 @@ class Simulator:
                 path = os.path.join(self.settings.truth_dir, f"{os.getpid()}.jsonl")
                 with open(path, "a", encoding="utf-8") as handle:
                     handle.write(json.dumps(truth) + "\n")
+        await reply.end_stream()
+
+    # -- OpenAI-compatible API (srt/entrypoints/openai/) ----------------------------------
+
+    def parser(self, kind: str) -> str:
+        """The server's --<kind>-parser (tool_call, reasoning), "" without one or when
+        SGLANG_SIM_IGNORE_PARSERS names it (a parser that never engages)."""
+        ignored = {name.strip() for name in self.settings.ignore_parsers.split(",")}
+        return "" if kind in ignored else str(self.resolved.get(f"{kind}_parser") or "")
+
+    def models(self) -> dict:
+        """http_server.py available_models: one ModelCard, the served model name."""
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "sglang",
+            "root": self.model_name,
+            "parent": None,
+            "max_model_len": int(self.resolved.get("context_length") or 262_144),
+        }
+        return {"object": "list", "data": [card]}
+
+    def chat_turn(self, body: dict) -> tuple[Request, ChatTurn]:
+        """The request a chat completion becomes: the messages through the model folder's
+        chat template (tools and chat_template_kwargs passed to it), and what the model says."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("Messages cannot be empty.")
+        kwargs = body.get("chat_template_kwargs") or {}
+        tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+        if not isinstance(kwargs, dict):
+            raise ValueError("chat_template_kwargs must be an object")
+        prompt = render_messages(self.chat_template, messages, tools, kwargs)
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        request = Request(prompt, int(limit) if limit else 1 << 20, stream=bool(body.get("stream")))
+        thinking = (
+            kwargs.get("thinking") is not False and kwargs.get("enable_thinking") is not False
+        )
+        turn = ChatTurn(
+            model=str(body.get("model") or self.model_name),
+            reasoning=bool(self.parser("reasoning"))
+            and body.get("separate_reasoning", True) is not False
+            and thinking,
+            tool_parser=self.parser("tool_call"),
+        )
+        choice = body.get("tool_choice", "auto" if tools else "none")
+        if tools and choice != "none":
+            # The simulated model calls at once, without thinking first: nothing to split off.
+            turn.reasoning = False
+            turn.call = called_tool(tools, choice)
+            turn.forced = choice == "required" or isinstance(choice, dict)
+            request.script = turn.call_words()
+            return request, turn
+        known = known_question(self.answers, prompt)
+        if known is not None:
+            working, final = answer_words(*known, self.settings.accuracy)
+        else:
+            working = [token(prompt, i, salt="think") for i in range(12)]
+            final = [token(prompt, i, salt="say") for i in range(12)]
+        request.script = [THINK, *working, END_THINK, *final] if thinking else working + final
+        return request, turn
+
+    async def chat(self, body: dict, reply: Http, arrival: float | None) -> None:
+        try:
+            request, turn = self.chat_turn(body)
+        except (ValueError, TypeError, LookupError) as error:
+            message = {
+                "object": "error",
+                "message": str(error),
+                "type": "BadRequest",
+                "param": None,
+                "code": 400,
+            }
+            await reply.respond(400, compact(message), "application/json")
+            return
+        if arrival is not None:
+            request.created = arrival
+        self.submit(request)
+        try:
+            if request.stream:
+                await self.chat_stream(request, turn, reply, body)
+                return
+            while not request.finished:
+                await request.changed.wait()
+                request.changed.clear()
+            await reply.respond(200, compact(self.chat_response(request, turn)), "application/json")
+        except (ConnectionError, asyncio.CancelledError):
+            self.abort(request)
+            raise
+
+    def chat_response(self, request: Request, turn: ChatTurn) -> dict:
+        """serving_chat.py _build_chat_response: reasoning split off by the reasoning parser,
+        the call parsed by the tool-call parser; without them the text stays in content."""
+        reasoning, content = turn.split(request.tokens)
+        calls = turn.parsed_calls(content)
+        finish = finish_reason(request)["type"]
+        if calls is not None:
+            content, finish = "", "tool_calls" if finish == "stop" else finish
+        message = {"role": "assistant", "content": content, "reasoning_content": reasoning or None}
+        if calls is not None:
+            message["tool_calls"] = calls
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": finish,
+            "matched_stop": EOS_ID if finish == "stop" else None,
+        }
+        return {
+            "id": request.rid,
+            "object": "chat.completion",
+            "created": int(request.created_wall),
+            "model": turn.model,
+            "choices": [choice],
+            "usage": self.usage(request),
+            "metadata": {"weight_version": "default"},
+        }
+
+    @staticmethod
+    def usage(request: Request) -> dict:
+        return {
+            "prompt_tokens": request.prompt_tokens,
+            "total_tokens": request.prompt_tokens + len(request.tokens),
+            "completion_tokens": len(request.tokens),
+            "prompt_tokens_details": None,
+            "reasoning_tokens": 0,
+        }
+
+    async def chat_stream(self, request: Request, turn: ChatTurn, reply: Http, body: dict) -> None:
+        """serving_chat.py _generate_chat_stream: a first chunk with the role, then per
+        scheduler output the new reasoning_content or content, the call whole once parsed,
+        a chunk with the finish reason, the usage chunk when asked for, then [DONE]."""
+
+        def chunk(delta: dict, finish=None, usage=None, choices=True) -> bytes:
+            if delta:  # DeltaMessage's fields, those not given null (tool_calls dropped)
+                delta = {"role": None, "content": None, "reasoning_content": None, **delta}
+            choice = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish,
+                "matched_stop": EOS_ID if finish == "stop" else None,
+            }
+            event = {
+                "id": request.rid,
+                "object": "chat.completion.chunk",
+                "created": int(request.created_wall),
+                "model": turn.model,
+                "choices": [choice] if choices else [],
+                "usage": usage,
+            }
+            return b"data: " + compact(event) + b"\n\n"
+
+        await reply.start_stream(200, "text/event-stream; charset=utf-8")
+        await reply.chunk(chunk({"role": "assistant", "content": ""}))
+        sent_reasoning, sent_content = "", ""
+        while True:
+            await request.changed.wait()
+            request.changed.clear()
+            finished = request.finished
+            reasoning, content = turn.split(request.tokens)
+            if len(reasoning) > len(sent_reasoning):
+                delta = reasoning[len(sent_reasoning) :]
+                await reply.chunk(chunk({"reasoning_content": delta}))
+                sent_reasoning = reasoning
+            # The tool-call parser holds the call's text back until it is whole.
+            held = turn.call is not None and bool(turn.tool_parser)
+            if not held and len(content) > len(sent_content):
+                await reply.chunk(chunk({"content": content[len(sent_content) :]}))
+                sent_content = content
+            if finished:
+                break
+        finish = finish_reason(request)["type"]
+        calls = turn.parsed_calls(content) if turn.call is not None else None
+        if calls is not None:
+            await reply.chunk(chunk({"tool_calls": calls}))
+            finish = "tool_calls" if finish == "stop" else finish
+        elif turn.call is not None and turn.tool_parser:
+            await reply.chunk(chunk({"content": content}))
+        await reply.chunk(chunk({}, finish=finish))
+        options = body.get("stream_options") or {}
+        if isinstance(options, dict) and options.get("include_usage"):
+            await reply.chunk(chunk({}, usage=self.usage(request), choices=False))
+        await reply.chunk(b"data: [DONE]\n\n")
         await reply.end_stream()
 
 
@@ -971,6 +1434,19 @@ def authorized(header: str | None, key: str) -> bool:
     return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == key
 
 
+async def json_body(body: bytes, reply: Http) -> dict | None:
+    """The request's JSON object, or None after answering 422 as FastAPI's validation does."""
+    try:
+        data = json.loads(body or b"null")
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        detail = {"detail": [{"loc": ["body"], "msg": "a JSON object is required"}]}
+        await reply.respond(422, compact(detail), "application/json")
+        return None
+    return data
+
+
 async def dispatch(simulator: Simulator, method, path, query, headers, body, reply, arrival):
     api_key = simulator.resolved.get("api_key")
     open_path = path.startswith(("/health", "/ready", "/metrics"))
@@ -1004,16 +1480,24 @@ async def dispatch(simulator: Simulator, method, path, query, headers, body, rep
     elif path == "/sim_truth/reset" and simulator.settings.truth:
         simulator.truth = []
         await reply.respond(200, b"")
+    elif path == "/v1/models" and method == "GET":
+        await reply.respond(200, compact(simulator.models()), "application/json")
+    elif path.startswith("/v1/models/") and method == "GET":
+        card = simulator.models()["data"][0]
+        if path[len("/v1/models/") :] == card["id"]:
+            await reply.respond(200, compact(card), "application/json")
+        else:
+            error = {"message": f"The model '{path[len('/v1/models/') :]}' does not exist"}
+            error.update(type="invalid_request_error", param="model", code="model_not_found")
+            await reply.respond(404, compact({"error": error}), "application/json")
+    elif path == "/v1/chat/completions" and method == "POST":
+        data = await json_body(body, reply)
+        if data is not None:
+            await simulator.chat(data, reply, arrival)
     elif path == "/generate" and method in ("POST", "PUT"):
-        try:
-            data = json.loads(body or b"null")
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            detail = {"detail": [{"loc": ["body"], "msg": "a JSON object is required"}]}
-            await reply.respond(422, compact(detail), "application/json")
-            return
-        await simulator.generate(data, reply, arrival, headers)
+        data = await json_body(body, reply)
+        if data is not None:
+            await simulator.generate(data, reply, arrival, headers)
     elif path == "/generate":
         await reply.respond(405, b'{"detail":"Method Not Allowed"}', "application/json")
     else:
@@ -1175,6 +1659,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     if settings.fault not in FAULTS:
         print(f"SGLANG_SIM_FAULT must be one of {sorted(FAULTS)}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        load_answers(settings.answers)
+    except (OSError, ValueError) as error:
+        print(f"SGLANG_SIM_ANSWERS: {error}", file=sys.stderr, flush=True)
+        return 1
+    if not 0 <= settings.accuracy <= 1:
+        print("SGLANG_SIM_ACCURACY must be between 0 and 1", file=sys.stderr, flush=True)
         return 1
     resolved = args["resolved"]
     if is_ddtree(resolved) and settings.ddtree_table:

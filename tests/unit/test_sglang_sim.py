@@ -43,6 +43,11 @@ def stream(url: str, prompt: str, tokens: int, **headers) -> list:
         stream=True,
         timeout=30,
     )
+    return events_of(response)
+
+
+def events_of(response: requests.Response) -> list:
+    """A stream's `data:` events, parsed, "[DONE]" as itself."""
     events = []
     for line in response.iter_lines():
         if line.startswith(b"data: "):
@@ -685,3 +690,165 @@ def test_model_info_names_the_served_models_architecture(tmp_path):
     kimi = ("kimi_k25", ["KimiK25ForConditionalGeneration"])
     for path in (str(broken), str(tmp_path / "missing"), None):
         assert sglang_sim.model_identity(path) == kimi
+
+
+def test_answer_rate_is_one_draw_per_question_shared_by_every_config():
+    """SGLANG_SIM_ACCURACY: a question is answered right when its draw is under the rate, so a
+    config at 0.89 is right on a subset of what one at 0.9 got right, and the rates come out
+    as set over 200 questions."""
+    questions = [(f"Question {i}: how many apples are left?", str(i * 7)) for i in range(200)]
+
+    def right(rate: float) -> set[int]:
+        found = set()
+        for index, (question, answer) in enumerate(questions):
+            working, final = sglang_sim.answer_words(question, answer, rate)
+            assert 6 <= len(working) <= 31 and final[:3] == ["The", "answer", "is"]
+            if final[3] == f"\\boxed{{{answer}}}":
+                found.add(index)
+            else:
+                assert final[3] == f"\\boxed{{{int(answer) + 1}}}"
+        return found
+
+    high, lower, low = right(0.9), right(0.89), right(0.7)
+    assert low <= lower <= high
+    assert 0.84 <= len(high) / 200 <= 0.96 and 0.62 <= len(low) / 200 <= 0.78
+    assert right(0.0) == set() and len(right(1.0)) == 200
+    assert sglang_sim.wrong_answer("1,234") == "1235"
+    assert sglang_sim.wrong_answer("0.5") == "1.5"
+    assert sglang_sim.wrong_answer("\\frac{1}{2}") == "\\frac{1}{2}+1"
+
+
+def test_generate_answers_known_questions_and_stops_or_is_cut(tmp_path):
+    """A /generate prompt holding a known question gets the working, then `The answer is
+    \\boxed{X}`, and stops at its end of sequence (finish_reason stop, matched the EOS id)
+    with tokens, output_ids and text agreeing; a budget too small for it cuts it (length)."""
+    answers = tmp_path / "answers.jsonl"
+    rows = [{"question": "Tom has 3 apples and eats one. How many are left?", "answer": "2"}]
+    answers.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    process, url = start(
+        BASE, SGLANG_SIM_STEP_MS=2, SGLANG_SIM_ANSWERS=answers, SGLANG_SIM_ACCURACY=1
+    )
+    try:
+        prompt = f"<|im_user|>{rows[0]['question']}<|im_end|><|im_assistant|>"
+        whole = generate(url, prompt, 1024)
+        cut = generate(url, prompt, 4)
+        other = generate(url, "What is the capital of France?", 16)
+    finally:
+        stop(process)
+    words = whole["text"].split(" ")
+    assert words[-4:] == ["The", "answer", "is", "\\boxed{2}"]
+    meta = whole["meta_info"]
+    assert meta["finish_reason"] == {"type": "stop", "matched": sglang_sim.EOS_ID}
+    assert meta["completion_tokens"] == len(words) == len(whole["output_ids"]) < 1024
+    assert cut["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
+    assert "\\boxed" not in cut["text"] and cut["text"].split(" ") == words[:4]
+    assert other["meta_info"]["finish_reason"] == {"type": "length", "length": 16}
+
+
+def generate(url: str, prompt: str, tokens: int) -> dict:
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
+    return requests.post(f"{url}/generate", json=body, timeout=30).json()
+
+
+def test_chat_applies_the_template_and_splits_reasoning_only_with_its_parser(tmp_path):
+    """/v1/chat/completions renders the messages through the folder's chat template (the
+    prompt's tokens are the rendered text's), splits <think>...</think> into
+    reasoning_content with --reasoning-parser unless chat_template_kwargs turns thinking off,
+    and streams the same text it answers whole."""
+    from tests.support.results_tree import TEMPLATE
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+    plain = ["--model-path", str(tmp_path), "--host", "127.0.0.1"]
+    parsed = [*plain, "--reasoning-parser", "kimi_k2", "--served-model-name", "kimi"]
+    with_parser, parser_url = start(parsed, SGLANG_SIM_STEP_MS=2)
+    without, plain_url = start(plain, SGLANG_SIM_STEP_MS=2)
+    message = [{"role": "user", "content": "Say hello to the whole wide world"}]
+    try:
+        models = requests.get(f"{parser_url}/v1/models", timeout=5).json()
+        split = chat(parser_url, messages=message)
+        off = chat(parser_url, messages=message, chat_template_kwargs={"thinking": False})
+        raw = chat(plain_url, messages=message)
+        streamed = chat_events(parser_url, messages=message, stream_options={"include_usage": 1})
+    finally:
+        stop(with_parser, without)
+    assert [card["id"] for card in models["data"]] == ["kimi"]
+    rendered = "<|im_user|>Say hello to the whole wide world<|im_end|><|im_assistant|>"
+    assert split["usage"]["prompt_tokens"] == len(rendered.split())
+    reply = split["choices"][0]["message"]
+    assert reply["reasoning_content"] and "<think>" not in reply["content"]
+    assert split["choices"][0]["finish_reason"] == "stop" and split["object"] == "chat.completion"
+    assert off["choices"][0]["message"]["reasoning_content"] is None
+    raw_text = raw["choices"][0]["message"]["content"]
+    assert raw_text.startswith("<think> ") and " </think> " in raw_text
+    assert raw["choices"][0]["message"]["reasoning_content"] is None
+    assert raw_text.split(" </think> ")[1] == reply["content"]
+    # The stream: role first, then the same reasoning and content, a finish, the usage, [DONE].
+    assert streamed[-1] == "[DONE]" and streamed[0]["choices"][0]["delta"]["role"] == "assistant"
+    deltas = [e["choices"][0]["delta"] for e in streamed[1:-1] if e["choices"]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == reply["reasoning_content"]
+    assert "".join(d.get("content") or "" for d in deltas) == reply["content"]
+    assert [e["choices"][0]["finish_reason"] for e in streamed[-3:-2]] == ["stop"]
+    assert streamed[-2]["choices"] == [] and streamed[-2]["usage"] == split["usage"]
+
+
+def test_tool_calls_are_parsed_only_with_the_tool_call_parser(tmp_path):
+    """tools with a forced tool_choice: with --tool-call-parser kimi_k2 a parsed call (K2's id
+    functions.<name>:<n>, finish_reason tool_calls); without it the JSON-schema constrained
+    text in content and no tool_calls, as serving_chat.py leaves it."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city", "days"],
+            },
+        },
+    }
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    argv = ["--model-path", str(tmp_path), "--host", "127.0.0.1"]
+    parser, parser_url = start([*argv, "--tool-call-parser", "kimi_k2"], SGLANG_SIM_STEP_MS=2)
+    plain, plain_url = start(argv, SGLANG_SIM_STEP_MS=2)
+    message = [{"role": "user", "content": "weather?"}]
+    try:
+        parsed = chat(parser_url, messages=message, tools=[tool], tool_choice=forced)
+        streamed = chat_events(parser_url, messages=message, tools=[tool], tool_choice=forced)
+        unparsed = chat(plain_url, messages=message, tools=[tool], tool_choice=forced)
+        unknown = requests.post(
+            f"{plain_url}/v1/chat/completions",
+            json={"messages": message, "tools": [tool], "tool_choice": {"function": {"name": "x"}}},
+            timeout=10,
+        )
+    finally:
+        stop(parser, plain)
+    choice = parsed["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == ""
+    call = choice["message"]["tool_calls"][0]
+    assert call["id"] == "functions.get_weather:0" and call["type"] == "function"
+    assert json.loads(call["function"]["arguments"]) == {"city": "example", "days": 1}
+    stream_calls = [
+        e["choices"][0]["delta"]["tool_calls"]
+        for e in streamed[:-1]
+        if e["choices"] and "tool_calls" in e["choices"][0]["delta"]
+    ]
+    assert stream_calls == [choice["message"]["tool_calls"]]
+    message = unparsed["choices"][0]["message"]
+    assert "tool_calls" not in message and unparsed["choices"][0]["finish_reason"] == "stop"
+    assert json.loads(message["content"]) == [
+        {"name": "get_weather", "parameters": {"city": "example", "days": 1}}
+    ]
+    assert unknown.status_code == 400 and "Tool 'x' not found" in unknown.json()["message"]
+
+
+def chat(url: str, **body) -> dict:
+    response = requests.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def chat_events(url: str, **body) -> list:
+    response = requests.post(
+        f"{url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=30
+    )
+    return events_of(response)
