@@ -33,6 +33,8 @@ SERVER = "playbooks/server.yml"
 START = "Start the server, restarting it only when its launch changed"
 WAIT = "Wait for /health_generate"
 FAIL = "Fail with what the server said"
+API_CHECK = "Check the endpoints users call"
+API_RECORD = "/var/lib/kimi/server/api-check.json"
 CHECK_RELEASE = "Check the release runtime against the sglang wheel's own requirements"
 SIM_ENV = {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_LOAD_SECONDS": "1", "SGLANG_SIM_STEP_MS": "5"}
 
@@ -253,12 +255,35 @@ def test_server_starts_healthy_and_a_second_run_changes_nothing(playbook, cluste
         check=False,
     )
     assert verify.returncode == 0 and not verify.stderr.strip(), verify.stdout + verify.stderr
+    # Healthy and usable: the API users call passes every check, recorded beside launch.json.
+    for host in SERVER_HOSTS:
+        assert first.results(API_CHECK)[host]["passed"] is True
+        record = json.loads(cluster.ssh(host, f"cat {API_RECORD}").stdout)
+        assert record["config"] == "ar" and record["passed"] is True
+        assert {c["name"]: c["passed"] for c in record["checks"]} == dict.fromkeys(
+            ("models", "chat", "chat_stream", "tool_call", "reasoning"), True
+        )
+        assert cluster.ssh(host, f"stat -c %a {API_RECORD}").stdout.strip() == "644"
     second = run_server(playbook, cluster)
     second.assert_unchanged()
     assert {host: server_pid(cluster, host) for host in SERVER_HOSTS} == pids
     for host in SERVER_HOSTS:
         modes = cluster.ssh(host, f"stat -c '%a %n' /etc/kimi/{UNIT}.env").stdout
         assert modes.startswith("600 ")
+
+
+def test_a_tool_parser_that_does_not_engage_fails_the_api_check(playbook, cluster, runtime):
+    """The launch asks for kimi_k2's tool-call parser; the server runs as if without it, so a
+    forced tool_choice comes back as JSON text in the content. The role fails, naming the
+    check, what came back and the flag to check."""
+    environment = {**SIM_ENV, "SGLANG_SIM_IGNORE_PARSERS": "tool_call"}
+    run = run_server(playbook, cluster, limit=HOST, kimi_server_environment=environment)
+    assert run.rc != 0
+    message = run.results("Fail when an API check failed")[HOST]["msg"]
+    assert 'tool_call: found no tool_calls; content \'[{"name": "get_weather"' in message
+    assert "--tool-call-parser kimi_k2" in message
+    record = json.loads(cluster.ssh(HOST, f"cat {API_RECORD}").stdout)
+    assert [c["name"] for c in record["checks"] if c["passed"] is False] == ["tool_call"]
 
 
 def test_argv_change_restarts_exactly_once(playbook, cluster, runtime):
