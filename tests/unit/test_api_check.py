@@ -63,6 +63,12 @@ def test_a_healthy_launch_passes_every_check(model):
     assert NAME in checks["models"]["found"]
     assert "tool_calls[0] 'get_weather'" in checks["tool_call"]["found"]
     assert all(check["fix"] == "" and check["ms"] > 0 for check in checks.values())
+    # What the report reads it with (analysis/results.py) takes it as it is.
+    from jsonschema import Draft202012Validator
+
+    from analysis.results import API_CHECK_SCHEMA
+
+    assert list(Draft202012Validator(API_CHECK_SCHEMA).iter_errors(record)) == []
 
 
 def test_without_parsers_in_the_launch_those_checks_are_not_run(model):
