@@ -21,8 +21,11 @@ anything recorded.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
+import threading
 import time
 import urllib.parse
 from datetime import datetime, timezone
@@ -100,14 +103,14 @@ class Client:
         self.api_key = api_key
         self.timeout = float(timeout)
 
-    def _connection(self, deadline: float) -> http.client.HTTPConnection:
-        left = max(deadline - time.monotonic(), 0.1)
+    @contextlib.contextmanager
+    def exchange(self, method: str, path: str, body: dict | None):
+        """One request's response, whole within the timeout: a watchdog shuts the socket down
+        at the deadline, so a server that drips bytes cannot hold a read past it."""
+        deadline = time.monotonic() + self.timeout
         kind = http.client.HTTPSConnection if self.parsed.scheme == "https" else None
         kind = kind or http.client.HTTPConnection
-        return kind(self.parsed.hostname, self.parsed.port, timeout=left)
-
-    def _send(self, method: str, path: str, body: dict | None, deadline: float):
-        connection = self._connection(deadline)
+        connection = kind(self.parsed.hostname, self.parsed.port, timeout=self.timeout)
         headers = {"Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -115,27 +118,46 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
+
+        opened: list = []
+
+        def cut() -> None:
+            # The socket itself: once the answer says it will close, the connection hands it
+            # to the response and forgets it.
+            for sock in opened:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        watchdog = threading.Timer(self.timeout, cut)
+        watchdog.daemon = True
+        watchdog.start()
+        stage = "no answer"
         try:
+            connection.connect()
+            opened.append(connection.sock)
             connection.request(method, self.parsed.path.rstrip("/") + path, data, headers)
-            return connection, connection.getresponse()
+            response = connection.getresponse()
+            stage = "the answer broke off"
+            yield response
         except (OSError, http.client.HTTPException) as error:
+            if time.monotonic() >= deadline:
+                raise ApiError(
+                    f"{method} {path}: no whole answer within {self.timeout:g} s"
+                ) from None
+            raise ApiError(f"{method} {path}: {stage} ({error or type(error).__name__})") from None
+        finally:
+            watchdog.cancel()
             connection.close()
-            raise ApiError(
-                f"{method} {path}: no answer ({error or type(error).__name__})"
-            ) from None
+        if time.monotonic() >= deadline:
+            raise ApiError(f"{method} {path}: no whole answer within {self.timeout:g} s")
 
     def json(self, method: str, path: str, body: dict | None = None) -> dict:
-        deadline = time.monotonic() + self.timeout
-        connection, response = self._send(method, path, body, deadline)
-        try:
+        with self.exchange(method, path, body) as response:
             raw = response.read(MAX_BODY + 1)
-        except (OSError, http.client.HTTPException) as error:
-            raise ApiError(f"{method} {path}: the answer broke off ({error})") from None
-        finally:
-            connection.close()
+            status = response.status
         if len(raw) > MAX_BODY:
             raise ApiError(f"{method} {path}: an answer over {MAX_BODY} bytes")
-        return self._decode(method, path, response.status, raw)
+        return self._decode(method, path, status, raw)
 
     @staticmethod
     def _decode(method: str, path: str, status: int, raw: bytes) -> dict:
@@ -153,17 +175,12 @@ class Client:
 
     def stream(self, path: str, body: dict) -> tuple[list[dict], bool]:
         """The `data:` events of a server-sent stream as objects, and whether [DONE] came."""
-        deadline = time.monotonic() + self.timeout
-        connection, response = self._send("POST", path, body, deadline)
         events: list[dict] = []
         done, total = False, 0
-        try:
+        with self.exchange("POST", path, body) as response:
             if response.status != 200:
-                raw = response.read(MAX_BODY + 1)
-                self._decode("POST", path, response.status, raw[:MAX_BODY])
+                self._decode("POST", path, response.status, response.read(MAX_BODY))
             while not done:
-                if time.monotonic() > deadline:
-                    raise ApiError(f"POST {path}: the stream ran past {self.timeout:g} s")
                 line = response.readline(MAX_BODY + 1)
                 if not line:
                     break
@@ -185,10 +202,6 @@ class Client:
                 if not isinstance(event, dict):
                     raise ApiError(f"POST {path}: an event that is not an object")
                 events.append(event)
-        except (OSError, http.client.HTTPException) as error:
-            raise ApiError(f"POST {path}: the stream broke off ({error})") from None
-        finally:
-            connection.close()
         return events, done
 
 
