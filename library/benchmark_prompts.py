@@ -18,6 +18,11 @@ description:
     O(output_dir).
   - O(files) are JSONL files of your own on the host, one object a line with C(prompt) (text
     used as it is) or C(messages) (a chat, rendered).
+  - A set with a C(scoring) (C(gsm8k) or C(math)) is scored: each line also holds C(answer),
+    the scorer's reference (from the set's C(answer) template, GSM8K's text after C(####)),
+    its prompts are rendered with O(scored_chat_template_kwargs) over
+    O(chat_template_kwargs) (a switch that turns thinking off, so the answer comes within the
+    token budget), and C(<name>.meta.json) names the scorer (C(scoring), null when unscored).
   - Reads C(.jsonl), C(.json) and C(.parquet) files; parquet needs pyarrow and rendering needs
     jinja2, so run it with a Python that has both - the runtime's venv does (sglang depends on
     datasets and torch, which bring them).
@@ -28,11 +33,18 @@ options:
     description:
       - Hub prompt sets, name to C(repo), C(revision), C(file) and C(template) - the user
         message, where C({field}) or C({field[0]}) stand for the row's values (other braces
-        are kept as they are).
+        are kept as they are); a scored set adds C(scoring) (C(gsm8k) or C(math)) and
+        C(answer), a template like C(template) giving the row's reference answer (default
+        C({answer})). Other keys (the role's C(max_new_tokens)) are ignored.
     type: dict
     default: {}
   files:
     description: Your own prompt sets, name to a JSONL file on the host.
+    type: dict
+    default: {}
+  file_scoring:
+    description: Which of O(files) are scored, name to the scorer (C(gsm8k) or C(math)); each
+      of their lines needs C(answer), the reference (a string or a number).
     type: dict
     default: {}
   output_dir:
@@ -50,6 +62,11 @@ options:
     required: true
   chat_template_kwargs:
     description: Extra variables for the chat template (for example a thinking switch).
+    type: dict
+    default: {}
+  scored_chat_template_kwargs:
+    description: Template variables of scored sets, over O(chat_template_kwargs) (for Kimi
+      K2.6 C({thinking: false})).
     type: dict
     default: {}
   limit:
@@ -81,6 +98,8 @@ EXAMPLES = r"""
         revision: e53f048856ff4f594e959d75785d2c2d37b678ee
         file: main/test-00000-of-00001.parquet
         template: "{question}"
+        answer: "{answer}"
+        scoring: gsm8k
     files:
       mine: /var/lib/kimi/benchmark/prompts/src/mine.jsonl
     output_dir: /var/lib/kimi/benchmark/prompts
@@ -93,8 +112,8 @@ EXAMPLES = r"""
 RETURN = r"""
 sets:
   description: Per set - output file and its sha256, prompt count, the source (repository,
-    requested and resolved revision, file and its sha256, or the user file) and the chat
-    template's source and sha256.
+    requested and resolved revision, file and its sha256, or the user file), the chat
+    template's source, sha256 and variables, and the scorer (null when unscored).
   returned: always
   type: dict
 """
@@ -111,12 +130,18 @@ import urllib.request  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.benchmark import (  # noqa: E402
     chat_template_of,
+    fill,
     prompt_of,
     render_chat,
     special_tokens,
     template_files,
 )
-from ansible.module_utils.host_helpers import atomic_write, file_sha256  # noqa: E402
+from ansible.module_utils.host_helpers import atomic_write, file_sha256, read_json  # noqa: E402
+from ansible.module_utils.scoring import (  # noqa: E402
+    MAX_REFERENCE_CHARS,
+    SCORERS,
+    reference_of,
+)
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -277,11 +302,36 @@ def load_template(model_dir: str) -> tuple[str, str, dict]:
     return template, source, tokens
 
 
+def reference(row: dict, spec: dict, scorer: str) -> str:
+    """A scored row's reference answer: a user file's `answer`, a hub row's through the set's
+    `answer` template."""
+    if spec.get("path"):
+        answer = row.get("answer")
+        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+            raise ValueError(f"scored with {scorer}, it needs an answer (a string or a number)")
+        answer = str(answer)
+    else:
+        answer = fill(spec.get("answer") or "{answer}", row)
+    found = reference_of(scorer, answer)
+    if not found or len(found) > MAX_REFERENCE_CHARS:
+        raise ValueError(
+            f"its {scorer} reference is {'empty' if not found else f'{len(found)} characters'}"
+            f"; a reference of 1 to {MAX_REFERENCE_CHARS} characters is needed"
+        )
+    return found
+
+
 def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
     name = spec.get("name") or ""
     if not NAME.match(name):
         raise PromptError(f"prompt set name {name!r}: letters, digits, _ . - only")
     text, source_name, tokens = template
+    scorer = spec.get("scoring") or None
+    if scorer is not None and scorer not in SCORERS:
+        raise PromptError(f"prompt set {name}: scoring {scorer!r} is none of {', '.join(SCORERS)}")
+    kwargs = p["chat_template_kwargs"]
+    if scorer is not None:
+        kwargs = {**kwargs, **p["scored_chat_template_kwargs"]}
     if spec.get("path"):
         path = spec["path"]
         source = {"path": path, "sha256": file_sha256(path)}
@@ -319,18 +369,23 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
                 messages = row.get("messages") if spec.get("path") else None
                 if messages is None:
                     messages = prompt_of(row, spec.get("template") or "{prompt}")
-                prompt = render_chat(text, messages, tokens, p["chat_template_kwargs"])
+                prompt = render_chat(text, messages, tokens, kwargs)
+            answer = reference(row, spec, scorer) if scorer is not None else None
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as error:
             raise PromptError(
-                f"prompt set {name} row {index}: cannot build the prompt ({error!r}); "
-                "check its template against the dataset's fields"
+                f"prompt set {name} row {index}: cannot build the prompt"
+                f"{' or its answer' if scorer else ''} ({error!r}); check its template"
+                f"{' and answer' if scorer else ''} against the dataset's fields"
             ) from None
         except ImportError:
             raise PromptError(
                 "rendering through the chat template needs jinja2, which this Python lacks; "
                 "run the module with the runtime's Python (benchmark_prompts_python)"
             ) from None
-        prompts.append({"id": f"{name}-{index}", "prompt": prompt})
+        prompts.append(
+            {"id": f"{name}-{index}", "prompt": prompt}
+            | ({"answer": answer} if answer is not None else {})
+        )
     if not prompts:
         raise PromptError(f"prompt set {name}: no rows")
     content = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in prompts).encode()
@@ -346,13 +401,16 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
         "chat_template": {
             "source": source_name,
             "sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "kwargs": p["chat_template_kwargs"],
+            "kwargs": kwargs,
         },
+        "scoring": scorer,
         "output": output,
         "sha256": digest,
     }
     if changed:
         atomic_write(output, content, 0o644)
+    # The scorer can change with the same prompts and answers: the meta follows it.
+    if changed or read_json(f"{output[:-6]}.meta.json") != meta:
         atomic_write(f"{output[:-6]}.meta.json", json.dumps(meta, indent=1), 0o644)
     meta["changed"] = changed
     return meta
@@ -367,6 +425,8 @@ def main() -> None:
             "cache_dir": {"type": "path", "required": True},
             "model_dir": {"type": "path", "required": True},
             "chat_template_kwargs": {"type": "dict", "default": {}},
+            "scored_chat_template_kwargs": {"type": "dict", "default": {}},
+            "file_scoring": {"type": "dict", "default": {}},
             "limit": {"type": "int", "default": 64},
             "hf_endpoint": {"type": "str", "default": "https://huggingface.co"},
             "hf_token": {"type": "str", "default": "", "no_log": True},
@@ -382,7 +442,13 @@ def main() -> None:
         os.makedirs(p["output_dir"], mode=0o755, exist_ok=True)
         template = load_template(p["model_dir"])
         specs = [{**spec, "name": name} for name, spec in p["sets"].items()]
-        specs += [{"name": name, "path": path} for name, path in p["files"].items()]
+        specs += [
+            {"name": name, "path": path, "scoring": p["file_scoring"].get(name)}
+            for name, path in p["files"].items()
+        ]
+        unknown = sorted(set(p["file_scoring"]) - set(p["files"]))
+        if unknown:
+            raise PromptError(f"file_scoring names no prompt file: {', '.join(unknown)}")
         if not specs:
             raise PromptError("no prompt sets and no prompt files given")
         for spec in specs:

@@ -32,6 +32,11 @@ description:
     and E2E, the token-weighted mean accept length (and SGLang's, C(spec_accept_length_mean)),
     the step time (ms per forward step) and the accepted tokens per step (their quotient is a
     request's decode speed), and failures.
+  - A scored prompt set (O(scoring)) has each finished answer scored against its row's
+    C(answer): every request record gains C(score) (C(outcome) correct, wrong or unanswered -
+    cut off at O(max_new_tokens), failed or aborted - with the answer C(extracted) and the one
+    C(expected)) and the level's summary C(accuracy) (counts, the share correct, and
+    C(outcomes), one letter per request in request order).
   - The client measures itself - CPU use, event-loop lag - and marks a level C(saturated) when
     the client rather than the server may have been the limit (busy nearly all the time, or
     busy and behind - its event-loop lag p99 a quarter or more of the time between a
@@ -105,6 +110,15 @@ options:
         launch's argv are read from the host.
     type: path
     required: true
+  scoring:
+    description:
+      - The scorer of a prompt set with reference answers (C(gsm8k) the final number,
+        C(math) the last C(\\boxed{})); every row of O(prompts) then needs C(answer).
+        C("") scores nothing.
+      - Unset, the C(scoring) of the C(<name>.meta.json) benchmark_prompts wrote beside
+        O(prompts), when there is one.
+    type: str
+    choices: ["", gsm8k, math]
   run_label:
     description: Label of this run (the benchmark role passes its run id), copied into every file.
     type: str
@@ -183,6 +197,7 @@ def main() -> None:
             "request_timeout": {"type": "float", "default": 600},
             "output_dir": {"type": "path", "required": True},
             "run_label": {"type": "str", "default": ""},
+            "scoring": {"type": "str", "choices": ["", "gsm8k", "math"]},
             "config_name": {"type": "str", "required": True},
         },
         supports_check_mode=False,

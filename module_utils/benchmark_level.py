@@ -40,6 +40,12 @@ from ansible.module_utils.host_helpers import (
     read_json,
     write_json_atomic,
 )
+from ansible.module_utils.scoring import (
+    MAX_REFERENCE_CHARS,
+    SCORERS,
+    accuracy_summary,
+    score_request,
+)
 
 DEFAULT_RECORDS = {
     "runtime": "/opt/kimi/runtime/runtime.json",
@@ -54,8 +60,9 @@ def text_or_none(value) -> str | None:
     return value[:MAX_COPIED_TEXT] if isinstance(value, str) else None
 
 
-def load_prompts(path: str, count: int) -> list[dict]:
-    """The first `count` rows (cycled), each {"prompt": str} or {"messages": [...]}."""
+def load_prompts(path: str, count: int, scorer: str | None = None) -> list[dict]:
+    """The first `count` rows (cycled), each {"prompt": str} or {"messages": [...]}; with a
+    scorer each also holds "answer", its reference (a string of at most 1024 characters)."""
     rows: list[dict] = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
@@ -72,6 +79,12 @@ def load_prompts(path: str, count: int) -> list[dict]:
             if not (ok_prompt or ok_chat):
                 raise ValueError(
                     f'{path} line {number}: needs "prompt" (a string) or "messages" (a list)'
+                )
+            answer = row.get("answer")
+            if scorer and not (isinstance(answer, str) and 0 < len(answer) <= MAX_REFERENCE_CHARS):
+                raise ValueError(
+                    f'{path} line {number}: scored with {scorer}, it needs "answer", the '
+                    f"reference (a string of 1 to {MAX_REFERENCE_CHARS} characters)"
                 )
             rows.append(row)
     if not rows:
@@ -109,6 +122,16 @@ def render_rows(rows: list[dict], server_info: dict) -> list[str]:
             "the prompts hold chat messages and rendering them needs jinja2, which this "
             "host's Python lacks; render them first (the benchmark role does)"
         ) from None
+
+
+def scorer_of(params: dict) -> str | None:
+    """The module's `scoring`; unset, the one benchmark_prompts recorded beside the prompts
+    (<name>.meta.json), read as untrusted: only a known scorer's name counts."""
+    given = params.get("scoring")
+    if given is None:
+        meta = read_json(os.path.splitext(params["prompts"])[0] + ".meta.json")
+        given = meta.get("scoring") if isinstance(meta, dict) else None
+    return given if given in SCORERS else None
 
 
 def now_iso() -> str:
@@ -184,7 +207,8 @@ def run_benchmark(params: dict, fail) -> dict:
             f"The SGLang server at {target.shown_url} does not answer /server_info: {error}. "
             "Start it (the server stage) and check base_url."
         )
-    rows = load_prompts(params["prompts"], params["num_prompts"])
+    scorer = scorer_of(params)
+    rows = load_prompts(params["prompts"], params["num_prompts"], scorer)
     texts = render_rows(rows, server_info)
     sampling = {"max_new_tokens": params["max_new_tokens"], "temperature": params["temperature"]}
     payloads = [
@@ -246,10 +270,14 @@ def run_benchmark(params: dict, fail) -> dict:
             records, itl = [], []
             for tracker in level["trackers"]:
                 record, gaps = record_of(tracker, rows[tracker.index], shas[tracker.index])
+                if scorer:
+                    record["score"] = score_request(scorer, record, rows[tracker.index]["answer"])
                 records.append(record)
                 itl.extend(gaps)
             duration = level["ended"] - level["started"]
             summary = summarize_level(records, duration, itl)
+            if scorer:
+                summary["accuracy"] = accuracy_summary(scorer, records)
             delta = server_delta(before, after)
             events = sum(len(t.events) for t in level["trackers"])
             lost = [t for t in level["trackers"] if t.lost]

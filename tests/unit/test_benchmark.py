@@ -964,3 +964,230 @@ def test_prompt_sets_ride_out_a_busy_hub_within_the_deadline(tmp_path):
         assert time.monotonic() - started < 5
         assert refused["failed"] and "429" in refused["msg"] and hub.url in refused["msg"]
         assert "Retry-After 3600" in refused["msg"]
+
+
+# -- scored prompt sets ------------------------------------------------------------------
+
+
+def scored_rows(count: int) -> list[dict]:
+    """GSM8K-shaped rows: a question, and a worked solution ending in "#### <number>"."""
+    return [
+        {
+            "question": f"Sam has {i} apples and buys {i + 3}. How many?",
+            "answer": f"{i} + {i + 3} = <<{i}+{i + 3}={2 * i + 3}>>{2 * i + 3}\n#### {2 * i + 3}",
+        }
+        for i in range(count)
+    ]
+
+
+def test_scored_sets_carry_references_and_render_with_the_scored_switch(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    # A template that shows the thinking switch it was rendered with.
+    (model / "chat_template.jinja").write_text(
+        TEMPLATE + "{% if thinking is defined and not thinking %}<think></think>{% endif %}"
+    )
+    rows = [*scored_rows(3), {"question": "Big one?", "answer": "1000 + 234\n#### 1,234"}]
+    own = tmp_path / "own.jsonl"
+    own.write_text(
+        json.dumps({"prompt": "p0", "answer": 7})
+        + "\n"
+        + json.dumps({"prompt": "p1", "answer": "x"})
+        + "\n"
+    )
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    with LocalHub() as hub:
+        hub.add_dataset("org/gsm", {"test.jsonl": data})
+        spec = {"repo": "org/gsm", "revision": "main", "file": "test.jsonl"}
+        args = {
+            "sets": {
+                "gsm8k": {
+                    **spec,
+                    "template": "{question}",
+                    "answer": "{answer}",
+                    "scoring": "gsm8k",
+                    "max_new_tokens": 1024,
+                },
+                "plain": {**spec, "template": "{question}"},
+            },
+            "files": {"own": str(own), "unscored": str(own)},
+            "file_scoring": {"own": "math"},
+            "output_dir": str(tmp_path / "prompts"),
+            "cache_dir": str(tmp_path / "cache"),
+            "model_dir": str(model),
+            "chat_template_kwargs": {"extra": 1},
+            "scored_chat_template_kwargs": {"thinking": False},
+            "hf_endpoint": hub.url,
+        }
+        result = run_module("benchmark_prompts", args)
+        assert not result.get("failed"), result
+
+        def lines(name):
+            text = (tmp_path / "prompts" / f"{name}.jsonl").read_text()
+            return [json.loads(line) for line in text.splitlines()]
+
+        def meta(name):
+            return json.loads((tmp_path / "prompts" / f"{name}.meta.json").read_text())
+
+        scored = lines("gsm8k")
+        assert [row["answer"] for row in scored] == ["3", "5", "7", "1,234"]
+        assert scored[0]["prompt"] == (
+            "<|im_user|>Sam has 0 apples and buys 3. How many?<|im_end|><|im_assistant|>"
+            "<think></think>"
+        )
+        assert meta("gsm8k")["scoring"] == "gsm8k" == result["sets"]["gsm8k"]["scoring"]
+        assert meta("gsm8k")["chat_template"]["kwargs"] == {"extra": 1, "thinking": False}
+        # An unscored set keeps its rows, template variables and no scorer.
+        assert all("answer" not in row for row in lines("plain"))
+        assert not lines("plain")[0]["prompt"].endswith("<think></think>")
+        assert meta("plain")["scoring"] is None
+        assert meta("plain")["chat_template"]["kwargs"] == {"extra": 1}
+        assert [(row["prompt"], row["answer"]) for row in lines("own")] == [
+            ("p0", "7"),
+            ("p1", "x"),
+        ]
+        assert meta("own")["scoring"] == "math" and meta("unscored")["scoring"] is None
+        assert all("answer" not in row for row in lines("unscored"))
+
+        # The scorer changes and the prompts do not: the meta follows, nothing else changed.
+        rescored = run_module("benchmark_prompts", {**args, "file_scoring": {"own": "gsm8k"}})
+        assert not rescored["changed"] and meta("own")["scoring"] == "gsm8k"
+
+        # A scored row without a usable reference, an unknown scorer, a scorer for no file.
+        own.write_text(json.dumps({"prompt": "p0"}) + "\n")
+        missing = run_module("benchmark_prompts", args)
+        assert (
+            missing["failed"] and "row 0: cannot build the prompt or its answer" in (missing["msg"])
+        )
+        own.write_text(json.dumps({"prompt": "p0", "answer": "9" * 1025}) + "\n")
+        too_long = run_module("benchmark_prompts", args)
+        assert too_long["failed"] and "1025 characters" in too_long["msg"]
+        bad = {**args, "sets": {"gsm8k": {**args["sets"]["gsm8k"], "scoring": "mmlu"}}}
+        unknown = run_module("benchmark_prompts", bad)
+        assert unknown["failed"] and "scoring 'mmlu' is none of gsm8k, math" in unknown["msg"]
+        stray = run_module("benchmark_prompts", {**args, "file_scoring": {"nope": "gsm8k"}})
+        assert stray["failed"] and "file_scoring names no prompt file: nope" in stray["msg"]
+
+
+def test_scored_levels_record_each_answer_and_the_levels_accuracy(tmp_path):
+    """The simulator answers a known question right when its draw is below the rate; the
+    level file must say which requests were right, wrong or cut off."""
+    from tests.support.sglang_sim import draw
+
+    count = 12
+    questions = [f"Question {i}: what is {i} times 7?" for i in range(count)]
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(
+        "".join(
+            json.dumps({"question": q, "answer": str(7 * i)}) + "\n"
+            for i, q in enumerate(questions)
+        )
+    )
+    prompts = tmp_path / "gsm8k.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"gsm8k-{i}", "prompt": f"<|im_user|>{q}<|im_end|>", "answer": str(7 * i)}
+            )
+            + "\n"
+            for i, q in enumerate(questions)
+        )
+    )
+    # The scorer comes from the meta benchmark_prompts writes beside the prompts.
+    (tmp_path / "gsm8k.meta.json").write_text(json.dumps({"scoring": "gsm8k"}))
+    right = [draw("answer", q) < 0.5 for q in questions]
+    assert 0 < sum(right) < count  # both outcomes are exercised
+    process, url = start(
+        BASE, SGLANG_SIM_STEP_MS=2, SGLANG_SIM_ANSWERS=answers, SGLANG_SIM_ACCURACY=0.5
+    )
+    try:
+        roomy = bench_args(
+            url,
+            prompts,
+            tmp_path / "roomy",
+            "ar",
+            concurrency=[4],
+            num_prompts=count,
+            max_new_tokens=64,
+        )
+        result = run_module("sglang_benchmark", roomy)
+        assert not result.get("failed"), result
+        # Three tokens cannot hold the working and the answer: every request is cut off.
+        tight = bench_args(
+            url,
+            prompts,
+            tmp_path / "tight",
+            "ar",
+            concurrency=[4],
+            num_prompts=count,
+            max_new_tokens=3,
+        )
+        cut = run_module("sglang_benchmark", tight)
+        assert not cut.get("failed"), cut
+        # scoring "" turns the meta's scorer off.
+        plain = bench_args(
+            url, prompts, tmp_path / "plain", "ar", concurrency=[1], num_prompts=2, scoring=""
+        )
+        unscored = run_module("sglang_benchmark", plain)
+        assert not unscored.get("failed"), unscored
+    finally:
+        process.kill()
+        process.wait()
+    document = json.loads((tmp_path / "roomy" / "c4.json").read_text())
+    check_contract(document, "ar", 4)
+    expected = "".join("c" if r else "w" for r in right)
+    assert document["summary"]["accuracy"] == {
+        "scorer": "gsm8k",
+        "n": count,
+        "correct": sum(right),
+        "wrong": count - sum(right),
+        "unanswered": 0,
+        "accuracy": sum(right) / count,
+        "outcomes": expected,
+    }
+    for i, record in enumerate(document["requests"]):
+        assert record["finish_reason"] == "stop"
+        wanted = str(7 * i) if right[i] else str(7 * i + 1)
+        assert record["score"] == {
+            "outcome": "correct" if right[i] else "wrong",
+            "extracted": wanted,
+            "expected": str(7 * i),
+        }
+    tight_doc = json.loads((tmp_path / "tight" / "c4.json").read_text())
+    check_contract(tight_doc, "ar", 4)
+    assert tight_doc["summary"]["accuracy"]["outcomes"] == "u" * count
+    assert {r["finish_reason"] for r in tight_doc["requests"]} == {"length"}
+    plain_doc = json.loads((tmp_path / "plain" / "c1.json").read_text())
+    assert "accuracy" not in plain_doc["summary"]
+    assert all("score" not in r for r in plain_doc["requests"])
+
+
+def test_a_scored_level_refuses_prompts_without_references(tmp_path, prompts_file):
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(url, prompts_file, tmp_path / "out", "ar", scoring="math")
+        refused = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert refused["failed"]
+    assert 'line 1: scored with math, it needs "answer"' in refused["msg"]
+    assert not (tmp_path / "out" / "c1.json").exists()
+
+
+def test_role_defaults_score_gsm8k_and_math500_with_their_own_budgets():
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    defaults = yaml.safe_load((root / "roles/benchmark/defaults/main.yml").read_text())
+    definitions = defaults["benchmark_prompt_set_definitions"]
+    scored = {name: spec for name, spec in definitions.items() if spec.get("scoring")}
+    assert {n: (s["scoring"], s["answer"], s["max_new_tokens"]) for n, s in scored.items()} == {
+        "gsm8k": ("gsm8k", "{answer}", 1024),
+        "math500": ("math", "{answer}", 2048),
+    }
+    assert defaults["benchmark_prompt_file_scoring"] == {}
+    assert (
+        "kimi_model_data.accuracy.chat_template_kwargs"
+        in (defaults["benchmark_scored_chat_template_kwargs"])
+    )
