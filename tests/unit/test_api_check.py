@@ -4,6 +4,7 @@ with what was found, what was expected and what to check."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import threading
@@ -148,10 +149,12 @@ class Hostile(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Length", "100")
             self.end_headers()
-            for _ in range(100):
-                self.wfile.write(b" ")
-                self.wfile.flush()
-                time.sleep(0.2)
+            # Until the client cuts the connection (which is the point).
+            with contextlib.suppress(ConnectionError):
+                for _ in range(100):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
             return
         if self.path.startswith("/slow"):
             time.sleep(3)
