@@ -430,7 +430,8 @@ def answer_words(question: str, answer: str, rate: float) -> tuple[list[str], li
     fixed per question (6 to 31 words)."""
     value = answer if draw("answer", question) < rate else wrong_answer(answer)
     working = [token(question, i, salt="work") for i in range(6 + int(draw("len", question) * 26))]
-    return working, ["The", "answer", "is", f"\\boxed{{{value}}}"]
+    # One word a token, so text, tokens and output_ids agree for answers with spaces too.
+    return working, ["The", "answer", "is", *f"\\boxed{{{value}}}".split(" ")]
 
 
 def known_question(answers: list[tuple[str, str]], prompt: str) -> tuple[str, str] | None:

@@ -716,6 +716,9 @@ def test_answer_rate_is_one_draw_per_question_shared_by_every_config():
     assert sglang_sim.wrong_answer("1,234") == "1235"
     assert sglang_sim.wrong_answer("0.5") == "1.5"
     assert sglang_sim.wrong_answer("\\frac{1}{2}") == "\\frac{1}{2}+1"
+    # An answer with spaces is several words: the text splits into exactly its tokens.
+    _working, final = sglang_sim.answer_words("Solve for y.", "y = x^2 + 1", 1.0)
+    assert final == ["The", "answer", "is", "\\boxed{y", "=", "x^2", "+", "1}"]
 
 
 def test_generate_answers_known_questions_and_stops_or_is_cut(tmp_path):
