@@ -18,7 +18,7 @@ description:
     O(output_dir).
   - O(files) are JSONL files of your own on the host, one object a line with C(prompt) (text
     used as it is) or C(messages) (a chat, rendered).
-  - A set with a C(scoring) (C(gsm8k) or C(math)) is scored: each line also holds C(answer),
+  - A set with a C(scoring) (C(gsm8k) or C(math)) is scored, and each line also holds C(answer),
     the scorer's reference (from the set's C(answer) template, GSM8K's text after C(####)),
     its prompts are rendered with O(scored_chat_template_kwargs) over
     O(chat_template_kwargs) (a switch that turns thinking off, so the answer comes within the
@@ -66,7 +66,7 @@ options:
     default: {}
   scored_chat_template_kwargs:
     description: Template variables of scored sets, over O(chat_template_kwargs) (for Kimi
-      K2.6 C({thinking: false})).
+      K2.6 C(thinking) false).
     type: dict
     default: {}
   limit:

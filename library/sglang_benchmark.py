@@ -33,7 +33,7 @@ description:
     the step time (ms per forward step) and the accepted tokens per step (their quotient is a
     request's decode speed), and failures.
   - A scored prompt set (O(scoring)) has each finished answer scored against its row's
-    C(answer): every request record gains C(score) (C(outcome) correct, wrong or unanswered -
+    C(answer), and every request record gains C(score) (C(outcome) correct, wrong or unanswered -
     cut off at O(max_new_tokens), failed or aborted - with the answer C(extracted) and the one
     C(expected)) and the level's summary C(accuracy) (counts, the share correct, and
     C(outcomes), one letter per request in request order).
