@@ -5,17 +5,28 @@ hub prompt set (from a local hub) and a prompt file of the user's. On the first 
 crashes mid-benchmark and dflash changes outputs under speculation; on the second eagle3
 crashes on start. The run must finish, land contract-following files for what ran, record
 the failures, and flag the lossy config.
+
+A second run on the same hosts scores answers: 200 GSM8K-shaped questions with references,
+which the simulator answers right at a rate set per config and host (SGLANG_SIM_ACCURACY; the
+draw depends on the question alone, so a lower rate is wrong on a subset of what a higher rate
+got right). On bench-a AR answers 90% right, eagle3 89% and dflash 70%; on bench-b AR answers
+20% right against a floor of 90%. The analysis must flag dflash (below AR by more than McNemar
+allows) but not eagle3, and bench-b's AR (below the floor) but not bench-a's.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.hub_server import LocalHub
 from tests.support.results_tree import TEMPLATE, check_contract
+from tests.support.sglang_sim import draw
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.benchmark, pytest.mark.integration]
@@ -203,3 +214,167 @@ def test_the_lossy_config_is_flagged(run):
     assert exact["flagged"] == []
     assert exact["configs"]["dflash"]["mismatch_rate"] == 0
     assert exact["configs"]["dflash"]["tokens_compared"] == 2 * 2 * 6 * 16
+
+
+# The scored run: the share of the 200 questions each config answers right on each host.
+SCORED_RUN = "t2"
+SCORED_RATES = {
+    "bench-a": {"ar": 0.9, "eagle3": 0.89, "dflash": 0.7},
+    "bench-b": {"ar": 0.2, "eagle3": 0.2, "dflash": 0.2},
+}
+ANSWERS = "/opt/kimi/sim-answers.jsonl"
+
+
+def scored_questions() -> list[dict]:
+    """200 GSM8K-shaped rows whose draws give exactly the rates the issue names: 180 right at
+    0.9 (AR), 178 at 0.89 (eagle3: wrong on 2 that AR got right), 140 at 0.7 (dflash) and 40
+    at 0.2 (bench-b's AR), so the figures are the scenario's and not the hash's luck."""
+    wanted = [(0.0, 0.2, 40), (0.2, 0.7, 100), (0.7, 0.89, 38), (0.89, 0.9, 2), (0.9, 1.0, 20)]
+    buckets: list[list[dict]] = [[] for _ in wanted]
+    for k in range(20000):
+        if all(len(b) == n for b, (_low, _high, n) in zip(buckets, wanted, strict=True)):
+            break
+        question = f"Case {k}: a crate holds {k % 9 + 2} rows of {k % 13 + 3} jars. How many jars?"
+        value = (k % 9 + 2) * (k % 13 + 3)
+        d = draw("answer", question)
+        for bucket, (low, high, n) in zip(buckets, wanted, strict=True):
+            if low <= d < high and len(bucket) < n:
+                bucket.append({"question": question, "answer": f"{value} jars.\n#### {value}"})
+    rows = [row for bucket in buckets for row in bucket]
+    assert len(rows) == 200
+    return rows
+
+
+@pytest.fixture(scope="module")
+def scored(cluster, hub, run, tmp_path_factory):
+    from tests.support.ansible_run import run_playbook
+
+    rows = scored_questions()
+    hub.add_dataset(
+        "openai/gsm8k-scored",
+        {"main/test.jsonl": "".join(json.dumps(r) + "\n" for r in rows).encode()},
+    )
+    answers = "".join(
+        json.dumps({"question": r["question"], "answer": r["answer"].split("#### ")[1]}) + "\n"
+        for r in rows
+    )
+    for host in HOSTS:
+        cluster.ssh(host, f"cat > {ANSWERS}", input=answers)
+    results = tmp_path_factory.mktemp("scored-results")
+    extravars = {
+        "kimi_serving_configs": ["ar", "eagle3", "dflash"],
+        "kimi_server_environment": {
+            "HF_HUB_OFFLINE": "1",
+            "SGLANG_SIM_STEP_MS": "2",
+            "SGLANG_SIM_ANSWERS": ANSWERS,
+        },
+        "server_health_poll_s": 1,
+        "server_restart_delay_s": 1,
+        # Per host (an extra var cannot differ by host, but its template can).
+        "scored_environment": {
+            host: {config: {"SGLANG_SIM_ACCURACY": str(rate)} for config, rate in rates.items()}
+            for host, rates in SCORED_RATES.items()
+        },
+        "benchmark_server_environment": "{{ scored_environment[inventory_hostname] }}",
+        "benchmark_concurrency": [64],
+        "benchmark_num_prompts": 200,
+        "benchmark_warmup_requests": 1,
+        "benchmark_poll_s": 1,
+        "benchmark_run_id": SCORED_RUN,
+        "benchmark_results_dir": str(results),
+        "benchmark_prompt_sets": ["gsm8k"],
+        "benchmark_prompt_set_definitions": {
+            "gsm8k": {
+                "repo": "openai/gsm8k-scored",
+                "revision": "main",
+                "file": "main/test.jsonl",
+                "template": "{question}\nPut the answer within \\boxed{}.",
+                "answer": "{answer}",
+                "scoring": "gsm8k",
+                # The simulator's working is 6 to 31 words, then 4 for the answer.
+                "max_new_tokens": 48,
+            }
+        },
+        "benchmark_prompt_files": {},
+        "benchmark_hf_endpoint": hub.url,
+        "benchmark_model": {
+            "name": "kimi-k2.6",
+            "title": "Kimi K2.6",
+            "attention": "pure_attention",
+            "target": {"repo_id": "moonshotai/Kimi-K2.6", "revision": "main"},
+            "accuracy_floors": {"gsm8k": {"floor": 0.9, "source": "the test's floor"}},
+        },
+    }
+    bench = run_playbook(
+        "benchmark_kimi.yml",
+        cluster.inventory,
+        tmp_path_factory.mktemp("scored-bench"),
+        extravars=extravars,
+    )
+    (results / "ansible.log").write_text(bench.stdout)
+    assert bench.rc == 0, bench.stdout[-6000:]
+    out = tmp_path_factory.mktemp("scored-report") / "report"
+    analysis = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(results / SCORED_RUN), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+    return results / SCORED_RUN, out
+
+
+def test_every_answer_is_scored_at_the_rate_the_server_answered(scored):
+    results, _out = scored
+    for host, rates in SCORED_RATES.items():
+        for config, rate in rates.items():
+            document = level(results, host, config, "gsm8k", 64)
+            accuracy = document["summary"]["accuracy"]
+            assert accuracy["scorer"] == "gsm8k" and accuracy["n"] == 200, accuracy
+            assert accuracy["correct"] == round(rate * 200), (host, config, accuracy)
+            assert accuracy["unanswered"] == 0 and len(accuracy["outcomes"]) == 200
+            first = document["requests"][0]
+            assert first["finish_reason"] == "stop" and first["score"]["outcome"] in (
+                "correct",
+                "wrong",
+            )
+            # The reference is GSM8K's text after ####, as the scorer compares it.
+            assert first["score"]["expected"].isdigit()
+    # The scored set is rendered with the model's thinking-off switch, and its own budget.
+    document = level(results, "bench-a", "ar", "gsm8k", 64)
+    assert document["settings"]["max_new_tokens"] == 48
+    chat = document["provenance"]["prompt_sets"]["gsm8k"]["chat_template"]
+    assert chat["kwargs"] == {"thinking": False}
+
+
+def test_the_quality_gate_flags_a_worse_config_and_a_broken_reference(scored):
+    _results, out = scored
+    report = json.loads((out / "report.json").read_text())
+    below_ar = [w for w in report["warnings"] if w["kind"] == "accuracy_below_ar"]
+    below_floor = [w for w in report["warnings"] if w["kind"] == "accuracy_below_floor"]
+    # dflash at 70% against AR at 90% on the same 200 prompts; eagle3 at 89% is within chance.
+    assert [w["where"].split(" / ")[:2] for w in below_ar] == [["bench-a", "dflash"]], below_ar
+    # bench-b's AR at 20% under the 90% floor; bench-a's AR at 90% is not below it.
+    assert len(below_floor) == 1 and below_floor[0]["where"].startswith("bench-b"), below_floor
+    assert "the test's floor" in below_floor[0]["message"]
+    with (out / "summary.csv").open() as handle:
+        rows = [r for r in csv.DictReader(handle) if r["prompt_set"] == "gsm8k"]
+    shown = {(r["host"], r["config"]): (float(r["accuracy"]), int(r["accuracy_n"])) for r in rows}
+    assert shown[("bench-a", "dflash")] == (0.7, 200)
+    assert shown[("bench-b", "ar")] == (0.2, 200)
+
+
+def test_each_config_carries_its_api_check(scored):
+    results, _out = scored
+    for host in HOSTS:
+        for config in ("ar", "eagle3", "dflash"):
+            check = json.loads((results / host / config / "api-check.json").read_text())
+            assert check["passed"] is True, check
+            assert [c["name"] for c in check["checks"]] == [
+                "models",
+                "chat",
+                "chat_stream",
+                "tool_call",
+                "reasoning",
+            ]
