@@ -35,7 +35,10 @@ options:
         message, where C({field}) or C({field[0]}) stand for the row's values (other braces
         are kept as they are); a scored set adds C(scoring) (C(gsm8k) or C(math)) and
         C(answer), a template like C(template) giving the row's reference answer (default
-        C({answer})). Other keys (the role's C(max_new_tokens)) are ignored.
+        C({answer})). A long set adds C(long) (C(tokens), C(chars_per_token), C(question)) and
+        C(max_new_tokens), and its prompts are the rows one after another from a first row
+        of their own, about C(tokens) long, ending in C(question)
+        (module_utils/long_prompts.py), with C(length) in the meta. Other keys are ignored.
     type: dict
     default: {}
   files:
@@ -137,6 +140,7 @@ from ansible.module_utils.benchmark import (  # noqa: E402
     template_files,
 )
 from ansible.module_utils.host_helpers import atomic_write, file_sha256, read_json  # noqa: E402
+from ansible.module_utils.long_prompts import LongPromptError, long_rows  # noqa: E402
 from ansible.module_utils.scoring import (  # noqa: E402
     MAX_REFERENCE_CHARS,
     SCORERS,
@@ -358,6 +362,12 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
             "sha256": file_sha256(cached),
         }
         rows = read_rows(cached)
+    length = None
+    if spec.get("long") is not None:
+        try:
+            rows, length = long_rows(name, spec, rows, p["limit"], p["model_dir"])
+        except LongPromptError as error:
+            raise PromptError(str(error)) from None
     prompts = []
     for index, row in enumerate(rows[: p["limit"]]):
         if not isinstance(row, dict):
@@ -366,7 +376,7 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
             if spec.get("path") and isinstance(row.get("prompt"), str):
                 prompt = row["prompt"]
             else:
-                messages = row.get("messages") if spec.get("path") else None
+                messages = row.get("messages") if spec.get("path") or length else None
                 if messages is None:
                     messages = prompt_of(row, spec.get("template") or "{prompt}")
                 prompt = render_chat(text, messages, tokens, kwargs)
@@ -404,6 +414,7 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
             "kwargs": kwargs,
         },
         "scoring": scorer,
+        **({"length": length} if length is not None else {}),
         "output": output,
         "sha256": digest,
     }

@@ -40,6 +40,7 @@ from ansible.module_utils.host_helpers import (
     read_json,
     write_json_atomic,
 )
+from ansible.module_utils.long_prompts import level_summary, target_of
 from ansible.module_utils.scoring import (
     MAX_REFERENCE_CHARS,
     SCORERS,
@@ -208,6 +209,8 @@ def run_benchmark(params: dict, fail) -> dict:
             "Start it (the server stage) and check base_url."
         )
     scorer = scorer_of(params)
+    # A long set's target and estimates (long_prompts), compared with SGLang's count per level.
+    length = target_of(read_json(os.path.splitext(params["prompts"])[0] + ".meta.json"))
     rows = load_prompts(params["prompts"], params["num_prompts"], scorer)
     texts = render_rows(rows, server_info)
     sampling = {"max_new_tokens": params["max_new_tokens"], "temperature": params["temperature"]}
@@ -278,6 +281,8 @@ def run_benchmark(params: dict, fail) -> dict:
             summary = summarize_level(records, duration, itl)
             if scorer:
                 summary["accuracy"] = accuracy_summary(scorer, records)
+            if length is not None:
+                summary["prompt_length"] = level_summary(length, records)
             delta = server_delta(before, after)
             events = sum(len(t.events) for t in level["trackers"])
             lost = [t for t in level["trackers"] if t.lost]
