@@ -342,7 +342,9 @@ def report(
     reference = reference or str(results.run.get("reference_config") or "ar")
     table = tables.rows(results, reference)
     diagnosis = sweep.diagnose(table)
-    picks = tables.recommend(table, band_edges, diagnosis)
+    scored = quality.accuracy_rows(results, table, reference)
+    worse = {(r["host"], r["config"]) for r in scored if r.get("verdict") == "worse"}
+    picks = tables.recommend(table, band_edges, diagnosis, worse)
     warnings = tables.warnings(results, table, reference, diagnosis)
     seconds["tables"] = time.perf_counter() - clock - seconds["read"]
     figures = plots.all_plots(results, table, reference, workers, label)
@@ -350,7 +352,6 @@ def report(
     origin = provenance(results)
     losslessness = lossless_rows(results, reference)
     pick_rows = tables.picks_table(picks)
-    scored = quality.accuracy_rows(results, table, reference)
     api_checks = quality.api_check_rows(results)
     run = results.run
     model = run_model(run)

@@ -328,12 +328,15 @@ def recommend(
     table: list[dict],
     edges: tuple[int, ...] = DEFAULT_BAND_EDGES,
     diagnosis: sweep.Diagnosis | None = None,
+    less_accurate: frozenset | set = frozenset(),
 ) -> list[Pick]:
     """Per host and concurrency band: the config with the highest mean output tokens/s over the
     band's levels and prompt sets, among those whose losslessness check passed (and the
     reference). A config is a candidate only with every level of the band measured cleanly
-    (no crash, no failed request), and a DDTree budget only if it collapsed at no level of
-    the host (analysis.sweep). When the host's sweep saturates within the band and the best
+    (no crash, no failed request), only if it answered no scored level significantly worse
+    than the reference (`less_accurate`: (host, config) pairs, analysis.quality's verdict
+    "worse"), and a DDTree budget only if it collapsed at no level of the host
+    (analysis.sweep). When the host's sweep saturates within the band and the best
     is a DDTree budget, the smallest budget within NEAR_BEST of the best is taken instead."""
     diagnosis = diagnosis if diagnosis is not None else sweep.diagnose(table)
     picks = []
@@ -364,6 +367,7 @@ def recommend(
                         "state": own[0]["lossless"],
                         "complete": len(clean) == len(cells),
                         "collapsed": collapsed.get((tp, budget)) if budget is not None else None,
+                        "less_accurate": (host, config) in less_accurate,
                         "mean": mean,
                         "speedup": sum(speedups) / len(speedups) if speedups else None,
                         "budget": budget,
@@ -380,6 +384,7 @@ def recommend(
                 and s["state"] in ("passed", "reference")
                 and s["mean"]
                 and not s["collapsed"]
+                and not s["less_accurate"]
             ]
             best = max(eligible, key=lambda s: s["mean"], default=None)
             faster = [
@@ -393,6 +398,8 @@ def recommend(
                     why = "missing or failed levels in this band"
                 elif s["state"] not in ("passed", "reference"):
                     why = f"losslessness {s['state']}"
+                elif s["less_accurate"]:
+                    why = "it answered worse than the reference (see accuracy_below_ar)"
                 else:
                     why = (
                         "its accepted tokens per step collapsed against a smaller budget at "

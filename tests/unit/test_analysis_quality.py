@@ -175,6 +175,16 @@ def test_a_config_at_70_against_ar_at_90_is_below_ar_and_one_at_89_is_not(paired
     assert not kinds(outcome.warnings, "accuracy_below_floor")  # AR at 0.9 meets 0.9
 
 
+def test_a_config_that_answers_worse_is_never_recommended(paired):
+    _root, outcome = paired
+    assert outcome.picks and all(p.config != "dflash" for p in outcome.picks)
+    # dflash is faster than what was picked, so the recommendation says why it lost.
+    assert any(
+        "dflash was faster" in p.note and "answered worse than the reference" in p.note
+        for p in outcome.picks
+    ), [p.note for p in outcome.picks]
+
+
 def test_levels_built_from_other_prompts_are_not_paired(paired):
     _root, outcome = paired
     document = json.loads((outcome.out / "report.json").read_text())
