@@ -63,6 +63,7 @@ from ansible.module_utils.benchmark import (  # noqa: E402
     request_timings,
     summarize_level,
 )
+from ansible.module_utils.scoring import accuracy_summary  # noqa: E402
 
 LEVEL_SCHEMA = REPO / "docs" / "schema" / "level.schema.json"
 VOCAB = 163840
@@ -457,19 +458,6 @@ def score_of(plan: Plan, sim: Sim, prompt_set: str, index: int, failed: bool) ->
     if value < (sim.accuracy or 0.0) - 1e-9:
         return {"outcome": "correct", "extracted": expected, "expected": expected}
     return {"outcome": "wrong", "extracted": str(index * 3 + 8), "expected": expected}
-
-
-def accuracy_summary(scorer: str, requests: list[dict]) -> dict:
-    """summary.accuracy from the records' scores, in request order."""
-    outcomes = "".join(r["score"]["outcome"][0] for r in requests)
-    counts = {name: outcomes.count(name[0]) for name in ("correct", "wrong", "unanswered")}
-    return {
-        "scorer": scorer,
-        "n": len(outcomes),
-        **counts,
-        "accuracy": counts["correct"] / len(outcomes) if outcomes else 0.0,
-        "outcomes": outcomes,
-    }
 
 
 def model_of(plan: Plan) -> dict:
