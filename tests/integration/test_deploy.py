@@ -376,6 +376,17 @@ def test_deploy_ends_with_a_healthy_server_on_every_host(cluster, deploy):
     assert (state / KIMI_HOST / "weights.json").is_file()
     assert (state / MODELS[QWEN_HOST] / QWEN_HOST / "weights.json").is_file()
     assert not (state / QWEN_HOST).exists()
+    # Once healthy, each server answers the OpenAI API as users call it, through its own
+    # model's parsers: the name it was launched with, chat (whole and streamed), a forced tool
+    # call and reasoning apart from the content.
+    for host in HOSTS:
+        check = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/api-check.json").stdout)
+        assert check["passed"] is True, check
+        assert {c["name"]: c["passed"] for c in check["checks"]} == dict.fromkeys(
+            ("models", "chat", "chat_stream", "tool_call", "reasoning"), True
+        ), check
+        name = argument(launches[host]["argv"], "--served-model-name")
+        assert check["served_model_name"] == name == model(MODELS[host])["target"]["repo_id"]
 
 
 def argument(argv: list[str], flag: str) -> str:
