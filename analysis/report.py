@@ -345,14 +345,14 @@ def report(
     scored = quality.accuracy_rows(results, table, reference)
     worse = {(r["host"], r["config"]) for r in scored if r.get("verdict") == "worse"}
     picks = tables.recommend(table, band_edges, diagnosis, worse)
-    warnings = tables.warnings(results, table, reference, diagnosis)
+    api_checks = quality.api_check_rows(results)
+    warnings = tables.warnings(results, table, reference, diagnosis, scored, api_checks)
     seconds["tables"] = time.perf_counter() - clock - seconds["read"]
     figures = plots.all_plots(results, table, reference, workers, label)
     seconds["plots"] = time.perf_counter() - clock - seconds["read"] - seconds["tables"]
     origin = provenance(results)
     losslessness = lossless_rows(results, reference)
     pick_rows = tables.picks_table(picks)
-    api_checks = quality.api_check_rows(results)
     run = results.run
     model = run_model(run)
     name = run.get("run_id") or results_dir.resolve().name

@@ -525,9 +525,12 @@ def warnings(
     table: list[dict],
     reference: str = "ar",
     diagnosis: sweep.Diagnosis | None = None,
+    scored: list[dict] | None = None,
+    api_checks: list[dict] | None = None,
 ) -> list[dict]:
     """What the reader must know before trusting a number: {kind, severity, where, message},
-    kind one of WARNING_KINDS."""
+    kind one of WARNING_KINDS. `scored` and `api_checks` are analysis.quality's rows when the
+    caller already built them (the report shows them too)."""
     found: list[dict] = []
 
     def add(kind: str, severity: str, where: str, message: str) -> None:
@@ -631,9 +634,12 @@ def warnings(
         )
     for where, message in incomplete(results):
         add("incomplete_run", "warning", where, message)
-    scored = quality.accuracy_rows(results, table, reference)
+    if scored is None:
+        scored = quality.accuracy_rows(results, table, reference)
+    if api_checks is None:
+        api_checks = quality.api_check_rows(results)
     found += quality.accuracy_warnings(results, scored, reference)
-    found += quality.api_check_warnings(quality.api_check_rows(results))
+    found += quality.api_check_warnings(api_checks)
     versions = {
         (lv.provenance.get("kit_version"), lv.provenance.get("sglang_version"))
         for lv in results.levels
