@@ -13,6 +13,7 @@ import asyncio
 import base64
 import json
 import math
+import random
 import ssl
 import sys
 import time
@@ -205,6 +206,7 @@ class Tracker:
         "mask",
         "max_events",
         "nbytes",
+        "scheduled",
         "start",
     )
 
@@ -215,6 +217,7 @@ class Tracker:
         self.events: list[tuple[float, int]] = []
         self.first = self.last = None
         self.start = self.end = 0.0
+        self.scheduled = None  # when a request-rate level's schedule had it start
         self.connected = None
         self.done_at = None
         self.error = ""
@@ -378,32 +381,99 @@ async def watch_loop(samples: list[float], stop: asyncio.Event) -> None:
         samples.append((time.perf_counter() - before - LAG_INTERVAL_S) * 1000.0)
 
 
+def arrival_offsets(count: int, request_rate: float, seed: int) -> list[float]:
+    """When each of `count` requests is due, in seconds from the level's start: a Poisson
+    process at `request_rate` requests/s (exponential gaps from random.Random(seed)), the
+    first request at 0 as SGLang's bench_serving sends it. The same seed gives the same
+    schedule, so configs compared at one rate see the same arrivals."""
+    if not (isinstance(request_rate, (int, float)) and math.isfinite(request_rate)):
+        raise ValueError(f"request_rate must be a finite number, got {request_rate!r}")
+    if request_rate <= 0:
+        raise ValueError(f"request_rate must be positive, got {request_rate!r}")
+    draw = random.Random(seed)  # noqa: S311 - a reproducible schedule, not a secret
+    offsets, at = [], 0.0
+    for index in range(count):
+        if index:
+            at += draw.expovariate(request_rate)
+        offsets.append(at)
+    return offsets
+
+
 async def run_level(
     target: Target,
     payloads: list[bytes],
     concurrency: int,
     timeout: float,
     max_events: int,
+    *,
+    request_rate: float | None = None,
+    seed: int = 0,
+    time_budget_s: float | None = None,
 ) -> dict:
-    """Keep `concurrency` requests in flight until every payload was sent once."""
-    trackers = [Tracker(index, max_events, target.mask) for index in range(len(payloads))]
-    cursor = iter(range(len(payloads)))
+    """Send every payload once, in order, and time each answer.
 
-    async def worker():
-        for index in cursor:
-            await send(target, payloads[index], trackers[index], timeout)
-
+    Closed loop (request_rate None): `concurrency` requests in flight, a new one as soon as
+    one ends. Request rate: Poisson arrivals at `request_rate` requests/s (arrival_offsets),
+    scheduled against the level's start on a monotonic clock, so a late loop does not
+    stretch the schedule; at most `concurrency` in flight when it is above 0 (a request due
+    while the cap is full waits, and its lag from its due time shows in client_report).
+    Either way no request starts once `time_budget_s` has passed since the level began;
+    those in flight finish. The started requests are always the first `sent` payloads:
+    trackers[i].index == i.
+    """
+    if time_budget_s is not None and not (time_budget_s > 0 and math.isfinite(time_budget_s)):
+        raise ValueError(f"time_budget_s must be a positive number, got {time_budget_s!r}")
+    count = len(payloads)
+    offsets = arrival_offsets(count, request_rate, seed) if request_rate is not None else None
+    budget = time_budget_s if time_budget_s is not None else math.inf
+    trackers: list[Tracker] = []
+    state = {"stopped": False}
     lag: list[float] = []
     stop = asyncio.Event()
     watcher = asyncio.ensure_future(watch_loop(lag, stop))
-    waves = -(-len(payloads) // max(concurrency, 1))
-    deadline = timeout * waves + 60
+    if offsets is None:
+        waves = -(-count // max(concurrency, 1))
+        deadline = timeout * waves + 60
+    else:
+        waves = -(-count // concurrency) if concurrency > 0 else 1
+        deadline = (offsets[-1] if offsets else 0.0) + timeout * waves + 60
+    deadline = min(deadline, budget + timeout + 60)
     cpu_before = time.process_time()
     started = time.perf_counter()
-    workers = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, len(payloads)))]
-    _done, pending = await asyncio.wait(workers, timeout=deadline)
+
+    def begin(index: int) -> Tracker | None:
+        """The tracker of the request about to start, or None once the budget is spent."""
+        if time.perf_counter() - started >= budget:
+            state["stopped"] = True
+            return None
+        tracker = Tracker(index, max_events, target.mask)
+        trackers.append(tracker)
+        return tracker
+
+    if offsets is None:
+        cursor = iter(range(count))
+
+        async def worker():
+            for index in cursor:
+                tracker = begin(index)
+                if tracker is None:
+                    return
+                await send(target, payloads[index], tracker, timeout)
+
+        tasks = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, count))]
+    else:
+        tasks = [
+            asyncio.ensure_future(
+                arrive(
+                    target, payloads, offsets, concurrency, timeout, started, budget, begin, state
+                )
+            )
+        ]
+    _done, pending = await asyncio.wait(tasks, timeout=deadline) if tasks else (set(), set())
     for task in pending:
         task.cancel()
+    if pending:
+        await asyncio.wait(pending)
     ended = time.perf_counter()
     cpu = time.process_time() - cpu_before
     stop.set()
@@ -412,6 +482,7 @@ async def run_level(
         if not tracker.end:
             tracker.error = tracker.error or f"not finished within the level's {deadline:g} s"
             tracker.end = ended
+    trackers.sort(key=lambda t: t.index)
     last = max((t.done_at or t.end for t in trackers), default=ended)
     return {
         "trackers": trackers,
@@ -420,7 +491,45 @@ async def run_level(
         "cpu_s": cpu,
         "lag_ms": lag,
         "wall_s": ended - started,
+        "sent": len(trackers),
+        "stopped_by_time_budget": state["stopped"] and len(trackers) < count,
+        "request_rate": request_rate,
     }
+
+
+async def arrive(target, payloads, offsets, cap, timeout, started, budget, begin, state):
+    """Start each request at its due time (offsets from `started`), at most `cap` in
+    flight when cap > 0; then wait for those in flight."""
+    limit = asyncio.Semaphore(cap) if cap > 0 else None
+    running: set[asyncio.Future] = set()
+
+    async def one(index: int, tracker: Tracker) -> None:
+        try:
+            await send(target, payloads[index], tracker, timeout)
+        finally:
+            if limit is not None:
+                limit.release()
+
+    for index, offset in enumerate(offsets):
+        if offset >= budget:
+            state["stopped"] = True
+            break
+        wait = started + offset - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if limit is not None:
+            await limit.acquire()
+        tracker = begin(index)
+        if tracker is None:
+            if limit is not None:
+                limit.release()
+            break
+        tracker.scheduled = started + offset
+        task = asyncio.ensure_future(one(index, tracker))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    if running:
+        await asyncio.wait(list(running))
 
 
 def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, list[float]]:
@@ -666,7 +775,7 @@ def client_report(level: dict, events: int) -> dict:
             f"event-loop lag p99 {lag_p99:.2f} ms while the client used {cpu_fraction:.0%} "
             "of a core: other processes compete for the CPU; timings are less precise"
         )
-    return {
+    report = {
         "cpu_s": round(level["cpu_s"], 4),
         "cpu_fraction": round(cpu_fraction, 4),
         "loop_lag_ms": lag,
@@ -686,3 +795,9 @@ def client_report(level: dict, events: int) -> dict:
         },
         "python": sys.version.split()[0],
     }
+    # A request-rate level: how late each request started against its schedule (the loop
+    # being late, or the in-flight cap being full).
+    lags = [(t.start - t.scheduled) * 1000.0 for t in level["trackers"] if t.scheduled is not None]
+    if lags:
+        report["arrival_lag_ms"] = distribution(lags)
+    return report

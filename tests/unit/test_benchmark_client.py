@@ -1,0 +1,209 @@
+"""The benchmark client's level runner: Poisson arrivals, the in-flight cap, the time budget
+and which requests a level keeps, against the simulator (short steps) or a local server that
+holds every answer until told to go on."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import statistics
+import threading
+
+import pytest
+from ansible.module_utils import benchmark_client
+
+from tests.support.sim_process import BASE, start, stop
+
+pytestmark = pytest.mark.benchmark
+
+
+def test_poisson_schedule_of_a_seed_is_fixed_and_has_the_rate_it_was_asked():
+    offsets = benchmark_client.arrival_offsets(4000, 8.0, seed=7)
+    assert offsets == benchmark_client.arrival_offsets(4000, 8.0, seed=7)
+    assert offsets != benchmark_client.arrival_offsets(4000, 8.0, seed=8)
+    assert offsets[0] == 0.0
+    gaps = [b - a for a, b in itertools.pairwise(offsets)]
+    assert all(gap >= 0 for gap in gaps)
+    # Exponential gaps of mean 1/8 s: over 3999 of them the sample mean is within 5% (its
+    # standard error is 1.6%), and their spread equals their mean, as a Poisson process's.
+    assert statistics.fmean(gaps) == pytest.approx(0.125, rel=0.05)
+    assert statistics.pstdev(gaps) == pytest.approx(0.125, rel=0.08)
+    # Not evenly spaced: a share of gaps under a tenth of the mean, none for a fixed rate.
+    assert sum(gap < 0.0125 for gap in gaps) / len(gaps) == pytest.approx(0.095, abs=0.02)
+
+
+@pytest.mark.parametrize("rate", [0, -1.0, float("inf"), float("nan")])
+def test_a_rate_that_is_no_rate_is_refused(rate):
+    with pytest.raises(ValueError, match="request_rate"):
+        benchmark_client.arrival_offsets(3, rate, 0)
+
+
+@pytest.fixture(scope="module")
+def simulator():
+    env = {"SGLANG_SIM_STEP_MS": 2, "SGLANG_SIM_PREFILL_MS": 2, "SGLANG_SIM_ACCEPT": 1}
+    process, url = start(BASE, **env)
+    try:
+        yield url
+    finally:
+        stop(process)
+
+
+def payloads_for(target, count: int, tokens: int = 8) -> list[bytes]:
+    body = {"max_new_tokens": tokens, "temperature": 0.0}
+    return [
+        target.request({"text": f"question {i}", "sampling_params": body, "stream": True})
+        for i in range(count)
+    ]
+
+
+def run(coroutine):
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
+def peak_in_flight(trackers) -> int:
+    edges = sorted([(t.start, 1) for t in trackers] + [(t.end, -1) for t in trackers])
+    peak = running = 0
+    for _when, change in edges:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_closed_loop_sends_every_payload_once_and_keeps_them_in_order(simulator):
+    target = benchmark_client.Target(simulator, "")
+    level = run(benchmark_client.run_level(target, payloads_for(target, 12), 4, 60, 64))
+    assert level["sent"] == 12 and not level["stopped_by_time_budget"]
+    assert [t.index for t in level["trackers"]] == list(range(12))
+    assert all(not t.error and t.done_at for t in level["trackers"])
+    assert all(t.scheduled is None for t in level["trackers"])
+    assert 1 < peak_in_flight(level["trackers"]) <= 4
+    report = benchmark_client.client_report(level, sum(len(t.events) for t in level["trackers"]))
+    assert "arrival_lag_ms" not in report
+
+
+def test_rate_mode_starts_requests_on_their_schedule_and_reports_their_lag(simulator):
+    target = benchmark_client.Target(simulator, "")
+    payloads = payloads_for(target, 10)
+    level = run(benchmark_client.run_level(target, payloads, 0, 60, 64, request_rate=50.0, seed=3))
+    offsets = benchmark_client.arrival_offsets(10, 50.0, 3)
+    assert level["sent"] == 10 and level["request_rate"] == 50.0
+    for tracker, offset in zip(level["trackers"], offsets, strict=True):
+        assert tracker.scheduled == pytest.approx(level["started"] + offset, abs=1e-9)
+        assert tracker.start >= tracker.scheduled
+        assert not tracker.error
+    report = benchmark_client.client_report(level, sum(len(t.events) for t in level["trackers"]))
+    assert report["arrival_lag_ms"]["count"] == 10
+    assert report["arrival_lag_ms"]["p50"] >= 0
+
+
+class HeldServer:
+    """A local HTTP server whose answers wait until `release` is set: how many requests the
+    client had open at once is then exact, not a matter of timing."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.open = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self.serve, args=(ready,), daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    def serve(self, ready):
+        asyncio.set_event_loop(self.loop)
+
+        async def handle(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            with self.lock:
+                self.open += 1
+                self.peak = max(self.peak, self.open)
+            while not self.release.is_set():
+                await asyncio.sleep(0.005)
+            event = b'data: {"text":"a","meta_info":{"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"content-length: %d\r\n\r\n" % len(event) + event
+            )
+            await writer.drain()
+            with self.lock:
+                self.open -= 1
+            writer.close()
+
+        async def main():
+            self.closing = asyncio.Event()
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            ready.set()
+            async with server:
+                await self.closing.wait()
+
+        self.loop.run_until_complete(main())
+        self.loop.close()
+
+    def close(self):
+        self.release.set()
+        self.loop.call_soon_threadsafe(self.closing.set)
+        self.thread.join(10)
+
+
+def test_rate_mode_never_has_more_in_flight_than_its_cap():
+    server = HeldServer()
+    try:
+        target = benchmark_client.Target(f"http://127.0.0.1:{server.port}", "")
+        # 1000 requests/s: all 12 are due within a few ms, and the server holds each answer
+        # until every request the cap lets out has arrived.
+        threading.Timer(0.5, server.release.set).start()
+        level = run(
+            benchmark_client.run_level(
+                target, payloads_for(target, 12), 3, 60, 64, request_rate=1000.0
+            )
+        )
+    finally:
+        server.close()
+    assert level["sent"] == 12
+    assert all(not t.error for t in level["trackers"]), level["trackers"][0].error
+    assert server.peak == 3
+    assert peak_in_flight(level["trackers"]) == 3
+    # The ones the cap held started late against their schedule, and the report says so.
+    report = benchmark_client.client_report(level, 12)
+    assert report["arrival_lag_ms"]["max"] >= 400
+
+
+@pytest.mark.parametrize("rate", [None, 1000.0])
+def test_the_time_budget_stops_new_requests_and_keeps_only_those_started(rate):
+    server = HeldServer()
+    try:
+        target = benchmark_client.Target(f"http://127.0.0.1:{server.port}", "")
+        # Two in flight, held 1 s: the budget of 0.3 s passes while the first two run, so
+        # no third one starts; the two finish.
+        threading.Timer(1.0, server.release.set).start()
+        level = run(
+            benchmark_client.run_level(
+                target, payloads_for(target, 10), 2, 60, 64, request_rate=rate, time_budget_s=0.3
+            )
+        )
+    finally:
+        server.close()
+    assert level["sent"] == 2 and level["stopped_by_time_budget"]
+    assert [t.index for t in level["trackers"]] == [0, 1]
+    assert all(not t.error and t.done_at for t in level["trackers"])
+
+
+def test_a_budget_that_outlasts_the_level_stops_nothing(simulator):
+    target = benchmark_client.Target(simulator, "")
+    level = run(
+        benchmark_client.run_level(target, payloads_for(target, 5), 2, 60, 64, time_budget_s=600)
+    )
+    assert level["sent"] == 5 and not level["stopped_by_time_budget"]
+
+
+@pytest.mark.parametrize("budget", [0, -1, float("nan")])
+def test_a_budget_that_is_no_budget_is_refused(budget):
+    with pytest.raises(ValueError, match="time_budget_s"):
+        run(benchmark_client.run_level(None, [], 1, 1, 1, time_budget_s=budget))
