@@ -53,6 +53,16 @@ srt/managers/scheduler_components/output_streamer.py accept)
     proposed. A repeated prompt since the last flush reports its prefix as cached_tokens
     (the radix cache matches at most all but the last prompt token).
 
+/generate inputs (srt/managers/io_struct.py GenerateReqInput; srt/managers/schedule_batch.py
+Req.update_finish_state, _check_token_based_finish)
+    `text` or `input_ids` (one prompt token each: prompt_tokens = len(input_ids)). input_ids
+    that are not a list of int64 (SGLang's field validator) or are empty get 400 with
+    SGLang's ErrorResponse body; so do ids outside [0, vocab_size) (config.json's, else
+    K2.6's 163840), which SGLang itself does not check (see input_ids_error). With
+    sampling_params.ignore_eos true no end of sequence stops a request (SGLang skips the
+    stop-token check), so it decodes exactly max_new_tokens and finishes with
+    {"type": "length", "length": max_new_tokens}.
+
 HTTP framing (uvicorn's httptools/h11 protocols, starlette's StreamingResponse)
     Streams go out with `transfer-encoding: chunked`, one chunk per event, then a separate
     `0\\r\\n\\r\\n`; other answers carry content-length. Headers `date` and `server: uvicorn`
@@ -620,11 +630,14 @@ class Request:
     # known question, a chat turn); None: words derived from the prompt up to max_new_tokens.
     script: list[str] | None = None
     stopped: bool = False  # finished at its end of sequence, before max_new_tokens
+    # sampling_params.ignore_eos: the script's end of sequence does not stop it (past the
+    # script the words derive from the prompt), so it decodes exactly max_new_tokens.
+    ignore_eos: bool = False
 
     @property
     def limit(self) -> int:
         """Tokens it generates: its script's, cut at max_new_tokens."""
-        if self.script is None:
+        if self.script is None or self.ignore_eos:
             return self.max_new_tokens
         return min(self.max_new_tokens, len(self.script))
 
@@ -645,6 +658,7 @@ class Simulator:
             self.draft_tokens = int(self.resolved["speculative_ddtree_budget"]) + 1
         self.model_name = self.resolved.get("served_model_name") or ""
         self.model_type, self.architectures = model_identity(self.resolved.get("model_path"))
+        self.vocab_size = vocab_size_of(self.resolved.get("model_path"))
         self.status = "Starting"
         self.running: list[Request] = []
         self.waiting: list[Request] = []
@@ -1062,6 +1076,7 @@ class Simulator:
         params = body.get("sampling_params") or {}
         text = body.get("text")
         if text is None and body.get("input_ids") is not None:
+            # One prompt token a word: prompt_tokens is len(input_ids), as SGLang counts it.
             text = " ".join(map(str, body["input_ids"]))
         if text is None:
             raise ValueError("Either text, input_ids or input_embeds should be provided.")
@@ -1069,6 +1084,7 @@ class Simulator:
             str(text),
             int(params.get("max_new_tokens", 128)),
             stream=bool(body.get("stream")),
+            ignore_eos=params.get("ignore_eos") is True,
         )
         known = known_question(self.answers, request.prompt)
         if known is not None:
@@ -1088,6 +1104,10 @@ class Simulator:
         fault = self.settings.fault if at in (0, self.generate_count) else ""
         if fault == "echo_headers":
             await reply.respond(400, echo_headers(headers or {}), "application/json")
+            return
+        refused = input_ids_error(body.get("input_ids"), self.vocab_size)
+        if refused is not None:
+            await reply.respond(400, compact(bad_request(refused)), "application/json")
             return
         try:
             request = self.request_of(body)
@@ -1590,6 +1610,62 @@ async def serve(args: dict, settings: Settings) -> None:
     scheduler.cancel()
     if warmup is not None:
         warmup.cancel()
+
+
+def vocab_size_of(model_path: object) -> int:
+    """The served folder's vocab_size (config.json's, or its text_config's, as SGLang's
+    model_config reads the text model's); K2.6's when the folder has none."""
+    try:
+        with open(Path(str(model_path)) / "config.json", "rb") as handle:
+            config = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError, TypeError):
+        return VOCAB
+    for part in (config, config.get("text_config") if isinstance(config, dict) else None):
+        size = part.get("vocab_size") if isinstance(part, dict) else None
+        if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= 1 << 24:
+            return size
+    return VOCAB
+
+
+def input_ids_error(ids: object, vocab_size: int) -> str | None:
+    """Why /generate refuses these input_ids, None when it takes them (or none were given).
+
+    SGLang 0.5.23 checks their type while parsing the body (io_struct.py GenerateReqInput.
+    input_ids, srt/utils/field_validators.py validate_list_i64_1d: a list whose first element
+    is an int and that packs into int64) and answers 400 (http_server.py's
+    RequestValidationError handler); it does not check them against the vocabulary (only
+    token_ids_logprob is). The simulator also refuses ids outside [0, vocab_size): on a GPU
+    such an id reads no embedding row of its own, so a benchmark that sends one measures a
+    broken prompt, and a test should hear about it. Batches (a list of lists) are SGLang's,
+    but no caller of the kit sends them: refused too."""
+    if ids is None:
+        return None
+    if not isinstance(ids, list):
+        return f"input_ids: Value error, must be list or null; got {type(ids).__name__}"
+    if ids and isinstance(ids[0], list):
+        return "input_ids: the simulator takes one prompt a request, not a batch"
+    if ids and not isinstance(ids[0], int):
+        return f"input_ids: Value error, elements must be int; got {type(ids[0]).__name__}"
+    for value in ids:
+        if not isinstance(value, int) or not -(1 << 63) <= value < 1 << 63:
+            return "input_ids: Value error, contains non-int64 element"
+    if not ids:
+        return "input_ids cannot be empty."
+    outside = next((value for value in ids if not 0 <= value < vocab_size), None)
+    if outside is not None:
+        return f"input_ids: token id {outside} is outside the vocabulary [0, {vocab_size})"
+    return None
+
+
+def bad_request(message: str) -> dict:
+    """SGLang's ErrorResponse for a body its validation refused (http_server.py)."""
+    return {
+        "object": "error",
+        "message": message,
+        "type": "Bad Request",
+        "param": None,
+        "code": 400,
+    }
 
 
 def model_identity(model_path: object) -> tuple[str, list[str]]:

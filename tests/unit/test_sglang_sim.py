@@ -855,3 +855,108 @@ def chat_events(url: str, **body) -> list:
         f"{url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=30
     )
     return events_of(response)
+
+
+def generate_ids(url: str, ids: object, tokens: int, stream: bool = True, **params) -> list:
+    """A /generate of token ids: the stream's events, or [status, body] when refused."""
+    body = {
+        "input_ids": ids,
+        "sampling_params": {"max_new_tokens": tokens, "temperature": 0, **params},
+        "stream": stream,
+    }
+    response = requests.post(f"{url}/generate", json=body, stream=stream, timeout=30)
+    if response.status_code != 200:
+        return [response.status_code, response.json()]
+    return events_of(response) if stream else [response.json()]
+
+
+def test_input_ids_are_the_prompt_and_ignore_eos_decodes_exactly_max_new_tokens(tmp_path):
+    """Token ids count one prompt token each; with ignore_eos a request decodes exactly
+    max_new_tokens (length), under speculation too (a verify step that would overshoot is
+    cut), even where the model would have stopped at its end of sequence, which it still
+    does without ignore_eos."""
+    answers = tmp_path / "answers.jsonl"
+    question = "Tom has 3 apples and eats one. How many are left?"
+    answers.write_text(json.dumps({"question": question, "answer": "2"}) + "\n")
+    process, url = start(
+        BASE + EAGLE,
+        SGLANG_SIM_STEP_MS=2,
+        SGLANG_SIM_ACCEPT=3,
+        SGLANG_SIM_ANSWERS=answers,
+    )
+    try:
+        ids = [17, 163583, 0, 42, 42, 9000]
+        exact = {n: generate_ids(url, ids, n, ignore_eos=True) for n in (1, 2, 7, 64)}
+        plain = generate_ids(url, ids, 64)
+        whole = generate_ids(url, ids, 5, stream=False, ignore_eos=True)[0]
+        prompt = f"<|im_user|>{question}<|im_end|><|im_assistant|>"
+        body = {"text": prompt, "sampling_params": {"max_new_tokens": 400}}
+        stops = requests.post(f"{url}/generate", json=body, timeout=30).json()
+        body["sampling_params"]["ignore_eos"] = True
+        ignores = requests.post(f"{url}/generate", json=body, timeout=30).json()
+    finally:
+        stop(process)
+    for wanted, events in exact.items():
+        assert events[-1] == "[DONE]"
+        last = events[-2]["meta_info"]
+        assert last["completion_tokens"] == wanted == len(events[-2]["output_ids"])
+        assert last["finish_reason"] == {"type": "length", "length": wanted}
+        assert all(event["meta_info"]["prompt_tokens"] == len(ids) for event in events[:-1])
+    assert plain[-2]["meta_info"]["completion_tokens"] == 64
+    assert whole["meta_info"]["completion_tokens"] == 5 == len(whole["output_ids"])
+    assert whole["meta_info"]["prompt_tokens"] == len(ids)
+    assert stops["meta_info"]["finish_reason"]["type"] == "stop"
+    assert stops["meta_info"]["completion_tokens"] < 400
+    assert ignores["meta_info"]["finish_reason"] == {"type": "length", "length": 400}
+    assert ignores["meta_info"]["completion_tokens"] == 400 == len(ignores["output_ids"])
+    # The answer the model gave before its end of sequence is still the start of the output.
+    assert ignores["text"].startswith(stops["text"])
+
+
+def test_bad_input_ids_are_refused_with_sglangs_error_body():
+    """input_ids that are not a list of int64 (SGLang's field validator), empty, or outside
+    the vocabulary (the simulator's own check) get 400 and SGLang's ErrorResponse; nothing is
+    generated for them."""
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        refused = {
+            "string": generate_ids(url, "1 2 3", 4),
+            "floats": generate_ids(url, [1.5, 2], 4),
+            "later float": generate_ids(url, [1, 2.5], 4),
+            "empty": generate_ids(url, [], 4),
+            "too large": generate_ids(url, [1, 1 << 64], 4),
+            "batch": generate_ids(url, [[1, 2], [3]], 4),
+            "negative": generate_ids(url, [5, -1], 4),
+            "past vocab": generate_ids(url, [sglang_sim.VOCAB], 4),
+        }
+        taken = generate_ids(url, [0, sglang_sim.VOCAB - 1], 3)
+        metrics = requests.get(f"{url}/metrics", timeout=10).text
+    finally:
+        stop(process)
+    for why, (status, body) in refused.items():
+        assert status == 400, why
+        assert body["object"] == "error" and body["code"] == 400, why
+        assert body["type"] == "Bad Request" and "input_ids" in body["message"], why
+    assert "outside the vocabulary" in refused["past vocab"][1]["message"]
+    assert taken[-2]["meta_info"]["completion_tokens"] == 3
+    # Of the streamed requests only the taken one (2 ids) was counted; the warmup is not one.
+    streamed = [
+        line.rsplit(" ", 1)[1]
+        for line in metrics.splitlines()
+        if line.startswith("sglang:prompt_tokens_total") and 'is_streaming="true"' in line
+    ]
+    assert streamed == ["2.0"]
+
+
+def test_vocabulary_comes_from_the_served_folders_config(tmp_path):
+    """The vocabulary ids are checked against: config.json's vocab_size or its text_config's
+    (K2.6 and Qwen 3.6 keep it there), K2.6's without a readable one."""
+    assert sglang_sim.vocab_size_of(REPO / "models" / "qwen3.6-27b") == 248320
+    assert sglang_sim.vocab_size_of(REPO / "models" / "kimi-k2.6") == 163840
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "config.json").write_text(json.dumps({"vocab_size": 1000}))
+    assert sglang_sim.vocab_size_of(flat) == 1000
+    assert sglang_sim.input_ids_error([999], 1000) is None
+    assert "outside" in sglang_sim.input_ids_error([1000], 1000)
+    assert sglang_sim.vocab_size_of(tmp_path / "missing") == sglang_sim.VOCAB
