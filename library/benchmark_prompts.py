@@ -26,6 +26,15 @@ description:
   - Reads C(.jsonl), C(.json) and C(.parquet) files; parquet needs pyarrow and rendering needs
     jinja2, so run it with a Python that has both - the runtime's venv does (sglang depends on
     datasets and torch, which bring them).
+  - O(workloads) are synthetic fixed-length workloads named C(isl<N>-osl<M>) (N input tokens,
+    1 to 1048576; M output tokens, 1 to 131072), each O(workload_prompts) rows of exactly N
+    token ids drawn from the ordinary (non-special) vocabulary of the tokenizer files in
+    O(model_dir) (C(tiktoken.model) with C(tokenizer_config.json), else C(tokenizer.json)),
+    seeded by the name, each row's first id its own, written as C(<name>.jsonl) (one object
+    with C(id) and C(input_ids) a line) and C(<name>.meta.json), whose C(workload) (name,
+    isl, osl, C(ignore_eos) true, the tokenizer file's name, sha256 and the model revision of
+    C(kimi-manifest.json), the seed) tells the benchmark to send ids and ask for exactly M
+    tokens (module_utils/workloads.py). They need no chat template, jinja2 or download.
   - Reports changed only when a prompts file's content changed.
 version_added: "0.1.0"
 options:
@@ -72,6 +81,17 @@ options:
       K2.6 C(thinking) false).
     type: dict
     default: {}
+  workloads:
+    description: Synthetic workload names, each C(isl<N>-osl<M>) (for example
+      C(isl1024-osl1024)).
+    type: list
+    elements: str
+    default: []
+  workload_prompts:
+    description: Prompts (rows) written per workload, 1 to 100000; the benchmark sends each
+      at most once a level.
+    type: int
+    default: 64
   limit:
     description: Most prompts kept per set (the first rows, in the dataset's order).
     type: int
@@ -116,7 +136,10 @@ RETURN = r"""
 sets:
   description: Per set - output file and its sha256, prompt count, the source (repository,
     requested and resolved revision, file and its sha256, or the user file), the chat
-    template's source, sha256 and variables, and the scorer (null when unscored).
+    template's source, sha256 and variables, and the scorer (null when unscored). Per
+    workload, under its name - C(output), C(sha256), C(prompts), C(source) (C(workload) its
+    name), C(scoring) null, C(changed) and C(workload) (name, isl, osl, ignore_eos,
+    tokenizer file, sha256 and revision, seed), as its C(.meta.json) holds them.
   returned: always
   type: dict
 """
@@ -145,6 +168,12 @@ from ansible.module_utils.scoring import (  # noqa: E402
     MAX_REFERENCE_CHARS,
     SCORERS,
     reference_of,
+)
+from ansible.module_utils.workloads import (  # noqa: E402
+    WorkloadError,
+    load_tokenizer,
+    parse_name,
+    write_workload,
 )
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -438,6 +467,8 @@ def main() -> None:
             "chat_template_kwargs": {"type": "dict", "default": {}},
             "scored_chat_template_kwargs": {"type": "dict", "default": {}},
             "file_scoring": {"type": "dict", "default": {}},
+            "workloads": {"type": "list", "elements": "str", "default": []},
+            "workload_prompts": {"type": "int", "default": 64},
             "limit": {"type": "int", "default": 64},
             "hf_endpoint": {"type": "str", "default": "https://huggingface.co"},
             "hf_token": {"type": "str", "default": "", "no_log": True},
@@ -451,7 +482,6 @@ def main() -> None:
     results = {}
     try:
         os.makedirs(p["output_dir"], mode=0o755, exist_ok=True)
-        template = load_template(p["model_dir"])
         specs = [{**spec, "name": name} for name, spec in p["sets"].items()]
         specs += [
             {"name": name, "path": path, "scoring": p["file_scoring"].get(name)}
@@ -460,11 +490,20 @@ def main() -> None:
         unknown = sorted(set(p["file_scoring"]) - set(p["files"]))
         if unknown:
             raise PromptError(f"file_scoring names no prompt file: {', '.join(unknown)}")
-        if not specs:
-            raise PromptError("no prompt sets and no prompt files given")
+        if not specs and not p["workloads"]:
+            raise PromptError("no prompt sets, no prompt files and no workloads given")
+        both = sorted({spec["name"] for spec in specs} & set(p["workloads"]))
+        if both:
+            raise PromptError(f"a prompt set and a workload share a name: {', '.join(both)}")
+        for name in p["workloads"]:
+            parse_name(name)
+        template = load_template(p["model_dir"]) if specs else None
         for spec in specs:
             results[spec["name"]] = prepare(spec, p, template)
-    except (PromptError, OSError) as error:
+        tokenizer = load_tokenizer(p["model_dir"]) if p["workloads"] else None
+        for name in dict.fromkeys(p["workloads"]):
+            results[name] = write_workload(name, p["workload_prompts"], tokenizer, p["output_dir"])
+    except (PromptError, WorkloadError, OSError) as error:
         module.fail_json(msg=f"Preparing the prompts failed: {error}", sets=results)
     module.exit_json(changed=any(r["changed"] for r in results.values()), sets=results)
 
