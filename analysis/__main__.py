@@ -7,7 +7,7 @@ import sys
 
 from analysis.report import OutputError, compare, report
 from analysis.results import DEFAULT_MAX_FILE_BYTES, ResultsError, model_title
-from analysis.tables import DEFAULT_BAND_EDGES
+from analysis.tables import DEFAULT_BAND_EDGES, SloError, parse_slo
 
 MAX_HOST_LINES = 6
 
@@ -37,6 +37,19 @@ def size(text: str) -> int:
             f"expected a size in bytes like 2147483648, 512M or 4G, got {text!r}"
         )
     return int(digits) * _UNITS[unit]
+
+
+def slo(text: str) -> dict[str, float]:
+    try:
+        return parse_slo(text)
+    except SloError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def level(text: str) -> int:
+    if not text.strip().isdecimal() or len(text.strip()) > 7 or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a concurrency level like 64, got {text!r}")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,6 +83,14 @@ def parser() -> argparse.ArgumentParser:
         help="a word that leads the title and goes into every plot's image, title and caption, "
         "e.g. SIMULATED for results from the simulator",
     )
+    common.add_argument(
+        "--slo",
+        type=slo,
+        metavar="KEY=MS,...",
+        help="service level objectives, e.g. ttft_ms_p99=2000,tpot_ms_p99=33 (KEY "
+        "<ttft|itl|tpot|e2e>_ms_<p50|p90|p99>, VALUE milliseconds): adds slo_met and "
+        "goodput_requests_per_s, and recommends only configs that meet every one",
+    )
     one = commands.add_parser(
         "report",
         parents=[common],
@@ -90,6 +111,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="N,N,...",
         help="upper edges of the concurrency bands the recommendation is made for "
         f"(default {','.join(map(str, DEFAULT_BAND_EDGES))}: 1, 2-8, 9-32, 33-128, 129+)",
+    )
+    one.add_argument(
+        "--cdf-concurrency",
+        type=level,
+        metavar="N",
+        help="the concurrency level the TTFT and ITL CDFs are drawn at (default: the highest)",
     )
     two = commands.add_parser(
         "compare",
@@ -120,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 workers=args.workers,
                 label=args.label,
                 max_file_bytes=args.max_file_bytes,
+                slo=args.slo,
+                cdf_concurrency=args.cdf_concurrency,
             )
         else:
             outcome = compare(
@@ -131,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 workers=args.workers,
                 label=args.label,
                 max_file_bytes=args.max_file_bytes,
+                slo=args.slo,
             )
     except (ResultsError, OutputError) as error:
         print(f"analysis {args.command}: {error}", file=sys.stderr)
@@ -140,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{outcome.inputs} files in {outcome.seconds['total']:.1f} s)"
     )
     hosts: dict[str, list[str]] = {}
+    if args.slo:
+        print(f"  SLOs: {', '.join(f'{k} <= {v:g} ms' for k, v in args.slo.items())}")
     for pick in outcome.picks:
         hosts.setdefault(pick.host, []).append(f"{pick.band}: {pick.config or 'none'}")
     for host, picks in list(hosts.items())[:MAX_HOST_LINES]:

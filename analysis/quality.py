@@ -66,15 +66,19 @@ def accuracy_rows(results: Results, table: list[dict], reference: str) -> list[d
     """One row per scored level: its counts, and against the reference config's level at the
     same host, prompt set, concurrency and TP size, the discordant pairs, McNemar's p and the
     verdict (or why it was not compared)."""
-    from analysis.tables import _at_tp, is_reference
+    from analysis.tables import _at_tp, is_reference, level_key, rows_by_file
 
+    # Each level file's row (repeats of a level share one); levels are paired repeat by
+    # repeat, and at rate levels by rate.
+    by_file = rows_by_file(table)
     references: dict[tuple, dict] = {}
-    for level, row in zip(results.levels, table, strict=True):
+    for level in results.levels:
+        row = by_file[level.path]
         if _accuracy(level) and is_reference(level.config, reference):
-            key = (level.host, level.prompt_set, level.concurrency)
-            references.setdefault(key, {})[row["tp_size"]] = level
+            references.setdefault(level_key(level), {})[row["tp_size"]] = level
     out = []
-    for level, row in zip(results.levels, table, strict=True):
+    for level in results.levels:
+        row = by_file[level.path]
         accuracy = _accuracy(level)
         if accuracy is None:
             continue
@@ -88,7 +92,7 @@ def accuracy_rows(results: Results, table: list[dict], reference: str) -> list[d
             "correct": accuracy["correct"],
             "wrong": accuracy["wrong"],
             "unanswered": accuracy["unanswered"],
-            "accuracy": row["accuracy"],
+            "accuracy": accuracy["correct"] / accuracy["n"] if accuracy["n"] else None,
             "reference": None,
             "reference_accuracy": None,
             "only_reference_right": None,
@@ -106,7 +110,7 @@ def accuracy_rows(results: Results, table: list[dict], reference: str) -> list[d
         if not accuracy["n"]:
             entry["note"] = "not compared: no request scored"
             continue
-        base = _at_tp(references, (level.host, level.prompt_set, level.concurrency), row["tp_size"])
+        base = _at_tp(references, level_key(level), row["tp_size"])
         if base is None:
             entry["note"] = (
                 f"not compared: no scored {reference} level at this prompt set and level"

@@ -245,6 +245,30 @@ HTML_COLUMNS = (
     "lossless",
     "accuracy",
 )
+# Shown beside HTML_COLUMNS where the results have them.
+OPTIONAL_HTML_COLUMNS = (
+    ("request_rate", lambda row: row.get("request_rate") is not None),
+    ("workload", lambda row: bool(row.get("workload"))),
+    ("repeats", lambda row: (row.get("repeats") or 1) > 1),
+    (
+        "output_tokens_per_s_ci95_low",
+        lambda row: row.get("output_tokens_per_s_ci95_low") is not None,
+    ),
+    (
+        "output_tokens_per_s_ci95_high",
+        lambda row: row.get("output_tokens_per_s_ci95_high") is not None,
+    ),
+    ("under_filled", lambda row: bool(row.get("under_filled"))),
+    ("gpu_power_w_mean", lambda row: row.get("gpu_power_w_mean") is not None),
+    ("slo_met", lambda row: row.get("slo_met") is not None),
+    ("goodput_requests_per_s", lambda row: row.get("goodput_requests_per_s") is not None),
+)
+
+
+def shown_columns(table: list[dict], columns: tuple[str, ...]) -> tuple[str, ...]:
+    """columns, then each optional column some row has a value in."""
+    extra = tuple(name for name, has in OPTIONAL_HTML_COLUMNS if any(has(r) for r in table))
+    return (*columns, *(name for name in extra if name not in columns))
 
 
 def _accuracy_html(scored: list[dict], reference: str, run: dict) -> str:
@@ -330,25 +354,35 @@ def report(
     workers: int | None = None,
     label: str = "",
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    slo: dict | None = None,
+    cdf_concurrency: int | None = None,
 ) -> Outcome:
     """Tables, plots and report.html for one results tree; ResultsError or OutputError when
     it cannot (nothing is written then). A label (e.g. "SIMULATED") leads the title and every
-    plot's image, title and caption."""
+    plot's image, title and caption. `slo` ({key: ms}, tables.parse_slo) adds slo_met and
+    goodput and recommends among the configs that meet it; `cdf_concurrency` picks the level
+    the latency CDFs are drawn at (default: the highest)."""
     clock = time.perf_counter()
     results_dir = Path(results_dir)
     target = choose_out(results_dir, out, "report")
     results = load(results_dir, strict=strict, workers=workers, max_file_bytes=max_file_bytes)
     seconds = {"read": time.perf_counter() - clock}
     reference = reference or str(results.run.get("reference_config") or "ar")
-    table = tables.rows(results, reference)
-    diagnosis = sweep.diagnose(table)
+    table = tables.rows(results, reference, slo)
+    closed_levels = sorted({r["concurrency"] for r in tables.closed_loop(table)})
+    if cdf_concurrency is not None and cdf_concurrency not in closed_levels:
+        raise OutputError(
+            f"--cdf-concurrency {cdf_concurrency}: no closed-loop level at that concurrency in "
+            f"{results_dir}; the levels are {', '.join(map(str, closed_levels)) or 'none'}"
+        )
+    diagnosis = sweep.diagnose(tables.closed_loop(table))
     scored = quality.accuracy_rows(results, table, reference)
     worse = {(r["host"], r["config"]) for r in scored if r.get("verdict") == "worse"}
-    picks = tables.recommend(table, band_edges, diagnosis, worse)
+    picks = tables.recommend(table, band_edges, diagnosis, worse, slo)
     api_checks = quality.api_check_rows(results)
     warnings = tables.warnings(results, table, reference, diagnosis, scored, api_checks)
     seconds["tables"] = time.perf_counter() - clock - seconds["read"]
-    figures = plots.all_plots(results, table, reference, workers, label)
+    figures = plots.all_plots(results, table, reference, workers, label, cdf_concurrency)
     seconds["plots"] = time.perf_counter() - clock - seconds["read"] - seconds["tables"]
     origin = provenance(results)
     losslessness = lossless_rows(results, reference)
@@ -381,7 +415,15 @@ def report(
             "the budget sweep saturates in the band (accepted tokens per step grow less than "
             f"{sweep.SATURATION_GAIN:.0%} for over {sweep.STEP_RISE:.0%} more step time), the "
             f"smallest budget within {sweep.NEAR_BEST:.0%} of the best throughput is "
-            "preferred.</p>" + html.table_html(pick_rows, tables.PICK_COLUMNS),
+            "preferred.</p>"
+            + (
+                f"<p>SLOs: {html.esc(tables.slo_text(slo))}. Only configs whose every level in "
+                "the band meets them (the level's percentiles) are candidates; the note names "
+                "each config that missed one, with its value and the threshold.</p>"
+                if slo
+                else ""
+            )
+            + html.table_html(pick_rows, tables.PICK_COLUMNS),
         ),
         (
             "plots",
@@ -394,7 +436,7 @@ def report(
             "<p>One row per host, prompt set, config and concurrency; every column is in "
             "summary.csv. Red: flagged by the losslessness check; yellow: a saturated client, "
             "a crash, failed requests or a collapsed DDTree budget.</p>"
-            + html.table_html(table, HTML_COLUMNS, _row_class),
+            + html.table_html(table, shown_columns(table, HTML_COLUMNS), _row_class),
         ),
         (
             "lossless",
@@ -435,6 +477,8 @@ def report(
         "results_dir": str(results_dir),
         "reference": reference,
         "band_edges": list(band_edges),
+        "slo": dict(slo) if slo else None,
+        "cdf_concurrency": cdf_concurrency,
         "inputs": {"files": results.files, "records": results.records, "bytes": results.bytes_read},
         "run": run,
         "model": model,
@@ -449,10 +493,12 @@ def report(
         "plots": [f"plots/{p.name}.png" for p in figures],
     }
     markdown = (
-        f"# {title}\n\n## Recommendation\n\n"
+        f"# {title}\n\n"
+        + (f"SLOs: {tables.slo_text(slo)}\n\n" if slo else "")
+        + "## Recommendation\n\n"
         + tables.to_markdown(pick_rows, tables.PICK_COLUMNS)
         + "\n## Summary\n\n"
-        + tables.to_markdown(table)
+        + tables.to_markdown(table, shown_columns(table, tables.MARKDOWN_COLUMNS))
         + (
             "\n## Accuracy\n\n" + tables.to_markdown(scored, quality.ACCURACY_COLUMNS)
             if scored
@@ -505,7 +551,9 @@ COMPARED = (
     "step_ms",
     "accepted_tokens_per_step",
     "ttft_ms_p50",
+    "ttft_ms_p99",
     "tpot_ms_p50",
+    "tpot_ms_p99",
 )
 
 
@@ -534,24 +582,33 @@ def compare(
     workers: int | None = None,
     label: str = "",
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    slo: dict | None = None,
 ) -> Outcome:
-    """Run B against run A: the same configs, prompt sets and concurrency levels side by side.
-    A label leads the title and the plot's image, title and caption, as in report()."""
+    """Run B against run A: the same configs, prompt sets and concurrency levels (and request
+    rates) side by side. A label leads the title and the plot's image, title and caption, as in
+    report(). Where both runs repeated a level, each compared metric says whether B - A is
+    within the 95% (Welch) interval of the difference: `<metric>_within_ci95`, and the
+    `within_ci95` column lists those metrics. `slo` adds each side's slo_met and goodput."""
     clock = time.perf_counter()
     run_a, run_b = Path(run_a), Path(run_b)
     target = choose_out(run_b, out, f"compare-{run_a.resolve().name}")
     results_a = load(run_a, strict=strict, workers=workers, max_file_bytes=max_file_bytes)
     results_b = load(run_b, strict=strict, workers=workers, max_file_bytes=max_file_bytes)
     reference = reference or str(results_b.run.get("reference_config") or "ar")
-    table_a = tables.rows(results_a, reference)
-    table_b = tables.rows(results_b, reference)
-    index_b = {(r["host"], r["prompt_set"], r["config"], r["concurrency"]): r for r in table_b}
+    table_a = tables.rows(results_a, reference, slo)
+    table_b = tables.rows(results_b, reference, slo)
+    index_b = {
+        (r["host"], r["prompt_set"], r["config"], r["concurrency"], r["request_rate"]): r
+        for r in table_b
+    }
     pairs = []
     for host_a, host_b in host_pairs(table_a, table_b):
         for row in table_a:
             if row["host"] != host_a:
                 continue
-            other = index_b.get((host_b, row["prompt_set"], row["config"], row["concurrency"]))
+            other = index_b.get(
+                (host_b, row["prompt_set"], row["config"], row["concurrency"], row["request_rate"])
+            )
             if other is None:
                 continue
             pair = {
@@ -560,27 +617,64 @@ def compare(
                 "prompt_set": row["prompt_set"],
                 "config": row["config"],
                 "concurrency": row["concurrency"],
+                "request_rate": row["request_rate"],
+                "repeats_a": row["repeats"],
+                "repeats_b": other["repeats"],
             }
+            within = []
             for name in COMPARED:
                 pair[f"{name}_a"], pair[f"{name}_b"] = row[name], other[name]
+                interval = tables.welch_interval(
+                    (row.get("repeat_values") or {}).get(name, []),
+                    (other.get("repeat_values") or {}).get(name, []),
+                )
+                pair[f"{name}_diff_ci95"] = list(interval) if interval else None
+                inside = interval[0] <= 0 <= interval[1] if interval else None
+                pair[f"{name}_within_ci95"] = inside
+                if inside:
+                    within.append(name)
+            # Which compared metrics differ by less than the runs' own spread (both sides
+            # repeated); empty when none, None when a side has no repeats.
+            pair["within_ci95"] = (
+                ", ".join(within)
+                if any(pair[f"{n}_within_ci95"] is not None for n in COMPARED)
+                else None
+            )
+            if slo:
+                pair["slo_met_a"], pair["slo_met_b"] = row["slo_met"], other["slo_met"]
+                pair["goodput_requests_per_s_a"] = row["goodput_requests_per_s"]
+                pair["goodput_requests_per_s_b"] = other["goodput_requests_per_s"]
             a_value, b_value = row["output_tokens_per_s"], other["output_tokens_per_s"]
             pair["throughput_ratio"] = ratio(b_value, a_value)
             pair["lossless_a"], pair["lossless_b"] = row["lossless"], other["lossless"]
             pairs.append(pair)
-    key = ("prompt_set", "config", "concurrency")
+    key = ("prompt_set", "config", "concurrency", "request_rate")
     seen_a = {tuple(r[k] for k in key) for r in table_a}
     seen_b = {tuple(r[k] for k in key) for r in table_b}
-    only = {"only_in_a": sorted(seen_a - seen_b), "only_in_b": sorted(seen_b - seen_a)}
+    only = {
+        "only_in_a": sorted(seen_a - seen_b, key=_unmatched_order),
+        "only_in_b": sorted(seen_b - seen_a, key=_unmatched_order),
+    }
     columns = (
         "host_a",
         "host_b",
         "prompt_set",
         "config",
         "concurrency",
+        "request_rate",
+        "repeats_a",
+        "repeats_b",
         "throughput_ratio",
         *(f"{n}_{s}" for n in COMPARED for s in ("a", "b")),
         "lossless_a",
         "lossless_b",
+        *(f"{n}_within_ci95" for n in COMPARED),
+        "within_ci95",
+        *(
+            ("slo_met_a", "slo_met_b", "goodput_requests_per_s_a", "goodput_requests_per_s_b")
+            if slo
+            else ()
+        ),
     )
     name_a, name_b = run_a.resolve().name, run_b.resolve().name
     sides = {
@@ -589,13 +683,17 @@ def compare(
     }
     warnings = [w for side in sides.values() for w in side["warnings"]]
     warnings = [w for w in warnings if w["severity"] != "info"]
-    figure = plots.draw(plots.compare_plot, (pairs,), label)
+    figure = plots.draw(
+        plots.compare_plot, ([p for p in pairs if p["request_rate"] is None],), label
+    )
     decompositions = [
         plot
         for key, side in sides.items()
         if (
             plot := plots.draw(
-                plots.run_decomposition, (side["table"], key, side["heading"]), label
+                plots.run_decomposition,
+                (tables.closed_loop(side["table"]), key, side["heading"]),
+                label,
             )
         )
     ]
@@ -619,6 +717,8 @@ def compare(
         "accepted_tokens_per_step_b",
         "accuracy_a",
         "accuracy_b",
+        *(("within_ci95",) if any(p["within_ci95"] is not None for p in pairs) else ()),
+        *(("slo_met_a", "slo_met_b") if slo else ()),
     )
     missing = "".join(
         f"<li>{esc_key(k)} only in {side[-1].upper()}</li>"
@@ -675,6 +775,7 @@ def compare(
         "run_a": str(run_a),
         "run_b": str(run_b),
         "reference": reference,
+        "slo": dict(slo) if slo else None,
         "rows": pairs,
         **{k: [list(t) for t in v] for k, v in only.items()},
         "warnings": warnings,
@@ -727,7 +828,7 @@ COLLAPSED_VERDICT, HEALTHY_VERDICT, NO_DDTREE_VERDICT = "collapsed", "healthy", 
 def _side(letter: str, name: str, results: Results, table: list[dict], reference: str) -> dict:
     """One run of a comparison: its warnings (where prefixed with the letter), model and
     collapse diagnosis."""
-    diagnosis = sweep.diagnose(table)
+    diagnosis = sweep.diagnose(tables.closed_loop(table))
     found = tables.warnings(results, table, reference, diagnosis)
     collapses = [w for w in found if w["kind"] == "ddtree_budget_collapse"]
     model = run_model(results.run)
@@ -784,6 +885,12 @@ def _diagnosis_html(side: dict) -> str:
     )
 
 
+def _unmatched_order(key: tuple) -> tuple:
+    prompt_set, config, concurrency, rate = key
+    return (prompt_set, config, rate is not None, rate or 0.0, concurrency)
+
+
 def esc_key(key: tuple) -> str:
-    prompt_set, config, concurrency = key
-    return html.esc(f"{config} / {prompt_set} / concurrency {concurrency}")
+    prompt_set, config, concurrency, rate = key
+    level = f"concurrency {concurrency}" if rate is None else f"request rate {rate:g}/s"
+    return html.esc(f"{config} / {prompt_set} / {level}")

@@ -57,7 +57,9 @@ API_CHECK_FILE = "api-check.json"
 # Five checks of a few short strings each: a few kilobytes. Anything far larger is not one.
 API_CHECK_BYTES = 1 << 20
 REPORT_KIND = "analysis.report"
-LEVEL_FILE = re.compile(r"^c(\d+)\.json$")
+# c<N>.json (closed loop at concurrency N), r<R>.json (Poisson arrivals at R requests/s),
+# and repeat k >= 2 of either: c<N>.rep<k>.json, r<R>.rep<k>.json.
+LEVEL_FILE = re.compile(r"^(?:c(\d+)|r(\d+(?:\.\d+)?))(?:\.rep(\d+))?\.json$")
 MAX_DEPTH = 8  # run/host/config/prompt set/c<N>.json is 4 below a run; room for a parent
 MAX_FILES = 200_000
 MAX_PROBLEMS = 60
@@ -79,7 +81,9 @@ MAX_NESTING = 64
 # records two, their own keys three. JSON strings cannot hold a raw newline, so these byte
 # patterns only ever match structure.
 _REQUESTS_MARK = b'\n "requests": ['
-_RECORD_FIELD = re.compile(rb'\n   "(index|ok|output_tokens|accept_length)": ([^\n]*)')
+_RECORD_FIELD = re.compile(
+    rb'\n   "(index|ok|output_tokens|accept_length|ttft_ms|tpot_ms|e2e_ms)": ([^\n]*)'
+)
 
 _MISSING = object()
 
@@ -120,6 +124,28 @@ class Level:
     accept: array = field(default_factory=lambda: array("d"))
     accept_tokens: array = field(default_factory=lambda: array("d"))
     records: int = 0
+    # Per request that succeeded, in record order: its TTFT, mean TPOT and E2E latency in ms
+    # (NaN where the record has none: a one-token answer has no TPOT). Doubles, 24 bytes a
+    # request, for goodput under SLOs and the TTFT CDF.
+    ttft: array = field(default_factory=lambda: array("d"))
+    tpot: array = field(default_factory=lambda: array("d"))
+    e2e: array = field(default_factory=lambda: array("d"))
+    # Rate mode (r<R>.json): Poisson arrivals at this many requests/s; None for a closed loop.
+    request_rate: float | None = None
+    arrival: str = "closed"
+    repeat: int = 1  # which repeat of the level this file is
+    repeats: int = 1  # how many the run asked for
+    fill: dict = field(default_factory=dict)  # the level's `fill`, {} for older files
+    workload: dict | None = None  # the synthetic workload's record, None for a prompt set
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.request_rate is None
+
+    @property
+    def name(self) -> str:
+        """The level as its file names it: c16, r2.5."""
+        return f"c{self.concurrency}" if self.request_rate is None else f"r{self.request_rate:g}"
 
 
 @dataclass
@@ -646,6 +672,9 @@ def read_level(
                     record.get("ok", _MISSING),
                     record.get("output_tokens", _MISSING),
                     record.get("accept_length"),
+                    record.get("ttft_ms"),
+                    record.get("tpot_ms"),
+                    record.get("e2e_ms"),
                 )
             )
         if problems:
@@ -723,15 +752,23 @@ _BAD = object()
 
 
 def _fields_of(raw: dict) -> tuple:
-    """(index, ok, output_tokens, accept_length) from one record's raw values; _BAD where a
-    value is missing or not what the full parse would accept, so that path reports it."""
+    """(index, ok, output_tokens, accept_length, ttft_ms, tpot_ms, e2e_ms) from one record's
+    raw values; _BAD where a value is missing or not what the full parse would accept, so
+    that path reports it."""
     ok = raw.get(b"ok")
-    accept = raw.get(b"accept_length", b"null")  # failed requests may carry none
+
+    def optional(name: bytes):
+        value = raw.get(name, b"null")  # failed requests may carry none
+        return None if value == b"null" else _float(value)
+
     return (
         _int(raw[b"index"]),
         True if ok == b"true" else False if ok == b"false" else _BAD,
         _int(raw.get(b"output_tokens", b"")),
-        None if accept == b"null" else _float(accept),
+        optional(b"accept_length"),
+        optional(b"ttft_ms"),
+        optional(b"tpot_ms"),
+        optional(b"e2e_ms"),
     )
 
 
@@ -810,18 +847,14 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
         bad("config", "the serving config's name", config)
     if "/" in prompt_set:
         bad("prompt_set", "a prompt set's name", prompt_set)
-    match = LEVEL_FILE.match(os.path.basename(rel))
     concurrency = document["concurrency"]
-    if match and int(match.group(1)) != concurrency:
-        problems.append(
-            f"{rel}: concurrency: {concurrency} does not match the file name "
-            f"(c{match.group(1)}.json); the file was renamed or moved"
-        )
+    shape = _level_shape(document, rel, problems)
     summary, client, provenance = document["summary"], document["client"], document["provenance"]
 
     accept, weights = array("d"), array("d")
+    latencies = {"ttft": array("d"), "tpot": array("d"), "e2e": array("d")}
     ok_count = 0
-    for number, (index, ok, tokens, accept_length) in enumerate(fields):
+    for number, (index, ok, tokens, accept_length, *timed) in enumerate(fields):
         where = f"requests[{number}]"
         if not isinstance(index, int) or isinstance(index, bool):
             bad(f"{where}.index", "an integer", index)
@@ -837,11 +870,22 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
         if accept_length is not None and (not _number(accept_length) or accept_length < 0):
             bad(f"{where}.accept_length", "a number of 0 or more, or null", accept_length)
             continue
+        wrong = [
+            (name, value)
+            for name, value in zip(_TIMED, timed, strict=True)
+            if value is not None and (not _number(value) or value < 0)
+        ]
+        for name, value in wrong:
+            bad(f"{where}.{name}_ms", "a number of 0 or more, or null", value)
+        if wrong:
+            continue
         if ok:
             ok_count += 1
             if accept_length is not None:
                 accept.append(accept_length)
                 weights.append(tokens)
+            for name, value in zip(_TIMED, timed, strict=True):
+                latencies[name].append(math.nan if value is None else value)
         if len(problems) > MAX_PROBLEMS:
             break
     if not problems:
@@ -879,7 +923,107 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
         "accept": accept,
         "accept_tokens": weights,
         "records": len(fields),
+        **latencies,
+        **shape,
     }, []
+
+
+_TIMED = ("ttft", "tpot", "e2e")
+_WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+def _level_shape(document: dict, rel: str, problems: list[str]) -> dict:
+    """How the level was driven - request_rate, arrival, repeat, repeats, fill, workload -
+    checked against the file name (c<N>[.rep<k>].json, r<R>[.rep<k>].json) and typed here,
+    whatever the schema says: the analysis keys its rows by them."""
+    match = LEVEL_FILE.match(os.path.basename(rel))
+    concurrency = document["concurrency"]
+    rate = document.get("request_rate")
+    if rate is not None and (not _number(rate) or rate <= 0):
+        problems.append(
+            f"{rel}: request_rate: expected a number above 0 or null, found {_show(rate)}"
+        )
+        rate = None
+    if match:
+        closed, named_rate, named_repeat = match.groups()
+        if closed is not None and int(closed) != concurrency:
+            problems.append(
+                f"{rel}: concurrency: {concurrency} does not match the file name "
+                f"(c{closed}.json); the file was renamed or moved"
+            )
+        if closed is not None and rate is not None:
+            problems.append(
+                f"{rel}: request_rate: {rate:g}, but the file name (c{closed}) names a closed "
+                "loop; a rate level is r<R>.json"
+            )
+        if named_rate is not None and (
+            rate is None or abs(rate - float(named_rate)) > 1e-9 * max(rate, 1)
+        ):
+            problems.append(
+                f"{rel}: request_rate: {_show(rate)} does not match the file name "
+                f"(r{named_rate}); the file was renamed or moved"
+            )
+    else:
+        named_repeat = None
+    repeat = document.get("repeat")
+    if repeat is not None and (
+        not isinstance(repeat, int) or isinstance(repeat, bool) or not 1 <= repeat <= MAX_COUNT
+    ):
+        problems.append(f"{rel}: repeat: expected an integer of at least 1, found {_show(repeat)}")
+        repeat = None
+    if named_repeat is not None and repeat is not None and int(named_repeat) != repeat:
+        problems.append(
+            f"{rel}: repeat: {repeat} does not match the file name (.rep{named_repeat}); the "
+            "file was renamed or moved"
+        )
+    repeat = repeat or (int(named_repeat) if named_repeat else 1)
+    repeats = document.get("repeats")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_COUNT:
+        repeats = max(repeat, 1)
+    fill = document.get("fill")
+    if fill is not None and not isinstance(fill, dict):
+        problems.append(f"{rel}: fill: expected an object, found {_show(fill)}")
+        fill = None
+    fill = {
+        k: v
+        for k, v in (fill or {}).items()
+        if k in _FILL
+        and (isinstance(v, bool) if k in _FILL_FLAGS else _number(v) and not isinstance(v, bool))
+    }
+    workload = document.get("workload")
+    if workload is not None and (
+        not isinstance(workload, dict)
+        or not isinstance(workload.get("name"), str)
+        or not _WORKLOAD_NAME.match(workload["name"])
+    ):
+        problems.append(
+            f"{rel}: workload.name: expected a workload's name (letters, digits, ._-), found "
+            f"{_show(workload.get('name') if isinstance(workload, dict) else workload)}"
+        )
+        workload = None
+    arrival = "poisson" if rate is not None else "closed"
+    return {
+        "request_rate": rate,
+        "arrival": arrival,
+        "repeat": repeat,
+        "repeats": repeats,
+        "fill": fill,
+        "workload": {k: v for k, v in workload.items() if k in _WORKLOAD_KEPT}
+        if workload
+        else None,
+    }
+
+
+_FILL = (
+    "wanted",
+    "unique_prompts",
+    "sent",
+    "under_filled",
+    "stopped_by_time_budget",
+    "time_budget_s",
+)
+_FILL_FLAGS = ("under_filled", "stopped_by_time_budget")
+_WORKLOAD_KEPT = ("name", "isl", "osl", "ignore_eos", "seed")
 
 
 _OUTCOMES = re.compile(r"^[cwu]*$")
@@ -1184,7 +1328,7 @@ def load(
     if not found["level"]:
         raise ResultsError(
             [
-                f"{root}: no level files (c<N>.json) found: point at a run's folder, "
+                f"{root}: no level files (c<N>.json, r<R>.json) found: point at a run's folder, "
                 "results/<run_id>, as benchmark_kimi.yml lands it"
             ],
             root,
@@ -1227,17 +1371,35 @@ def load(
                 accept=reduced["accept"],
                 accept_tokens=reduced["accept_tokens"],
                 records=reduced["records"],
+                ttft=reduced["ttft"],
+                tpot=reduced["tpot"],
+                e2e=reduced["e2e"],
+                request_rate=reduced["request_rate"],
+                arrival=reduced["arrival"],
+                repeat=reduced["repeat"],
+                repeats=reduced["repeats"],
+                fill=reduced["fill"],
+                workload=reduced["workload"],
             )
         )
     problems += _schema_problems(versions)
     seen: dict[tuple, str] = {}
     for level in levels:
-        key = (level.host, level.config, level.prompt_set, level.concurrency)
+        key = (
+            level.host,
+            level.config,
+            level.prompt_set,
+            level.concurrency,
+            level.request_rate,
+            level.repeat,
+        )
         if key in seen:
+            rate = f", request rate {level.request_rate:g}" if level.request_rate else ""
+            again = f", repeat {level.repeat}" if level.repeat > 1 else ""
             problems.append(
                 f"{level.path}: concurrency: a second level file for host {key[0]}, config "
-                f"{key[1]}, prompt set {key[2]}, concurrency {key[3]} (the first is "
-                f"{seen[key]}): point at one run's folder, or use `compare` for two runs"
+                f"{key[1]}, prompt set {key[2]}, concurrency {key[3]}{rate}{again} (the first "
+                f"is {seen[key]}): point at one run's folder, or use `compare` for two runs"
             )
         else:
             seen[key] = level.path
@@ -1287,7 +1449,17 @@ def load(
             run, run_dir = record, path.parent.relative_to(root)
     if problems:
         raise ResultsError(problems, root)
-    levels.sort(key=lambda lv: (lv.host, lv.prompt_set, config_order(lv.config), lv.concurrency))
+    levels.sort(
+        key=lambda lv: (
+            lv.host,
+            lv.prompt_set,
+            config_order(lv.config),
+            lv.request_rate is not None,
+            lv.request_rate or 0.0,
+            lv.concurrency,
+            lv.repeat,
+        )
+    )
     return Results(
         root=root,
         levels=levels,

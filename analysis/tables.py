@@ -8,9 +8,9 @@ import io
 import itertools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from analysis import quality, sweep
+from analysis import quality, sweep, telemetry
 from analysis.results import (
     CHAIN_CONTROL,
     Results,
@@ -24,6 +24,8 @@ from analysis.results import (
     verify_tokens_per_step,
 )
 
+# Metrics whose mean over repeats gets a 95% interval in summary.csv.
+CI_METRICS = ("output_tokens_per_s", "tpot_ms_p50", "ttft_ms_p99")
 COLUMNS = (
     "host",
     "profile",
@@ -42,12 +44,18 @@ COLUMNS = (
     "ttft_ms_p99",
     "tpot_ms_p50",
     "tpot_ms_p99",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "e2e_ms_p50",
+    "e2e_ms_p99",
     "accept_length_mean",
     "step_ms",
     "accepted_tokens_per_step",
     "budget_diagnosis",
     "tokens_per_s_per_user",
     "tokens_per_s_per_gpu",
+    "gpu_power_w_mean",
+    "output_tokens_per_joule",
     "gpus",
     "requests_ok",
     "requests_failed",
@@ -60,6 +68,19 @@ COLUMNS = (
     "accuracy",
     "accuracy_n",
     "accuracy_unanswered",
+    # Rate levels (r<R>.json) only: the Poisson arrival rate, requests/s.
+    "request_rate",
+    # The synthetic workload's name (isl<N>-osl<M>), empty for a prompt set.
+    "workload",
+    # Repeats of the level averaged into the row (every numeric column is their mean), and
+    # the 95% Student-t interval of that mean where there are 2 or more.
+    "repeats",
+    *(f"{metric}_ci95_{end}" for metric in CI_METRICS for end in ("low", "high")),
+    "under_filled",
+    # With --slo only: every SLO met by the level's percentiles, and the requests/s whose own
+    # latencies meet every threshold.
+    "slo_met",
+    "goodput_requests_per_s",
 )
 # The markdown table is for reading: the columns that tell the story.
 MARKDOWN_COLUMNS = (
@@ -78,6 +99,7 @@ MARKDOWN_COLUMNS = (
     "step_ms",
     "accepted_tokens_per_step",
     "budget_diagnosis",
+    "output_tokens_per_joule",
     "lossless",
 )
 DEFAULT_BAND_EDGES = (1, 8, 32, 128)
@@ -168,15 +190,17 @@ def _stat(summary: dict, name: str, stat: str):
     return value.get(stat) if isinstance(value, dict) else None
 
 
-def rows(results: Results, reference: str = "ar") -> list[dict]:
+def rows(results: Results, reference: str = "ar", slo: dict | None = None) -> list[dict]:
     """One row per level, in the table's order, with speedups against the reference config on
-    the same host, prompt set, concurrency and TP size; DDTree rows also against the chain
-    control (CHAIN_CONTROL, or it expanded over TP sizes) there, and each budget's mark from
-    the sweep's diagnosis."""
+    the same host, prompt set, concurrency (or request rate), repeat and TP size; DDTree rows
+    also against the chain control (CHAIN_CONTROL, or it expanded over TP sizes) there, and
+    each closed-loop budget's mark from the sweep's diagnosis. Repeats of a level are
+    averaged into one row (merge_repeats). `slo` ({key: ms}, parse_slo) fills slo_met and
+    goodput_requests_per_s."""
     base: dict[tuple, dict] = {}
     chain: dict[tuple, dict] = {}
     for level in results.levels:
-        key = (level.host, level.prompt_set, level.concurrency)
+        key = level_key(level)
         tp = tp_size(level.config, level.provenance)
         value = level.summary.get("output_tokens_per_s")
         if is_reference(level.config, reference) and value:
@@ -188,7 +212,7 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
         summary = level.summary
         throughput = summary.get("output_tokens_per_s")
         tp = tp_size(level.config, level.provenance)
-        key = (level.host, level.prompt_set, level.concurrency)
+        key = level_key(level)
         ar = _at_tp(base, key, tp)
         tpot = _stat(summary, "tpot_ms", "mean")
         gpus = gpus_of(level.provenance)
@@ -219,6 +243,10 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
                 "ttft_ms_p99": _stat(summary, "ttft_ms", "p99"),
                 "tpot_ms_p50": _stat(summary, "tpot_ms", "p50"),
                 "tpot_ms_p99": _stat(summary, "tpot_ms", "p99"),
+                "itl_ms_p50": _stat(summary, "itl_ms", "p50"),
+                "itl_ms_p99": _stat(summary, "itl_ms", "p99"),
+                "e2e_ms_p50": _stat(summary, "e2e_ms", "p50"),
+                "e2e_ms_p99": _stat(summary, "e2e_ms", "p99"),
                 "accept_length_mean": summary.get("accept_length_mean"),
                 "step_ms": summary.get("step_ms"),
                 "accepted_tokens_per_step": summary.get("accepted_tokens_per_step"),
@@ -227,6 +255,7 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
                 # GPU delivers: the two axes of the throughput-interactivity trade.
                 "tokens_per_s_per_user": ratio(1000.0, tpot),
                 "tokens_per_s_per_gpu": ratio(throughput, gpus),
+                **telemetry.columns(summary, throughput),
                 "gpus": gpus,
                 "requests_ok": summary.get("requests_ok"),
                 "requests_failed": summary.get("requests_failed"),
@@ -235,14 +264,297 @@ def rows(results: Results, reference: str = "ar") -> list[dict]:
                 "lossless": state,
                 "mismatch_rate": rate,
                 **_accuracy_columns(summary.get("accuracy")),
+                "request_rate": level.request_rate,
+                "workload": (level.workload or {}).get("name"),
+                "repeats": 1,
+                **{f"{m}_ci95_{end}": None for m in CI_METRICS for end in ("low", "high")},
+                "under_filled": bool(level.fill.get("under_filled")),
+                "slo_met": None,
+                "goodput_requests_per_s": goodput(level, slo) if slo else None,
+                # Not in summary.csv: what the latency plots and the SLOs read.
+                "e2e_ms_mean": _stat(summary, "e2e_ms", "mean"),
+                "slo_values": {k: slo_value(summary, k) for k in slo} if slo else {},
                 "file": level.path,
+                "files": [level.path],
             }
         )
-    diagnosis = sweep.diagnose(out)
-    for row in out:
+    out = merge_repeats(out)
+    if slo:
+        for row in out:
+            row["slo_met"] = slo_met(row["slo_values"], slo)
+    diagnosis = sweep.diagnose(closed_loop(out))
+    for row in closed_loop(out):
         if row["ddtree_budget"] is not None:
             row["budget_diagnosis"] = diagnosis.mark(row)
     return out
+
+
+def level_key(level) -> tuple:
+    """Where a level's speedup is measured: the same host, prompt set, concurrency, request
+    rate and repeat (TP size is matched apart)."""
+    return (level.host, level.prompt_set, level.concurrency, level.request_rate, level.repeat)
+
+
+def closed_loop(table: list[dict]) -> list[dict]:
+    """The rows of closed-loop levels (c<N>.json): the ones concurrency bands, the budget
+    sweep and the concurrency plots are about."""
+    return [row for row in table if row.get("request_rate") is None]
+
+
+def rows_by_file(table: list[dict]) -> dict[str, dict]:
+    """Each level file's row (a row of averaged repeats holds several files)."""
+    return {path: row for row in table for path in row.get("files") or [row.get("file")]}
+
+
+# -- repeats ---------------------------------------------------------------------------
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom; between listed ones the next
+# smaller (a slightly wider, conservative interval), past the last the normal's.
+T_975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+    30: 2.042,
+    40: 2.021,
+    60: 2.000,
+    120: 1.980,
+}
+
+
+def t_quantile(df: float) -> float:
+    """t(0.975, df) from T_975 (df rounded down: the wider interval)."""
+    if not df >= 1:
+        return T_975[1]
+    if df > 120:
+        return 1.960
+    return T_975[max(k for k in T_975 if k <= df)]
+
+
+def mean_interval(values: list[float]) -> tuple[float, float] | None:
+    """The 95% Student-t interval of the mean of values; None with fewer than 2."""
+    values = [v for v in values if v is not None]
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    half = t_quantile(n - 1) * math.sqrt(variance / n)
+    return mean - half, mean + half
+
+
+def welch_interval(a: list[float], b: list[float]) -> tuple[float, float] | None:
+    """The 95% Welch interval of mean(b) - mean(a); None unless both have 2 or more values."""
+    a = [v for v in a if v is not None]
+    b = [v for v in b if v is not None]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
+    var_a = sum((v - mean_a) ** 2 for v in a) / (len(a) - 1) / len(a)
+    var_b = sum((v - mean_b) ** 2 for v in b) / (len(b) - 1) / len(b)
+    spread = var_a + var_b
+    diff = mean_b - mean_a
+    if spread == 0:
+        return diff, diff
+    df = spread**2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
+    half = t_quantile(df) * math.sqrt(spread)
+    return diff - half, diff + half
+
+
+# Columns that name a level rather than measure it: the same in every repeat, never averaged.
+_IDENTITY = {
+    "tp_size",
+    "ddtree_budget",
+    "verify_tokens_per_step",
+    "concurrency",
+    "gpus",
+    "request_rate",
+    "accuracy_n",
+    "repeats",
+}
+
+
+def merge_repeats(table: list[dict]) -> list[dict]:
+    """One row per level from its repeats (same host, prompt set, config, concurrency and
+    request rate): the mean of every numeric column, a flag (saturated, crashed, under-filled)
+    set when any repeat had it, the 95% intervals of CI_METRICS, `repeats` the count, and
+    `repeat_values` each metric's values for compare's intervals."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in table:
+        key = (row["host"], row["prompt_set"], row["config"], row["concurrency"])
+        groups.setdefault((*key, row["request_rate"]), []).append(row)
+    out = []
+    for group in groups.values():
+        first = dict(group[0])
+        first["repeats"] = len(group)
+        first["repeat_values"] = {
+            name: [r[name] for r in group]
+            for name, value in first.items()
+            if name not in _IDENTITY and _numeric(value)
+        }
+        if len(group) > 1:
+            for name, value in group[0].items():
+                values = [r[name] for r in group]
+                if name in _IDENTITY or name in ("files", "file"):
+                    continue
+                if isinstance(value, bool):
+                    first[name] = any(values)
+                elif any(_numeric(v) for v in values):
+                    numbers = [v for v in values if _numeric(v)]
+                    first[name] = sum(numbers) / len(numbers)
+                elif name == "slo_values":
+                    first[name] = {k: _mean_of([r[name].get(k) for r in group]) for k in value}
+            first["files"] = [r["file"] for r in group]
+            for metric in CI_METRICS:
+                interval = mean_interval([r[metric] for r in group])
+                if interval is not None:
+                    first[f"{metric}_ci95_low"], first[f"{metric}_ci95_high"] = interval
+        out.append(first)
+    return out
+
+
+def _numeric(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _mean_of(values) -> float | None:
+    numbers = [v for v in values if _numeric(v)]
+    return sum(numbers) / len(numbers) if numbers else None
+
+
+# -- SLOs ------------------------------------------------------------------------------
+
+SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
+SLO_STATS = ("p50", "p90", "p99")
+SLO_FORMS = (
+    "KEY=VALUE pairs separated by commas, KEY <metric>_ms_<stat> with metric one of "
+    f"{', '.join(SLO_METRICS)} and stat one of {', '.join(SLO_STATS)}, VALUE a positive "
+    "number of milliseconds (e.g. ttft_ms_p99=2000,tpot_ms_p99=33)"
+)
+_SLO_KEY = re.compile(r"^([a-z0-9]+)_ms_([a-z0-9]+)$")
+_SLO_VALUE = re.compile(r"^\d+(?:\.\d+)?$")
+MAX_SLO_MS = 1e9
+
+
+class SloError(ValueError):
+    """A --slo that cannot be read; the message names what was wrong and the allowed forms."""
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """{key: threshold in ms} from 'ttft_ms_p99=2000,tpot_ms_p99=33'; SloError otherwise."""
+    if not isinstance(text, str) or not text.strip():
+        raise SloError(f"--slo is empty; expected {SLO_FORMS}")
+    found: dict[str, float] = {}
+    for part in text.split(","):
+        item = part.strip()
+        if not item:
+            raise SloError(f"--slo {text!r} has an empty entry; expected {SLO_FORMS}")
+        if "=" not in item:
+            raise SloError(f"--slo entry {item[:60]!r} has no '=VALUE'; expected {SLO_FORMS}")
+        key, _, raw = (p.strip() for p in item.partition("="))
+        match = _SLO_KEY.match(key)
+        if not match:
+            raise SloError(
+                f"--slo key {key[:60]!r} is not <metric>_ms_<stat>; expected {SLO_FORMS}"
+            )
+        metric, stat = match.groups()
+        if metric not in SLO_METRICS:
+            raise SloError(
+                f"--slo key {key!r}: unknown metric {metric!r} (allowed: "
+                f"{', '.join(SLO_METRICS)}); expected {SLO_FORMS}"
+            )
+        if stat not in SLO_STATS:
+            raise SloError(
+                f"--slo key {key!r}: statistic {stat!r} is not recorded (allowed: "
+                f"{', '.join(SLO_STATS)}); expected {SLO_FORMS}"
+            )
+        if key in found:
+            raise SloError(f"--slo key {key!r} is given twice; give each key once")
+        if not _SLO_VALUE.match(raw) or not 0 < float(raw) <= MAX_SLO_MS:
+            raise SloError(
+                f"--slo {key}={raw[:40]!r}: the threshold must be a positive number of "
+                f"milliseconds (at most {MAX_SLO_MS:g}); expected {SLO_FORMS}"
+            )
+        found[key] = float(raw)
+    return found
+
+
+def slo_value(summary: dict, key: str) -> float | None:
+    """The level's percentile an SLO key names: tpot_ms_p99 -> summary.tpot_ms.p99."""
+    metric, _, stat = key.partition("_ms_")
+    value = _stat(summary, f"{metric}_ms", stat)
+    return value if _numeric(value) else None
+
+
+def slo_met(values: dict, slo: dict) -> bool:
+    """Every SLO's level percentile at or under its threshold (a missing one is not met)."""
+    return all(values.get(k) is not None and values[k] <= limit for k, limit in slo.items())
+
+
+def slo_misses(row: dict, slo: dict) -> list[dict]:
+    """{key, value, threshold} per SLO the row's level missed."""
+    values = row.get("slo_values") or {}
+    return [
+        {"key": k, "value": values.get(k), "threshold": limit}
+        for k, limit in slo.items()
+        if values.get(k) is None or values[k] > limit
+    ]
+
+
+def goodput(level, slo: dict) -> float | None:
+    """Requests/s whose own TTFT, mean TPOT (= mean ITL, for tpot and itl thresholds) and E2E
+    meet every threshold of its kind, over the level's duration. A request without a TPOT (one
+    token) meets the TPOT thresholds; one without a TTFT or E2E meets none."""
+    duration = level.summary.get("duration_s")
+    if not _numeric(duration) or duration <= 0:
+        return None
+    limits = {}
+    for key, value in slo.items():
+        metric = key.split("_ms_")[0]
+        metric = "tpot" if metric == "itl" else metric
+        limits[metric] = min(value, limits.get(metric, math.inf))
+    ttft_limit = limits.get("ttft", math.inf)
+    tpot_limit = limits.get("tpot", math.inf)
+    e2e_limit = limits.get("e2e", math.inf)
+    good = 0
+    for ttft, tpot, e2e in zip(level.ttft, level.tpot, level.e2e, strict=True):
+        # NaN compares false: no TTFT or E2E fails, no TPOT passes.
+        if (
+            (ttft <= ttft_limit or ttft_limit == math.inf)
+            and (e2e <= e2e_limit or e2e_limit == math.inf)
+            and not tpot > tpot_limit
+        ):
+            good += 1
+    return good / duration
+
+
+def slo_text(slo: dict) -> str:
+    return ", ".join(f"{k} <= {v:g} ms" for k, v in slo.items())
 
 
 def _accuracy_columns(accuracy) -> dict:
@@ -282,6 +594,8 @@ class Pick:
     speedup_vs_ar: float | None
     levels: str
     note: str
+    # With SLOs: per config rejected for missing one, [{key, value, threshold, concurrency}].
+    slo_rejected: dict = field(default_factory=dict)
 
 
 def _where_list(places: list[tuple[str, int]], limit: int = 4) -> str:
@@ -329,6 +643,7 @@ def recommend(
     edges: tuple[int, ...] = DEFAULT_BAND_EDGES,
     diagnosis: sweep.Diagnosis | None = None,
     less_accurate: frozenset | set = frozenset(),
+    slo: dict | None = None,
 ) -> list[Pick]:
     """Per host and concurrency band: the config with the highest mean output tokens/s over the
     band's levels and prompt sets, among those whose losslessness check passed (and the
@@ -337,7 +652,11 @@ def recommend(
     than the reference (`less_accurate`: (host, config) pairs, analysis.quality's verdict
     "worse"), and a DDTree budget only if it collapsed at no level of the host
     (analysis.sweep). When the host's sweep saturates within the band and the best
-    is a DDTree budget, the smallest budget within NEAR_BEST of the best is taken instead."""
+    is a DDTree budget, the smallest budget within NEAR_BEST of the best is taken instead.
+    With `slo` ({key: ms}) a config is a candidate only if every level of the band met every
+    SLO, and the note names, per config that missed one, the key, its value and the threshold.
+    Only closed-loop levels are recommended from (a rate level's concurrency is a cap)."""
+    table = closed_loop(table)
     diagnosis = diagnosis if diagnosis is not None else sweep.diagnose(table)
     picks = []
     for host in sorted({r["host"] for r in table}):
@@ -361,6 +680,11 @@ def recommend(
                 mean = sum(r["output_tokens_per_s"] for r in clean) / len(clean) if clean else None
                 speedups = [r["speedup_vs_ar"] for r in clean if r["speedup_vs_ar"] is not None]
                 budget, tp = own[0]["ddtree_budget"], own[0]["tp_size"]
+                missed = [
+                    {**miss, "concurrency": r["concurrency"], "prompt_set": r["prompt_set"]}
+                    for r in own
+                    for miss in (slo_misses(r, slo) if slo else [])
+                ]
                 scored.append(
                     {
                         "config": config,
@@ -368,6 +692,7 @@ def recommend(
                         "complete": len(clean) == len(cells),
                         "collapsed": collapsed.get((tp, budget)) if budget is not None else None,
                         "less_accurate": (host, config) in less_accurate,
+                        "slo_missed": missed,
                         "mean": mean,
                         "speedup": sum(speedups) / len(speedups) if speedups else None,
                         "budget": budget,
@@ -385,6 +710,7 @@ def recommend(
                 and s["mean"]
                 and not s["collapsed"]
                 and not s["less_accurate"]
+                and not s["slo_missed"]
             ]
             best = max(eligible, key=lambda s: s["mean"], default=None)
             faster = [
@@ -394,6 +720,8 @@ def recommend(
             ]
             notes = []
             for s in sorted(faster, key=lambda s: -s["mean"])[:3]:
+                if s["slo_missed"]:
+                    continue  # named below, with every config that missed an SLO
                 if not s["complete"]:
                     why = "missing or failed levels in this band"
                 elif s["state"] not in ("passed", "reference"):
@@ -413,7 +741,23 @@ def recommend(
                 best, why = _prefer_smaller_budget(best, eligible, saturation)
                 if why:
                     notes.insert(0, why)
-            if best is None:
+            rejected = {s["config"]: s["slo_missed"] for s in scored if s["slo_missed"]}
+            for config, misses in list(rejected.items())[:8]:
+                notes.append(f"{config} missed the SLOs: {_misses_text(misses)}")
+            if (
+                best is None
+                and slo
+                and any(not s["slo_missed"] and s["complete"] and s["mean"] for s in scored)
+            ):
+                notes.insert(
+                    0,
+                    "no config that meets the SLOs ("
+                    + slo_text(slo)
+                    + ") passed the losslessness check with every level clean",
+                )
+            elif best is None and slo and rejected:
+                notes.insert(0, f"no config met the SLOs ({slo_text(slo)}) at every level")
+            elif best is None:
                 notes.insert(0, "no config passed the losslessness check with every level clean")
             elif best["saturated"]:
                 levels = ", ".join(map(str, best["saturated"]))
@@ -431,9 +775,24 @@ def recommend(
                     speedup_vs_ar=best["speedup"] if best else None,
                     levels=", ".join(map(str, concurrencies)),
                     note="; ".join(notes),
+                    slo_rejected=rejected,
                 )
             )
     return picks
+
+
+def _misses_text(misses: list[dict], limit: int = 4) -> str:
+    """'tpot_ms_p99 20.1 > 10 ms at gsm8k c4, ...': the worst miss of each key first."""
+    ordered = sorted(
+        misses,
+        key=lambda m: -(m["value"] / m["threshold"]) if m["value"] is not None else -math.inf,
+    )
+    text = ", ".join(
+        f"{m['key']} {'not measured' if m['value'] is None else format(m['value'], '.1f')} > "
+        f"{m['threshold']:g} ms at {m['prompt_set']} c{m['concurrency']}"
+        for m in ordered[:limit]
+    )
+    return text + (f" and {len(misses) - limit} more" if len(misses) > limit else "")
 
 
 # -- warnings --------------------------------------------------------------------------
@@ -456,6 +815,8 @@ WARNING_KINDS = (
     "accuracy_below_ar",
     "accuracy_below_floor",
     "api_check_failed",
+    "gpu_throttled",
+    "under_filled",
 )
 COLLAPSE_MEANING = (
     "A wider tree should never accept fewer tokens per step. This usually means state shared "
@@ -568,8 +929,10 @@ def warnings(
             f"{host} / {config}",
             f"losslessness not checked ({why})",
         )
-    for level, row in zip(results.levels, table, strict=True):
-        where = f"{level.host} / {level.config} / {level.prompt_set} / c{level.concurrency}"
+    for level in results.levels:
+        where = f"{level.host} / {level.config} / {level.prompt_set} / {level.name}" + (
+            f" rep{level.repeat}" if level.repeat > 1 else ""
+        )
         if level.client.get("saturated"):
             reasons = "; ".join(map(str, level.client.get("saturated_reasons") or []))
             add(
@@ -587,17 +950,22 @@ def warnings(
                 where,
                 "the server crashed or restarted during this level",
             )
-        failed = row["requests_failed"] or 0
+        failed = level.summary.get("requests_failed") or 0
         if failed:
             add(
                 "requests_failed",
                 "warning",
                 where,
-                f"{failed} of {failed + (row['requests_ok'] or 0)} requests failed",
+                f"{failed} of {failed + (level.summary.get('requests_ok') or 0)} requests failed",
             )
         effective = level.summary.get("effective_concurrency")
         expected = min(level.concurrency, level.settings.get("num_prompts") or level.concurrency)
-        if isinstance(effective, (int, float)) and expected > 1 and effective < 0.75 * expected:
+        if (
+            level.closed_loop
+            and isinstance(effective, (int, float))
+            and expected > 1
+            and effective < 0.75 * expected
+        ):
             add(
                 "low_effective_concurrency",
                 "info",
@@ -605,7 +973,20 @@ def warnings(
                 f"only {effective:.1f} requests in flight on average (level {level.concurrency}):"
                 " too few prompts per level to keep it busy, or a ramp dominated the run",
             )
-    found += collapse_warnings(table, diagnosis if diagnosis is not None else sweep.diagnose(table))
+        fill = level.fill
+        if fill.get("under_filled") and level.repeat == 1:
+            add(
+                "under_filled",
+                "info",
+                where,
+                f"under-filled: {fill.get('unique_prompts', '?')} unique prompts for the "
+                f"{fill.get('wanted', '?')} a full level wants (10 x concurrency, never "
+                "repeated into the radix cache); its throughput understates a full level",
+            )
+    found += telemetry.throttle_warnings(results.levels)
+    found += collapse_warnings(
+        table, diagnosis if diagnosis is not None else sweep.diagnose(closed_loop(table))
+    )
     missing_ref = sorted(
         {(r["host"], r["prompt_set"]) for r in table if r["speedup_vs_ar"] is None}
         - {(r["host"], r["prompt_set"]) for r in table if is_reference(r["config"], reference)}

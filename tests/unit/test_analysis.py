@@ -674,6 +674,9 @@ def test_report_writes_every_output_and_the_plots_the_study_needs(study):
             "pareto",
             "accept_distribution",
             "across_hosts",
+            "latency",
+            "throughput_latency",
+            "latency_cdf",
         )
     ]
     page = (outcome.out / "report.html").read_text()
@@ -686,7 +689,15 @@ def test_plots_without_trees_or_a_second_host_are_left_out(tmp_path):
     plan = Plan(configs={"ar": Sim(), "dflash": Sim(step_ms=25, accept=4)}, concurrency=(1, 2))
     outcome = analysis.report(write_run(tmp_path / "run", plan))
     names = [Path(p).stem for p in check_report(outcome.out)["plots"]]
-    assert names == ["throughput", "speedup", "pareto", "accept_distribution"]
+    assert names == [
+        "throughput",
+        "speedup",
+        "pareto",
+        "accept_distribution",
+        "latency",
+        "throughput_latency",
+        "latency_cdf",
+    ]
 
 
 def test_many_hosts_are_drawn_per_profile(tmp_path):
@@ -922,7 +933,7 @@ def test_broken_side_files_are_named(small):
 def test_no_results_and_two_runs_in_one_folder_are_refused(small, tmp_path):
     assert "not a folder" in problems_of(tmp_path / "run" / "node-a" / "ar" / "status.json")[0]
     (tmp_path / "nothing").mkdir()
-    assert "no level files (c<N>.json)" in problems_of(tmp_path / "nothing")[0]
+    assert "no level files (c<N>.json, r<R>.json)" in problems_of(tmp_path / "nothing")[0]
     write_run(tmp_path / "run2", Plan(configs={"ar": Sim()}, concurrency=(1,), num_prompts=2))
     problems = problems_of(tmp_path)
     assert any("a second level file for host node-a, config ar" in p for p in problems)
