@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import yaml
@@ -30,3 +32,29 @@ def definitions(name: str = DEFAULT, budgets=None, tp_sizes=None) -> dict:
 def configs(name: str = DEFAULT) -> dict[str, str]:
     """kimi_model_configs: the shipped config.json of the target and of each drafter."""
     return config_paths(model(name), MODELS)
+
+
+# K2.6's first special tokens, at the ids its tokenizer_config.json's added_tokens_decoder
+# gives them (above the 163584 tiktoken ranks; the simulator's EOS_ID is <|im_end|>).
+KIMI_SPECIALS = {163584: "[BOS]", 163585: "[EOS]", 163586: "<|im_end|>", 163587: "<|im_user|>"}
+
+
+def write_kimi_tokenizer(folder: Path, ranks: int = 2000, revision: str | None = None) -> Path:
+    """A K2.6-shaped tokenizer in folder, small enough for a test host: tiktoken.model with
+    `ranks` tokens (one `<base64 bytes> <rank>` a line, as K2.6 ships it) and
+    tokenizer_config.json whose added_tokens_decoder holds KIMI_SPECIALS, plus
+    kimi-manifest.json naming `revision` when given. Enough for synthetic workloads
+    (module_utils/workloads.py); every id it yields is inside K2.6's 163840 vocabulary."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = (f"{base64.b64encode(b'tok%d' % rank).decode()} {rank}\n" for rank in range(ranks))
+    (folder / "tiktoken.model").write_text("".join(lines))
+    decoder = {str(i): {"content": name, "special": True} for i, name in KIMI_SPECIALS.items()}
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    config["added_tokens_decoder"] = decoder
+    config_path.write_text(json.dumps(config))
+    if revision is not None:
+        manifest = folder / "kimi-manifest.json"
+        data = json.loads(manifest.read_text()) if manifest.exists() else {}
+        manifest.write_text(json.dumps({**data, "revision": revision}))
+    return folder

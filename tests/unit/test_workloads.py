@@ -11,10 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
+import requests
 from ansible.module_utils import workloads
 from ansible.module_utils.workloads import WorkloadError
 
+from tests.support.models import KIMI_SPECIALS, write_kimi_tokenizer
 from tests.support.modules import run_module
+from tests.support.sim_process import BASE, start, stop
 
 pytestmark = pytest.mark.benchmark
 
@@ -385,3 +388,37 @@ def test_benchmark_prompts_refuses_bad_workloads_clearly(tmp_path):
     clash = module_args(tmp_path, model, files={"isl32-osl8": str(tmp_path / "x.jsonl")})
     clashed = run_module("benchmark_prompts", clash)
     assert clashed["failed"] and "share a name: isl32-osl8" in clashed["msg"]
+
+
+def test_workload_rows_decode_exactly_their_lengths_against_the_simulator(tmp_path):
+    """The rows benchmark_prompts writes from a K2.6-shaped folder, sent as SGLang takes them
+    (input_ids, max_new_tokens = osl, ignore_eos), are taken whole: prompt_tokens = isl and
+    exactly osl tokens come back, finish_reason length."""
+    model = write_kimi_tokenizer(tmp_path / "model", ranks=3000, revision=REVISION)
+    args = module_args(tmp_path, model, workloads=["isl40-osl9"], workload_prompts=6)
+    made = run_module("benchmark_prompts", args)
+    assert not made.get("failed"), made.get("msg")
+    meta = made["sets"]["isl40-osl9"]
+    assert meta["workload"]["tokenizer"]["revision"] == REVISION
+    rows = read_rows(meta["output"])
+    assert not {i for row in rows for i in row["input_ids"]} & set(KIMI_SPECIALS)
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        answers = []
+        for row in rows:
+            body = {
+                "input_ids": row["input_ids"],
+                "sampling_params": {
+                    "max_new_tokens": meta["workload"]["osl"],
+                    "ignore_eos": meta["workload"]["ignore_eos"],
+                    "temperature": 0,
+                },
+            }
+            answers.append(requests.post(f"{url}/generate", json=body, timeout=30).json())
+    finally:
+        stop(process)
+    for answer in answers:
+        info = answer["meta_info"]
+        assert info["prompt_tokens"] == 40 and info["completion_tokens"] == 9
+        assert info["finish_reason"] == {"type": "length", "length": 9}
+        assert info["cached_tokens"] == 0  # no row is a prefix the cache has seen
