@@ -6,11 +6,33 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sglang_benchmark
-short_description: Benchmark an SGLang server at several concurrency levels, per token and per step
+short_description: Benchmark an SGLang server at concurrencies and request rates, per token and step
 description:
   - Runs on the GPU host next to the server. Sends the prompts of O(prompts) to SGLang's native
-    streaming C(POST /generate) with a closed loop of O(concurrency) requests in flight, one
-    level after the other, and writes one C(c<N>.json) per level into O(output_dir).
+    streaming C(POST /generate), one level after the other, and writes one level file per level
+    into O(output_dir) - first the closed-loop levels, C(c<N>.json) with N requests in flight
+    (O(concurrency)), then the request-rate levels, C(r<R>.json) with Poisson arrivals at R
+    requests/s (O(request_rates)), at most O(max_concurrency) in flight.
+  - A level sends each prompt at most once - the first min(wanted, distinct prompts) distinct
+    rows of O(prompts), in file order, the same for every config so that runs compare request by
+    request. A closed-loop level wants O(requests_per_concurrency) x N requests, a rate level
+    ceil(R x O(rate_duration_s)), either at least O(num_prompts). A file with fewer distinct
+    prompts is sent whole and the level's C(fill) says C(under_filled) (a prompt sent twice would
+    be served from the radix cache). No request starts once O(level_time_budget_s) has passed
+    since the level began (C(fill.stopped_by_time_budget)); those in flight finish.
+  - O(repeats) runs every level that many times in a row, each after a cache flush, as
+    C(c<N>.json), C(c<N>.rep2.json), ...; each file's C(repeat) and C(repeats) say which. A rate
+    level's arrivals come from a generator seeded with the repeat number less one, so every
+    config sees the same arrivals at a rate and repeat.
+  - Rows of O(prompts) may hold C(input_ids) (token ids) instead of text. When the
+    C(<name>.meta.json) beside O(prompts) describes a synthetic C(workload) (benchmark_prompts'
+    O(workloads)), every request asks for exactly its C(osl) tokens with C(ignore_eos) (and
+    O(max_new_tokens) is not used), and each level file carries the C(workload).
+  - With O(telemetry) the GPUs are sampled (C(nvidia-smi --query-gpu ... -lms)) from just
+    before a level's first request to just after its last; the level's C(summary.gpu) holds
+    power, energy, clocks, temperature, utilisation, memory and throttle reasons. Without a
+    sample (O(telemetry=auto) on a host without nvidia-smi) the level's C(client.warnings) say
+    why.
   - Before each level it calls C(/flush_cache) (so no level starts with the previous one's
     prefix cache) and reads C(/server_info) and C(/metrics) before and after it, keeping only
     differences (SGLang's averages there are cumulative since the server started). SGLang
@@ -56,24 +78,74 @@ options:
     type: str
     required: true
   concurrency:
-    description: Concurrency levels (requests in flight), run in the given order.
+    description: Closed-loop levels (requests in flight), run in the given order, each once.
     type: list
     elements: int
     required: true
+  request_rates:
+    description:
+      - Request-rate levels (requests per second, Poisson arrivals), run after the closed-loop
+        levels in the given order. Each is named by its plain decimal (C(r0.5.json),
+        C(r2.json)), so at most 6 significant digits.
+    type: list
+    elements: float
+    default: []
+  max_concurrency:
+    description:
+      - Most requests in flight at a rate level (a request due while the cap is full waits,
+        and the wait shows in C(client.arrival_lag_ms)); 0 for no cap. The level file's
+        C(concurrency) is this cap, or the level's request count without one.
+    type: int
+    default: 0
+  rate_duration_s:
+    description: Seconds of arrivals a rate level is sized for; it wants ceil(rate x this) requests.
+    type: float
+    default: 60
+  requests_per_concurrency:
+    description: Requests a closed-loop level wants per request in flight (this x N).
+    type: int
+    default: 10
+  level_time_budget_s:
+    description:
+      - Seconds after a level's start past which no request starts (in-flight ones finish);
+        the requests not sent are not in the level file.
+    type: float
+    default: 1200
+  repeats:
+    description: Times each level runs (1 to 100); the analysis averages them, with 95% intervals.
+    type: int
+    default: 1
+  telemetry:
+    description:
+      - GPU telemetry during each level. C(auto) samples with C(nvidia-smi) when it is on the
+        PATH and says in the level's C(client.warnings) when not; C(nvidia-smi) fails the
+        module without it; C(off) samples nothing.
+    type: str
+    choices: [auto, nvidia-smi, "off"]
+    default: auto
+  telemetry_interval_ms:
+    description: Milliseconds between GPU samples (20 to 60000).
+    type: int
+    default: 200
   prompts:
     description:
-      - A JSONL file on the host, one JSON object a line with C(prompt) (text sent as is) or
-        C(messages) (a chat, rendered through the model's chat template), and optionally C(id).
-      - Every level sends the same prompts in the same order (cycled when the file has fewer
-        than O(num_prompts)), so runs of different serving configs compare request by request.
+      - A JSONL file on the host, one JSON object a line with C(prompt) (text sent as is),
+        C(messages) (a chat, rendered through the model's chat template) or C(input_ids) (token
+        ids sent as they are), and optionally C(id).
+      - Every level sends the same prompts in the same order, never one twice (a repeated row
+        is skipped), so runs of different serving configs compare request by request.
     type: path
     required: true
   num_prompts:
-    description: Requests per concurrency level.
+    description:
+      - Fewest requests a level wants; it sends fewer only when O(prompts) has fewer distinct
+        prompts.
     type: int
     default: 64
   max_new_tokens:
-    description: Most tokens generated per request (EOS still ends a request early).
+    description:
+      - Most tokens generated per request (EOS still ends a request early). A workload's
+        requests ask for exactly its C(osl) instead.
     type: int
     default: 512
   temperature:
@@ -100,7 +172,7 @@ options:
     default: 600
   output_dir:
     description:
-      - Folder for C(c<N>.json), created when missing.
+      - Folder for the level files, created when missing.
       - A C(provenance.json) already in it, or else in the folder above it (written by the
         benchmark role - kit version, run id, GPU facts, the prompt sets' sources, and
         C(records), the paths of the runtime and launch records) is copied into every level's
@@ -129,7 +201,8 @@ options:
     required: true
 notes:
   - Bounded everywhere - every request by O(request_timeout), every level by the request
-    timeout times the number of request waves plus a minute, every stream by its event count,
+    timeout times the number of request waves plus a minute (and by O(level_time_budget_s)
+    plus the request timeout and a minute), every stream by its event count,
     every event by 16 MiB, every C(/server_info) and C(/metrics) answer by 8 MiB.
   - A stream that ends before its C([DONE]) event - the connection closed or the chunked body
     ended, in the middle of an event or between events - loses its request, and the level is
@@ -154,6 +227,18 @@ EXAMPLES = r"""
     run_label: 20260101T000000Z
     config_name: dflash
   register: bench
+
+- name: A fixed-length workload at two request rates after two concurrency levels, three times
+  sglang_benchmark:
+    base_url: http://127.0.0.1:30000
+    concurrency: [1, 16]
+    request_rates: [0.5, 2]
+    max_concurrency: 64
+    repeats: 3
+    prompts: /var/lib/kimi/benchmark/prompts/isl1024-osl1024.jsonl
+    output_dir: /var/lib/kimi/benchmark/20260101T000000Z/dflash/isl1024-osl1024
+    run_label: 20260101T000000Z
+    config_name: dflash
 """
 
 RETURN = r"""
@@ -163,14 +248,16 @@ files:
   type: list
   elements: str
 summaries:
-  description: The C(summary) of each level, keyed by concurrency.
+  description:
+    - The C(summary) of each level, keyed by its file's name without C(.json) (C(c16),
+      C(c16.rep2), C(r2.5)).
   returned: always
   type: dict
 saturated:
-  description: Concurrency levels at which the client marked itself saturated.
+  description: The levels (file names without C(.json)) at which the client marked itself saturated.
   returned: always
   type: list
-  elements: int
+  elements: str
 ansible_facts:
   description: C(sglang_benchmark) - config, run label, prompts file and the summaries.
   returned: success
@@ -179,7 +266,11 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.benchmark_client import masked, secret_forms  # noqa: E402
-from ansible.module_utils.benchmark_level import run_benchmark  # noqa: E402
+from ansible.module_utils.benchmark_level import (  # noqa: E402
+    TELEMETRY_MODES,
+    check_params,
+    run_benchmark,
+)
 
 
 def main() -> None:
@@ -199,17 +290,19 @@ def main() -> None:
             "run_label": {"type": "str", "default": ""},
             "scoring": {"type": "str", "choices": ["", "gsm8k", "math"]},
             "config_name": {"type": "str", "required": True},
+            "request_rates": {"type": "list", "elements": "float", "default": []},
+            "max_concurrency": {"type": "int", "default": 0},
+            "rate_duration_s": {"type": "float", "default": 60},
+            "requests_per_concurrency": {"type": "int", "default": 10},
+            "level_time_budget_s": {"type": "float", "default": 1200},
+            "repeats": {"type": "int", "default": 1},
+            "telemetry": {"type": "str", "choices": list(TELEMETRY_MODES), "default": "auto"},
+            "telemetry_interval_ms": {"type": "int", "default": 200},
         },
         supports_check_mode=False,
     )
     p = module.params
-    problems = []
-    if not p["concurrency"] or any(c < 1 for c in p["concurrency"]):
-        problems.append(f"concurrency must be a list of levels >= 1, got {p['concurrency']}")
-    if p["num_prompts"] < 1 or p["max_new_tokens"] < 1:
-        problems.append("num_prompts and max_new_tokens must be at least 1")
-    if p["warmup_requests"] < 0 or p["request_timeout"] <= 0 or p["temperature"] < 0:
-        problems.append("warmup_requests >= 0, request_timeout > 0 and temperature >= 0 needed")
+    problems = check_params(p)
     if problems:
         module.fail_json(msg="; ".join(problems))
 

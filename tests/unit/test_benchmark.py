@@ -457,7 +457,20 @@ def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompt
         document = json.loads((tmp_path / "out" / f"c{level}.json").read_text())
         check_contract(document, "dflash", level)
         summary = document["summary"]
-        assert summary["requests_ok"] == 8 and summary["requests_failed"] == 0
+        # The file's 6 prompts, each once: fewer than the level wants (8 at least, 10 per
+        # request in flight), so it is under-filled rather than cycled into the radix cache.
+        assert summary["requests_ok"] == 6 and summary["requests_failed"] == 0
+        assert document["fill"] == {
+            "wanted": max(8, 10 * level),
+            "unique_prompts": 6,
+            "sent": 6,
+            "under_filled": True,
+            "stopped_by_time_budget": False,
+            "time_budget_s": 1200,
+        }
+        assert (document["arrival"], document["request_rate"]) == ("closed", None)
+        assert (document["repeat"], document["repeats"]) == (1, 1)
+        assert "workload" not in document
         # 24 tokens: the prefill token, then ceil(23 / 3) = 8 verify steps of 10 ms adding
         # 23 tokens: the decomposition the kit exists to show.
         steps = math.ceil(23 / 3)
@@ -487,7 +500,7 @@ def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompt
             ("drafter", False),
         ]
         assert provenance["weights"][0]["files"] == 1
-    assert result["ansible_facts"]["sglang_benchmark"]["summaries"]["4"]["requests_ok"] == 8
+    assert result["ansible_facts"]["sglang_benchmark"]["summaries"]["c4"]["requests_ok"] == 6
 
 
 def test_the_client_waits_for_an_idle_server_to_flush_and_says_when_it_was_not():
@@ -1192,3 +1205,345 @@ def test_role_defaults_score_gsm8k_and_math500_with_their_own_budgets():
         "kimi_model_data.accuracy.chat_template_kwargs"
         in (defaults["benchmark_scored_chat_template_kwargs"])
     )
+
+
+# -- levels: fill, repeats, request rates, workloads, telemetry ----------------------------
+
+
+def level_doc(folder: Path, stem: str) -> dict:
+    return json.loads((folder / f"{stem}.json").read_text())
+
+
+def test_a_level_sends_each_distinct_prompt_once_in_file_order(tmp_path):
+    """Never a prompt twice (it would come from the radix cache): a repeated row is skipped,
+    a level sends the first distinct rows up to what it wants, and a set smaller than that
+    is sent whole and marked under-filled."""
+    prompts = tmp_path / "own.jsonl"
+    texts = ["q0", "q1", "q0", "q2", "q3"]  # row 2 repeats row 0
+    prompts.write_text(
+        "".join(json.dumps({"id": i, "prompt": t}) + "\n" for i, t in enumerate(texts))
+    )
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(
+            url,
+            prompts,
+            tmp_path / "out",
+            "ar",
+            concurrency=[2, 4, 8],
+            num_prompts=3,
+            requests_per_concurrency=1,
+        )
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    assert list(result["summaries"]) == ["c2", "c4", "c8"]
+    expected = {  # level: (wanted, the row ids sent)
+        2: (3, [0, 1, 3]),
+        4: (4, [0, 1, 3, 4]),
+        8: (8, [0, 1, 3, 4]),
+    }
+    for level, (wanted, ids) in expected.items():
+        document = level_doc(tmp_path / "out", f"c{level}")
+        check_contract(document, "ar", level)
+        assert [r["prompt_id"] for r in document["requests"]] == ids
+        assert len({r["prompt_sha256"] for r in document["requests"]}) == len(ids)
+        assert document["fill"] == {
+            "wanted": wanted,
+            "unique_prompts": 4,
+            "sent": len(ids),
+            "under_filled": wanted > 4,
+            "stopped_by_time_budget": False,
+            "time_budget_s": 1200,
+        }
+        assert document["provenance"]["prompts"]["requests_per_level"] == len(ids)
+        assert document["provenance"]["prompts"]["distinct_prompts"] == len(ids)
+        # Every request was measured from a flushed cache: nothing of a prompt was cached.
+        assert all(r["cached_tokens"] == 0 for r in document["requests"])
+
+
+def test_repeats_write_a_file_per_run_each_from_a_flushed_cache(tmp_path, prompts_file):
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(
+            url,
+            prompts_file,
+            tmp_path,
+            "ar",
+            concurrency=[1, 2],
+            num_prompts=3,
+            requests_per_concurrency=1,
+            repeats=3,
+        )
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    stems = ["c1", "c1.rep2", "c1.rep3", "c2", "c2.rep2", "c2.rep3"]
+    assert [Path(f).name for f in result["files"]] == [f"{s}.json" for s in stems]
+    assert list(result["summaries"]) == stems
+    for stem in stems:
+        document = level_doc(tmp_path, stem)
+        level = int(stem.split(".")[0][1:])
+        check_contract(document, "ar", level)
+        repeat = int(stem.split(".rep")[1]) if ".rep" in stem else 1
+        assert (document["repeat"], document["repeats"]) == (repeat, 3)
+        assert document["server"]["cache"] == "flushed"
+        assert document["summary"]["requests_ok"] == 3
+        # The same prompts in the same order in every repeat: the analysis pairs them.
+        assert [r["prompt_id"] for r in document["requests"]] == [0, 1, 2]
+        assert all(r["cached_tokens"] == 0 for r in document["requests"])
+
+
+def test_rate_levels_follow_the_closed_loop_ones_with_poisson_arrivals(tmp_path, prompts_file):
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(
+            url,
+            prompts_file,
+            tmp_path,
+            "ar",
+            concurrency=[2],
+            num_prompts=1,
+            requests_per_concurrency=1,
+            request_rates=[2.5, 40],
+            rate_duration_s=0.8,
+            max_concurrency=3,
+        )
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    assert [Path(f).name for f in result["files"]] == ["c2.json", "r2.5.json", "r40.json"]
+    assert list(result["summaries"]) == ["c2", "r2.5", "r40"]
+    closed = level_doc(tmp_path, "c2")
+    assert (closed["arrival"], closed["request_rate"], closed["concurrency"]) == ("closed", None, 2)
+    # 2.5/s for 0.8 s wants 2 requests; 40/s wants 32, more than the file's 6 prompts.
+    for stem, rate, wanted, sent in (("r2.5", 2.5, 2, 2), ("r40", 40.0, 32, 6)):
+        document = level_doc(tmp_path, stem)
+        check_contract(document, "ar", 3)  # concurrency: the cap on requests in flight
+        assert document["arrival"] == "poisson" and document["request_rate"] == rate
+        assert document["fill"]["wanted"] == wanted and document["fill"]["sent"] == sent
+        assert document["fill"]["under_filled"] is (wanted > 6)
+        assert document["summary"]["requests_ok"] == sent
+        # Each request's start against its Poisson schedule.
+        assert document["client"]["arrival_lag_ms"]["count"] == sent
+        assert document["settings"]["max_concurrency"] == 3
+        assert document["settings"]["rate_duration_s"] == 0.8
+
+
+def test_rate_levels_without_a_cap_record_their_request_count_as_concurrency(
+    tmp_path, prompts_file
+):
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        args = bench_args(
+            url,
+            prompts_file,
+            tmp_path,
+            "ar",
+            concurrency=[1],
+            num_prompts=1,
+            requests_per_concurrency=1,
+            request_rates=[50],
+            rate_duration_s=0.1,
+        )
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    document = level_doc(tmp_path, "r50")
+    check_contract(document, "ar", 5)
+    assert document["fill"]["sent"] == 5
+
+
+def workload_files(folder: Path, name: str, rows: list[list[int]]) -> Path:
+    """A workload's prompts file and .meta.json, shaped as benchmark_prompts writes them."""
+    isl, osl = (int(part[3:]) for part in name.split("-"))
+    prompts = folder / f"{name}.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": k, "input_ids": ids}) + "\n" for k, ids in enumerate(rows))
+    )
+    workload = {
+        "name": name,
+        "isl": isl,
+        "osl": osl,
+        "ignore_eos": True,
+        "tokenizer": {"file": "tiktoken.model", "sha256": "ab" * 32, "revision": "c" * 40},
+        "seed": 1234,
+    }
+    (folder / f"{name}.meta.json").write_text(
+        json.dumps({"workload": workload, "sha256": "0" * 64})
+    )
+    return prompts
+
+
+def test_a_workload_sends_token_ids_and_decodes_exactly_its_output_length(tmp_path):
+    """Every prompt is a known question to the simulator, whose scripted answer ends (EOS)
+    well before 64 tokens: only ignore_eos makes every request decode exactly the osl."""
+    rows = [[1000 + 10 * k + i for i in range(8)] for k in range(6)]
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(
+        "".join(
+            json.dumps({"question": " ".join(map(str, ids)), "answer": "7"}) + "\n" for ids in rows
+        )
+    )
+    prompts = workload_files(tmp_path, "isl8-osl64", rows)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    plain_prompts = plain / "isl8-osl64.jsonl"
+    plain_prompts.write_text(prompts.read_text())  # the same rows without the workload's meta
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=1, SGLANG_SIM_ANSWERS=answers)
+    try:
+        args = bench_args(
+            url,
+            prompts,
+            tmp_path / "out",
+            "ar",
+            concurrency=[3],
+            num_prompts=6,
+            max_new_tokens=5,
+            requests_per_concurrency=1,
+        )
+        result = run_module("sglang_benchmark", args)
+        control = run_module(
+            "sglang_benchmark",
+            bench_args(
+                url,
+                plain_prompts,
+                plain / "out",
+                "ar",
+                concurrency=[3],
+                num_prompts=6,
+                max_new_tokens=64,
+                requests_per_concurrency=1,
+            ),
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    assert not control.get("failed"), control
+    document = level_doc(tmp_path / "out", "c3")
+    check_contract(document, "ar", 3)
+    assert document["workload"]["name"] == "isl8-osl64" and document["workload"]["osl"] == 64
+    assert document["settings"]["max_new_tokens"] == 64  # the osl, not the module's 5
+    assert len(document["requests"]) == 6
+    for record, ids in zip(document["requests"], rows, strict=True):
+        assert record["ok"] and record["output_tokens"] == 64
+        assert record["prompt_tokens"] == 8 and record["finish_reason"] == "length"
+        assert (
+            record["prompt_sha256"]
+            == hashlib.sha256(json.dumps(ids, separators=(",", ":")).encode()).hexdigest()
+        )
+    # Without the workload (no ignore_eos) the same prompts end at their answer.
+    stopped = level_doc(plain / "out", "c3")
+    assert "workload" not in stopped
+    assert all(r["ok"] and r["output_tokens"] < 64 for r in stopped["requests"])
+    assert {r["finish_reason"] for r in stopped["requests"]} == {"stop"}
+
+
+FAKE_SMI = """#!{python}
+import sys, time, datetime
+# A probe of the reasons field answers once; -lms N prints a poll of two GPUs every N ms.
+if "-lms" not in sys.argv:
+    print("0x0000000000000000")
+    sys.exit(0)
+interval = int(sys.argv[sys.argv.index("-lms") + 1]) / 1000.0
+row = "NVIDIA H200, 690.5, 700.00, 1500, 1980, 2619, 70, 98, 80000, 0x0000000000000004"
+end = time.time() + 60
+while time.time() < end:
+    now = datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+    for index in (0, 1):
+        print(f"{{now}}, {{index}}, {{row}}")
+    sys.stdout.flush()
+    time.sleep(interval)
+"""
+
+
+def test_telemetry_summarises_the_gpus_during_each_level(tmp_path, prompts_file, monkeypatch):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    smi = tools / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(python=sys.executable))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    # Long enough for several polls at 20 ms: 6 requests of 24 tokens at 10 ms a step.
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=10)
+    try:
+        args = bench_args(
+            url,
+            prompts_file,
+            tmp_path / "out",
+            "ar",
+            concurrency=[2],
+            num_prompts=6,
+            requests_per_concurrency=1,
+            telemetry="nvidia-smi",
+            telemetry_interval_ms=20,
+        )
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    document = level_doc(tmp_path / "out", "c2")
+    check_contract(document, "ar", 2)
+    gpu = document["summary"]["gpu"]
+    assert gpu["source"] == "nvidia-smi" and gpu["interval_ms"] == 20
+    assert [g["index"] for g in gpu["gpus"]] == [0, 1] and gpu["samples"] >= 2
+    assert gpu["power_w_mean"] == pytest.approx(2 * 690.5)
+    assert gpu["gpus"][0]["throttle"]["power_cap"] == 1.0
+    assert result["summaries"]["c2"]["gpu"] == gpu
+    assert not any("telemetry" in w for w in document["client"]["warnings"])
+    # The sampler is gone once the level is.
+    from tests.support.modules import marked_processes
+
+    assert marked_processes(str(smi)) == []
+
+
+def test_without_nvidia_smi_auto_telemetry_says_why_and_the_level_runs(
+    tmp_path, prompts_file, monkeypatch
+):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
+    try:
+        auto = run_module(
+            "sglang_benchmark",
+            bench_args(url, prompts_file, tmp_path / "auto", "ar", concurrency=[1]),
+        )
+        off = run_module(
+            "sglang_benchmark",
+            bench_args(url, prompts_file, tmp_path / "off", "ar", concurrency=[1], telemetry="off"),
+        )
+        required = run_module(
+            "sglang_benchmark",
+            bench_args(
+                url,
+                prompts_file,
+                tmp_path / "required",
+                "ar",
+                concurrency=[1],
+                telemetry="nvidia-smi",
+            ),
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert not auto.get("failed") and not off.get("failed"), (auto, off)
+    document = level_doc(tmp_path / "auto", "c1")
+    check_contract(document, "ar", 1)
+    assert "gpu" not in document["summary"]
+    assert "no GPU telemetry: nvidia-smi not found on PATH" in document["client"]["warnings"]
+    quiet = level_doc(tmp_path / "off", "c1")
+    assert "gpu" not in quiet["summary"]
+    assert not any("telemetry" in w for w in quiet["client"]["warnings"])
+    assert required["failed"] and "nvidia-smi is not on this host's PATH" in required["msg"]
+    assert not (tmp_path / "required").exists()
