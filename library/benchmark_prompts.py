@@ -69,7 +69,8 @@ options:
     required: true
   model_dir:
     description: Model folder whose chat template is used (chat_template.jinja,
-      chat_template.json or tokenizer_config.json).
+      chat_template.json or tokenizer_config.json), and whose tokenizer files
+      O(workloads) draw from.
     type: path
     required: true
   chat_template_kwargs:

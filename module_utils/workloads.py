@@ -22,8 +22,9 @@ isl - 1 ids are drawn uniformly (with replacement) by random.Random seeded from 
 workload's seed and k. Special and added ids are never drawn: a chat-control token in the
 middle of a prompt could change how the model reads it. Ordinary ids whose bytes are not
 valid UTF-8 on their own are kept: the ids go to the server as ids and are never decoded and
-re-tokenized, so they cannot change the prompt's length (SGLang's bench_serving random
-dataset draws from the whole vocabulary the same way). The same name, row count and
+re-tokenized, so they cannot change the prompt's length. This is SGLang 0.5.23's own practice
+(benchmark/datasets/common.py gen_prompt_ids: random.choices over the sorted vocabulary ids;
+its multimodal variant leaves the special ids out, as here). The same name, row count and
 tokenizer give the same file, and the first rows of a longer file are those of a shorter one.
 """
 
