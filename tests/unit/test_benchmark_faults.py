@@ -525,3 +525,108 @@ def test_a_server_answer_that_drips_is_cut_at_its_deadline():
         stop.set()
         thread.join(timeout=5)
         listener.close()
+
+
+# -- levels: time budget, bad arguments, bad rows and workloads ----------------------------
+
+
+def test_a_level_past_its_time_budget_starts_no_more_requests(tmp_path, prompts_file):
+    # One request takes 24 steps of 20 ms, ten times the budget: the first starts (the
+    # budget had not passed), finishes, and no other starts after it.
+    args = bench_args(
+        "", prompts_file, tmp_path, requests_per_concurrency=1, level_time_budget_s=0.05
+    )
+    result = run_against("", 0, args, SGLANG_SIM_STEP_MS=20)
+    assert not result.get("failed"), result
+    document = json.loads((tmp_path / "c1.json").read_text())
+    check_contract(document, "ar", 1)
+    assert document["fill"] == {
+        "wanted": 3,
+        "unique_prompts": 3,
+        "sent": 1,
+        "under_filled": False,
+        "stopped_by_time_budget": True,
+        "time_budget_s": 0.05,
+    }
+    assert len(document["requests"]) == 1 and document["requests"][0]["ok"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"request_rates": [0.0]}, "request_rates: 0.0 is not a rate above 0"),
+        ({"request_rates": [float("nan")]}, "request_rates: nan is not a rate above 0"),
+        ({"request_rates": [1e-7]}, "has no plain decimal name (1e-07)"),
+        ({"request_rates": [1.23456789]}, "has no plain decimal name (1.23457)"),
+        ({"request_rates": [2, 2.0]}, "request_rates names a rate twice"),
+        ({"concurrency": [4, 4]}, "concurrency names a level twice"),
+        ({"max_concurrency": -1}, "max_concurrency must be 0 (no cap) or more"),
+        ({"rate_duration_s": 0.0}, "rate_duration_s must be above 0"),
+        ({"requests_per_concurrency": 0}, "requests_per_concurrency must be at least 1"),
+        ({"level_time_budget_s": -1.0}, "level_time_budget_s must be above 0"),
+        ({"repeats": 0}, "repeats must be from 1 to 100"),
+        ({"telemetry_interval_ms": 5}, "telemetry_interval_ms must be from 20 to 60000"),
+    ],
+)
+def test_bad_level_arguments_are_refused_before_any_request(tmp_path, prompts_file, extra, message):
+    result = run_module(
+        "sglang_benchmark", bench_args("http://127.0.0.1:9", prompts_file, tmp_path, **extra)
+    )
+    assert result["failed"] and message in result["msg"], result["msg"]
+    assert not list(tmp_path.glob("c*.json"))
+
+
+SERVER_INFO = b'HTTP/1.1 200 OK\r\ncontent-length: 21\r\n\r\n{"version": "0.5.23"}'
+GOOD_WORKLOAD = {
+    "name": "isl2-osl4",
+    "isl": 2,
+    "osl": 4,
+    "ignore_eos": True,
+    "tokenizer": {"file": "tokenizer.json", "sha256": "a" * 64, "revision": None},
+    "seed": 7,
+}
+
+
+@pytest.mark.parametrize(
+    ("rows", "workload", "message"),
+    [
+        ([{"input_ids": []}], None, 'line 1: "input_ids" must be a list of 1 to 1048576'),
+        ([{"input_ids": [1, "2"]}], None, 'line 1: "input_ids" must hold token ids'),
+        ([{"input_ids": [1, -2]}], None, 'line 1: "input_ids" must hold token ids'),
+        ([{"input_ids": [1, True]}], None, 'line 1: "input_ids" must hold token ids'),
+        ([{"input_ids": [1, 2]}, {"text": "x"}], None, 'line 2: needs "prompt"'),
+        ([{"input_ids": [1, 2]}], "not an object", "workload is not an object"),
+        (
+            [{"input_ids": [1, 2]}],
+            {**GOOD_WORKLOAD, "osl": 5},
+            "name isl2-osl4 but isl 2 and osl 5",
+        ),
+        ([{"input_ids": [1, 2]}], {**GOOD_WORKLOAD, "name": "x"}, "is not isl<N>-osl<M>"),
+        (
+            [{"input_ids": [1, 2]}],
+            {**GOOD_WORKLOAD, "osl": 10**6, "name": "isl2-osl1000000"},
+            "osl must be an integer from 1 to 131072",
+        ),
+        (
+            [{"input_ids": [1, 2]}],
+            {**GOOD_WORKLOAD, "tokenizer": {"file": "../x"}},
+            "tokenizer.file must be a file name",
+        ),
+        ([{"input_ids": [1, 2]}], {**GOOD_WORKLOAD, "seed": "7"}, "seed must be an integer"),
+    ],
+)
+def test_bad_token_rows_and_workloads_fail_with_the_file_and_what_is_wrong(
+    tmp_path, rows, workload, message
+):
+    prompts = tmp_path / "isl2-osl4.jsonl"
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if workload is not None:
+        (tmp_path / "isl2-osl4.meta.json").write_text(json.dumps({"workload": workload}))
+    server = Canned(SERVER_INFO)
+    try:
+        result = run_module("sglang_benchmark", bench_args(server.url, prompts, tmp_path / "o"))
+    finally:
+        server.close()
+    assert result["failed"] and message in result["msg"], result["msg"]
+    assert str(tmp_path) in result["msg"]
+    assert not (tmp_path / "o" / "c1.json").exists()
