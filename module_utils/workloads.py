@@ -156,11 +156,11 @@ def tiktoken_ranks(data: bytes, path: str) -> set[int]:
     """The ranks of a tiktoken BPE file, every line checked: base64 bytes, a space, a rank."""
     ranks: set[int] = set()
     seen: set[bytes] = set()
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{path}: not ASCII, so no tiktoken file") from None
-    for number, line in enumerate(text.splitlines(), 1):
+    if not data.isascii():
+        raise WorkloadError(f"{path}: not ASCII, so no tiktoken file")
+    # Split as tiktoken's load_tiktoken_bpe does (bytes.splitlines: \n and \r only).
+    for number, raw in enumerate(data.splitlines(), 1):
+        line = raw.decode("ascii")
         if number > MAX_TIKTOKEN_LINES:
             raise WorkloadError(f"{path}: more than {MAX_TIKTOKEN_LINES} lines")
         if not line:
