@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import math
+import os
+import pickle
 import random
+import select
+import signal
 import ssl
 import sys
 import time
@@ -50,6 +55,13 @@ BUSY_CPU = 0.3
 BEHIND_SHARE = 0.25
 LATE_LAG_P99_MS = 2.0
 LAG_INTERVAL_S = 0.005
+# A closed-loop level is spread over one event loop (a forked process) per this many
+# requests in flight: a decode step's burst of events, one per request, must be read well
+# within a quarter of the step (see client_report). MAX_PROCESSES bounds the fork count;
+# START_WAIT_S is how long a worker waits for the level's start before giving up.
+STREAMS_PER_PROCESS = 64
+MAX_PROCESSES = 32
+START_WAIT_S = 60.0
 # How long to wait for an idle server to flush its cache before a level, and per request.
 FLUSH_WAIT_S = 60.0
 FLUSH_REQUEST_WAIT_S = 30.0
@@ -253,23 +265,46 @@ class Tracker:
         self.events.append((now, int(tokens)))
 
 
-class Stream(asyncio.Protocol):
-    """Sends one request and feeds the answer to its Tracker, stamping each read's arrival.
+class Reads:
+    """The reads of every stream of one event loop that arrived in one pass of it, parsed
+    together at its end.
 
     A read is only stamped and queued when it arrives; parsing waits for the loop's next
     pass. Servers batch decode steps, so the events of every running request arrive
     together: stamping them all before parsing any keeps the last one's stamp from carrying
-    the others' parsing time.
+    the others' parsing time. One queue for all streams costs one callback per pass rather
+    than one per read.
     """
 
-    def __init__(self, payload: bytes, tracker: Tracker, finished: asyncio.Future):
+    __slots__ = ("loop", "pending")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.pending: list[tuple[Stream, float, bytes]] = []
+
+    def add(self, stream: Stream, data: bytes) -> None:
+        pending = self.pending
+        pending.append((stream, time.perf_counter(), data))
+        if len(pending) == 1:
+            self.loop.call_soon(self.parse)
+
+    def parse(self) -> None:
+        pending, self.pending = self.pending, []
+        for stream, now, data in pending:
+            stream.consume(now, data)
+
+
+class Stream(asyncio.Protocol):
+    """Sends one request and feeds the answer to its Tracker, each read stamped when it
+    arrives and parsed in the loop's next pass (Reads)."""
+
+    def __init__(self, payload: bytes, tracker: Tracker, finished: asyncio.Future, reads: Reads):
         self.payload = payload
         self.tracker = tracker
         self.finished = finished
         self.parser = ResponseParser()
         self.transport = None
-        self.reads: list[tuple[float, bytes]] = []
-        self.loop = finished.get_loop()
+        self.reads = reads
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -278,33 +313,30 @@ class Stream(asyncio.Protocol):
         transport.write(self.payload)
 
     def data_received(self, data: bytes) -> None:
-        self.reads.append((time.perf_counter(), data))
-        if len(self.reads) == 1:
-            self.loop.call_soon(self.parse)
+        self.reads.add(self, data)
 
-    def parse(self) -> None:
-        reads, self.reads = self.reads, []
+    def consume(self, now: float, data: bytes) -> None:
+        if self.finished.done():
+            return
         tracker = self.tracker
-        for now, data in reads:
-            if self.finished.done():
-                return
-            tracker.nbytes += len(data)
-            try:
-                payloads = self.parser.feed(data)
-            except StreamError as error:
-                self.finish(now, f"bad response: {error}")
-                return
-            for payload in payloads:
-                tracker.event(now, payload)
-                if tracker.error or tracker.done_at is not None:
-                    self.finish(now)
-                    return
-            if self.parser.finished:
+        tracker.nbytes += len(data)
+        try:
+            payloads = self.parser.feed(data)
+        except StreamError as error:
+            self.finish(now, f"bad response: {error}")
+            return
+        for payload in payloads:
+            tracker.event(now, payload)
+            if tracker.error or tracker.done_at is not None:
                 self.finish(now)
                 return
+        if self.parser.finished:
+            self.finish(now)
 
     def connection_lost(self, exc) -> None:
-        self.parse()
+        # Reads that arrived before the close are parsed first (all streams' queued reads:
+        # they are stamped already).
+        self.reads.parse()
         self.parser.close()
         self.finish(time.perf_counter(), lost=exc)
 
@@ -334,7 +366,9 @@ class Stream(asyncio.Protocol):
             self.transport.close()
 
 
-async def send(target: Target, payload: bytes, tracker: Tracker, timeout: float) -> None:
+async def send(
+    target: Target, payload: bytes, tracker: Tracker, timeout: float, reads: Reads | None = None
+) -> None:
     loop = asyncio.get_running_loop()
     finished = loop.create_future()
     tracker.start = time.perf_counter()
@@ -347,7 +381,7 @@ async def send(target: Target, payload: bytes, tracker: Tracker, timeout: float)
             if stream.transport is not None:
                 stream.transport.abort()
 
-    stream = Stream(payload, tracker, finished)
+    stream = Stream(payload, tracker, finished, reads or Reads(loop))
     timer = loop.call_at(loop.time() + timeout, expire)
     try:
         await asyncio.wait_for(
@@ -399,6 +433,17 @@ def arrival_offsets(count: int, request_rate: float, seed: int) -> list[float]:
     return offsets
 
 
+def process_count(concurrency: int) -> int:
+    """Event loops (processes) a closed-loop level at `concurrency` is spread over: one per
+    STREAMS_PER_PROCESS requests in flight, at most half the cores this process may use (the
+    rest are the server's, on a GPU host its tokenizer and scheduler processes)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(-(-concurrency // STREAMS_PER_PROCESS), cores // 2, MAX_PROCESSES))
+
+
 async def run_level(
     target: Target,
     payloads: list[bytes],
@@ -409,28 +454,25 @@ async def run_level(
     request_rate: float | None = None,
     seed: int = 0,
     time_budget_s: float | None = None,
+    processes: int | None = None,
 ) -> dict:
     """Send every payload once, in order, and time each answer.
 
     Closed loop (request_rate None): `concurrency` requests in flight, a new one as soon as
-    one ends. Request rate: Poisson arrivals at `request_rate` requests/s (arrival_offsets),
-    scheduled against the level's start on a monotonic clock, so a late loop does not
-    stretch the schedule; at most `concurrency` in flight when it is above 0 (a request due
-    while the cap is full waits, and its lag from its due time shows in client_report).
-    Either way no request starts once `time_budget_s` has passed since the level began;
-    those in flight finish. The started requests are always the first `sent` payloads:
-    trackers[i].index == i.
+    one ends, spread over `processes` event loops (forked processes; None: process_count)
+    when more than one. Request rate: Poisson arrivals at `request_rate` requests/s
+    (arrival_offsets), scheduled against the level's start on a monotonic clock, so a late
+    loop does not stretch the schedule; at most `concurrency` in flight when it is above 0
+    (a request due while the cap is full waits, and its lag from its due time shows in
+    client_report); one event loop. Either way no request starts once `time_budget_s` has
+    passed since the level began; those in flight finish. The started requests are always
+    the first `sent` payloads: trackers[i].index == i.
     """
     if time_budget_s is not None and not (time_budget_s > 0 and math.isfinite(time_budget_s)):
         raise ValueError(f"time_budget_s must be a positive number, got {time_budget_s!r}")
     count = len(payloads)
     offsets = arrival_offsets(count, request_rate, seed) if request_rate is not None else None
     budget = time_budget_s if time_budget_s is not None else math.inf
-    trackers: list[Tracker] = []
-    state = {"stopped": False}
-    lag: list[float] = []
-    stop = asyncio.Event()
-    watcher = asyncio.ensure_future(watch_loop(lag, stop))
     if offsets is None:
         waves = -(-count // max(concurrency, 1))
         deadline = timeout * waves + 60
@@ -438,98 +480,376 @@ async def run_level(
         waves = -(-count // concurrency) if concurrency > 0 else 1
         deadline = (offsets[-1] if offsets else 0.0) + timeout * waves + 60
     deadline = min(deadline, budget + timeout + 60)
-    cpu_before = time.process_time()
+    if offsets is None:
+        spread = processes if processes is not None else process_count(concurrency)
+        spread = min(spread, concurrency, count)
+        if spread > 1 and hasattr(os, "fork"):
+            level = await run_spread(
+                target, payloads, concurrency, timeout, max_events, budget, deadline, spread
+            )
+            if level is not None:
+                return level
+    state = {"next": 0, "stopped": False}
     started = time.perf_counter()
 
-    def begin(index: int) -> Tracker | None:
-        """The tracker of the request about to start, or None once the budget is spent."""
+    def take(index: int | None = None) -> int | None:
+        """The next payload's index (or `index`, when the schedule names it), or None when
+        none is left or the time budget is spent."""
+        index = state["next"] if index is None else index
+        if index >= count:
+            return None
         if time.perf_counter() - started >= budget:
             state["stopped"] = True
             return None
-        tracker = Tracker(index, max_events, target.mask)
-        trackers.append(tracker)
-        return tracker
+        state["next"] = index + 1
+        return index
 
     if offsets is None:
-        cursor = iter(range(count))
-
-        async def worker():
-            for index in cursor:
-                tracker = begin(index)
-                if tracker is None:
-                    return
-                await send(target, payloads[index], tracker, timeout)
-
-        tasks = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, count))]
+        work = closed_loop(target, payloads, min(concurrency, count), timeout, max_events, take)
     else:
-        tasks = [
-            asyncio.ensure_future(
-                arrive(
-                    target, payloads, offsets, concurrency, timeout, started, budget, begin, state
-                )
-            )
-        ]
-    _done, pending = await asyncio.wait(tasks, timeout=deadline) if tasks else (set(), set())
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.wait(pending)
-    ended = time.perf_counter()
-    cpu = time.process_time() - cpu_before
-    stop.set()
-    await watcher
-    for tracker in trackers:
-        if not tracker.end:
-            tracker.error = tracker.error or f"not finished within the level's {deadline:g} s"
-            tracker.end = ended
+        work = arrivals(
+            target,
+            payloads,
+            offsets,
+            concurrency,
+            timeout,
+            max_events,
+            take,
+            started,
+            budget,
+            state,
+        )
+    part = await measured(work, deadline)
+    mark_unfinished(part["trackers"], deadline, part["ended"])
+    return level_of(
+        part["trackers"], started, part["ended"], [part], count, state["stopped"], request_rate
+    )
+
+
+def level_of(trackers, started, ended, parts, count, stopped, request_rate) -> dict:
     trackers.sort(key=lambda t: t.index)
     last = max((t.done_at or t.end for t in trackers), default=ended)
     return {
         "trackers": trackers,
         "started": started,
         "ended": last,
-        "cpu_s": cpu,
-        "lag_ms": lag,
+        "cpu_s": sum(p["cpu_s"] for p in parts),
+        "lag_ms": [lag for p in parts for lag in p["lag_ms"]],
         "wall_s": ended - started,
+        "processes": [{k: p[k] for k in ("cpu_s", "wall_s", "lag_ms", "requests")} for p in parts],
         "sent": len(trackers),
-        "stopped_by_time_budget": state["stopped"] and len(trackers) < count,
+        "stopped_by_time_budget": bool(stopped) and len(trackers) < count,
         "request_rate": request_rate,
     }
 
 
-async def arrive(target, payloads, offsets, cap, timeout, started, budget, begin, state):
-    """Start each request at its due time (offsets from `started`), at most `cap` in
-    flight when cap > 0; then wait for those in flight."""
-    limit = asyncio.Semaphore(cap) if cap > 0 else None
-    running: set[asyncio.Future] = set()
+def mark_unfinished(trackers: list[Tracker], deadline: float, ended: float) -> None:
+    for tracker in trackers:
+        if not tracker.end:
+            tracker.error = tracker.error or f"not finished within the level's {deadline:g} s"
+            tracker.end = ended
 
-    async def one(index: int, tracker: Tracker) -> None:
+
+async def measured(work, deadline: float) -> dict:
+    """One event loop's share of a level (`work`: a coroutine that fills the trackers list
+    it returns at once, then runs), with the CPU time it took and the loop's lag meanwhile;
+    what is not done within `deadline` seconds is cancelled."""
+    lag: list[float] = []
+    stop = asyncio.Event()
+    watcher = asyncio.ensure_future(watch_loop(lag, stop))
+    trackers: list[Tracker] = []
+    cpu_before = time.process_time()
+    began = time.perf_counter()
+    task = asyncio.ensure_future(work(trackers))
+    _done, pending = await asyncio.wait([task], timeout=deadline)
+    for late in pending:
+        late.cancel()
+    if pending:
+        await asyncio.wait(pending)
+    ended = time.perf_counter()
+    cpu = time.process_time() - cpu_before
+    stop.set()
+    await watcher
+    return {
+        "trackers": trackers,
+        "cpu_s": cpu,
+        "wall_s": ended - began,
+        "lag_ms": lag,
+        "ended": ended,
+        "requests": len(trackers),
+    }
+
+
+def closed_loop(target, payloads, workers, timeout, max_events, take):
+    async def work(trackers: list[Tracker]) -> None:
+        reads = Reads(asyncio.get_running_loop())
+
+        async def worker():
+            while True:
+                index = take()
+                if index is None:
+                    return
+                tracker = Tracker(index, max_events, target.mask)
+                trackers.append(tracker)
+                await send(target, payloads[index], tracker, timeout, reads)
+
+        tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
         try:
-            await send(target, payloads[index], tracker, timeout)
+            await asyncio.gather(*tasks)
         finally:
-            if limit is not None:
-                limit.release()
+            for task in tasks:
+                task.cancel()
 
-    for index, offset in enumerate(offsets):
-        if offset >= budget:
-            state["stopped"] = True
-            break
-        wait = started + offset - time.perf_counter()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        if limit is not None:
-            await limit.acquire()
-        tracker = begin(index)
-        if tracker is None:
-            if limit is not None:
-                limit.release()
-            break
-        tracker.scheduled = started + offset
-        task = asyncio.ensure_future(one(index, tracker))
-        running.add(task)
-        task.add_done_callback(running.discard)
-    if running:
-        await asyncio.wait(list(running))
+    return work
+
+
+def arrivals(target, payloads, offsets, cap, timeout, max_events, take, started, budget, state):
+    """Start each request at its due time (offsets from `started`), at most `cap` in flight
+    when cap > 0; then wait for those in flight."""
+
+    async def work(trackers: list[Tracker]) -> None:
+        reads = Reads(asyncio.get_running_loop())
+        limit = asyncio.Semaphore(cap) if cap > 0 else None
+        running: set[asyncio.Future] = set()
+
+        async def one(tracker: Tracker) -> None:
+            try:
+                await send(target, payloads[tracker.index], tracker, timeout, reads)
+            finally:
+                if limit is not None:
+                    limit.release()
+
+        try:
+            for index, offset in enumerate(offsets):
+                if offset >= budget:
+                    state["stopped"] = True  # due after the budget: not waited for
+                    break
+                wait = started + offset - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if limit is not None:
+                    await limit.acquire()
+                if take(index) is None:
+                    if limit is not None:
+                        limit.release()
+                    break
+                tracker = Tracker(index, max_events, target.mask)
+                tracker.scheduled = started + offset
+                trackers.append(tracker)
+                task = asyncio.ensure_future(one(tracker))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.wait(list(running))
+        finally:
+            for task in list(running):
+                task.cancel()
+
+    return work
+
+
+# -- a closed-loop level spread over forked processes ----------------------------------
+#
+# One event loop reads every stream of its level: at concurrency 512 a decode step's burst
+# of 512 events takes it longer to read than a quarter of the step, and the level is marked
+# client-saturated. Forked processes, each its own loop over a share of the requests in
+# flight, take the next payload from one counter in shared memory under a lock, so
+# payloads still start in file order and the time budget still leaves a prefix sent. Each
+# returns its trackers, CPU time and loop lag through a pipe.
+
+TRACKER_FIELDS = (
+    "index",
+    "events",
+    "first",
+    "last",
+    "start",
+    "end",
+    "connected",
+    "done_at",
+    "error",
+    "lost",
+    "nbytes",
+    "scheduled",
+)
+
+
+async def run_spread(target, payloads, concurrency, timeout, max_events, budget, deadline, spread):
+    """The level over `spread` processes; None when they cannot be made (no shared memory
+    for the counter's lock, no fork: the caller runs the level in this process)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    try:
+        lock = context.Lock()
+        # [next payload index, 1 once the budget stopped one]; the level's start
+        counter = context.RawArray("q", 2)
+        begun = context.RawValue("d", 0.0)
+    except OSError:
+        return None
+    count = len(payloads)
+
+    def take() -> int | None:
+        with lock:
+            index = counter[0]
+            if index >= count or counter[1]:
+                return None
+            if time.perf_counter() - begun.value >= budget:
+                counter[1] = 1
+                return None
+            counter[0] = index + 1
+            return index
+
+    shares = [concurrency // spread + (w < concurrency % spread) for w in range(spread)]
+    children: list[tuple[int, int, int]] = []
+    try:
+        for share in shares:
+            go_read, go_write = os.pipe()
+            out_read, out_write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                # The worker: never returns into the caller's code.
+                code = 1
+                try:
+                    for _pid, other_go, other_out in children:
+                        os.close(other_go)
+                        os.close(other_out)
+                    os.close(go_write)
+                    os.close(out_read)
+                    worker_process(
+                        target,
+                        payloads,
+                        share,
+                        timeout,
+                        max_events,
+                        take,
+                        deadline,
+                        go_read,
+                        out_write,
+                    )
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(go_read)
+            os.close(out_write)
+            children.append((pid, go_write, out_read))
+    except OSError:
+        for pid, go_write, out_read in children:
+            os.close(go_write)
+            os.close(out_read)
+            end_child(pid)
+        return None
+    begun.value = started = time.perf_counter()
+    for _pid, go_write, _out in children:
+        os.write(go_write, b"g")
+        os.close(go_write)
+    blobs = await read_pipes([out for _pid, _go, out in children], deadline + 30)
+    ended = time.perf_counter()
+    for pid, _go, _out in children:
+        end_child(pid)
+    trackers, parts, problems = [], [], []
+    for blob in blobs:
+        try:
+            # Bytes from this level's own forked worker, through a pipe only the two hold.
+            part = pickle.loads(blob) if blob else {"error": "it ended without a result"}  # noqa: S301
+        except (pickle.UnpicklingError, EOFError, ValueError) as error:
+            part = {"error": f"its result was cut ({error})"}
+        if "error" in part:
+            problems.append(part["error"])
+            continue
+        for fields in part.pop("trackers"):
+            tracker = Tracker(fields[0], max_events, target.mask)
+            for name, value in zip(TRACKER_FIELDS, fields, strict=True):
+                setattr(tracker, name, value)
+            trackers.append(tracker)
+        parts.append(part)
+    # Requests a failed worker had started are kept, failed, so the sent ones stay the
+    # first `sent` payloads.
+    have = {t.index for t in trackers}
+    for index in range(counter[0]):
+        if index not in have:
+            tracker = Tracker(index, max_events, target.mask)
+            tracker.start = tracker.end = ended
+            tracker.error = "the worker process running it failed: " + "; ".join(problems)[:300]
+            trackers.append(tracker)
+    if not parts:
+        parts = [{"cpu_s": 0.0, "wall_s": ended - started, "lag_ms": [], "requests": 0}]
+    return level_of(trackers, started, ended, parts, count, counter[1], None)
+
+
+def worker_process(target, payloads, share, timeout, max_events, take, deadline, go, out):
+    """A forked worker: wait for the start, run `share` requests in flight on a loop of its
+    own, write its trackers and measures to `out`."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        ready, _, _ = select.select([go], [], [], START_WAIT_S)
+        if not ready or os.read(go, 1) != b"g":
+            return
+        try:
+            work = closed_loop(target, payloads, share, timeout, max_events, take)
+            part = loop.run_until_complete(measured(work, deadline))
+            mark_unfinished(part["trackers"], deadline, part["ended"])
+            part["trackers"] = [
+                tuple(getattr(t, name) for name in TRACKER_FIELDS) for t in part["trackers"]
+            ]
+        except Exception as error:  # said to the parent, which reports it
+            part = {"error": f"{type(error).__name__}: {target.mask(str(error))[:200]}"}
+        blob = memoryview(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+        while blob:
+            blob = blob[os.write(out, blob) :]
+    finally:
+        loop.close()
+
+
+async def read_pipes(fds: list[int], wait_s: float) -> list[bytes]:
+    """Everything written to each pipe until its writer closed it, within `wait_s` seconds
+    (what came later is cut off)."""
+    loop = asyncio.get_running_loop()
+    chunks: dict[int, list[bytes]] = {fd: [] for fd in fds}
+    open_fds = set(fds)
+    done = loop.create_future()
+
+    def readable(fd: int) -> None:
+        try:
+            piece = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            piece = b""
+        if piece:
+            chunks[fd].append(piece)
+            return
+        loop.remove_reader(fd)
+        open_fds.discard(fd)
+        if not open_fds and not done.done():
+            done.set_result(None)
+
+    for fd in fds:
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, readable, fd)
+    try:
+        await asyncio.wait_for(done, wait_s)
+    except asyncio.TimeoutError:  # noqa: UP041 - not the builtin before Python 3.11
+        pass
+    finally:
+        for fd in open_fds:
+            loop.remove_reader(fd)
+        for fd in fds:
+            os.close(fd)
+    return [b"".join(chunks[fd]) for fd in fds]
+
+
+def end_child(pid: int) -> None:
+    """Reap a worker: it exits once its result is written; one still running past the
+    level's deadline is killed."""
+    for _ in range(50):
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return
+        time.sleep(0.01)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def record_of(tracker: Tracker, prompt: dict, prompt_sha: str) -> tuple[dict, list[float]]:
@@ -749,10 +1069,14 @@ def flush_cache(target: Target, wait_s: float = FLUSH_WAIT_S) -> str:
 
 
 def client_report(level: dict, events: int) -> dict:
+    """Whether the client limited what it measured. A level spread over several processes is
+    judged process by process: each is an event loop of its own, and one falling behind
+    delays its streams' stamps whatever the others do."""
     duration = max(level["ended"] - level["started"], 1e-9)
+    parts = level.get("processes") or [
+        {"cpu_s": level["cpu_s"], "wall_s": level["wall_s"], "lag_ms": level["lag_ms"]}
+    ]
     lag = distribution(level["lag_ms"])
-    lag_p99 = lag["p99"] or 0.0
-    cpu_fraction = level["cpu_s"] / max(level["wall_s"], 1e-9)
     gaps = [
         (t.events[-1][0] - t.events[0][0]) * 1000.0 / (len(t.events) - 1)
         for t in level["trackers"]
@@ -760,15 +1084,24 @@ def client_report(level: dict, events: int) -> dict:
     ]
     event_gap = sum(gaps) / len(gaps) if gaps else 0.0
     reasons = []
-    if cpu_fraction >= SATURATED_CPU:
-        reasons.append(f"client CPU {cpu_fraction:.0%} of one core")
-    # Events come in bursts, one per decode step: a loop still busy with one burst when the
-    # next is due is falling behind, whatever its average CPU use.
-    if cpu_fraction >= BUSY_CPU and event_gap and lag_p99 >= BEHIND_SHARE * event_gap:
-        reasons.append(
-            f"event-loop lag p99 {lag_p99:.2f} ms against {event_gap:.2f} ms between a "
-            f"request's events, at {cpu_fraction:.0%} CPU"
-        )
+    fractions, lag_p99s = [], []
+    for number, part in enumerate(parts, 1):
+        cpu_fraction = part["cpu_s"] / max(part["wall_s"], 1e-9)
+        lag_p99 = distribution(part["lag_ms"])["p99"] or 0.0
+        fractions.append(round(cpu_fraction, 4))
+        lag_p99s.append(lag_p99)
+        which = f"process {number} of {len(parts)}: " if len(parts) > 1 else ""
+        if cpu_fraction >= SATURATED_CPU:
+            reasons.append(f"{which}client CPU {cpu_fraction:.0%} of one core")
+        # Events come in bursts, one per decode step: a loop still busy with one burst when
+        # the next is due is falling behind, whatever its average CPU use.
+        if cpu_fraction >= BUSY_CPU and event_gap and lag_p99 >= BEHIND_SHARE * event_gap:
+            reasons.append(
+                f"{which}event-loop lag p99 {lag_p99:.2f} ms against {event_gap:.2f} ms "
+                f"between a request's events, at {cpu_fraction:.0%} CPU"
+            )
+    cpu_fraction = max(fractions)
+    lag_p99 = max(lag_p99s)
     warnings = []
     if lag_p99 >= LATE_LAG_P99_MS and not reasons:
         warnings.append(
@@ -777,6 +1110,7 @@ def client_report(level: dict, events: int) -> dict:
         )
     report = {
         "cpu_s": round(level["cpu_s"], 4),
+        # The busiest process's share of one core (every one's below, when several).
         "cpu_fraction": round(cpu_fraction, 4),
         "loop_lag_ms": lag,
         "events": events,
@@ -795,6 +1129,9 @@ def client_report(level: dict, events: int) -> dict:
         },
         "python": sys.version.split()[0],
     }
+    if len(parts) > 1:
+        report["processes"] = len(parts)
+        report["process_cpu_fractions"] = fractions
     # A request-rate level: how late each request started against its schedule (the loop
     # being late, or the in-flight cap being full).
     lags = [(t.start - t.scheduled) * 1000.0 for t in level["trackers"] if t.scheduled is not None]

@@ -85,22 +85,24 @@ json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
 """
 
 
-def load_client():
+def load_client(folder: Path | None = None):
     """The kit's client (module_utils/benchmark_client.py and the level summary of
     module_utils/benchmark.py), imported as Ansible ships them to a host. The client needs only
     the standard library; where Ansible is not installed (a bare GPU machine), a stand-in
-    ansible.module_utils package points at the repo's module_utils."""
+    ansible.module_utils package points at the repo's module_utils. `folder`: another copy of
+    module_utils (an earlier commit's, to measure before and after a change), searched first."""
     import importlib
     import types
 
+    folder = str(folder or REPO / "module_utils")
     try:
         import ansible.module_utils
 
-        if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-            ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+        if folder not in ansible.module_utils.__path__:
+            ansible.module_utils.__path__.insert(0, folder)
     except ImportError:
         package = types.ModuleType("ansible.module_utils")
-        package.__path__ = [str(REPO / "module_utils")]
+        package.__path__ = [folder]
         sys.modules.update(
             {"ansible": types.ModuleType("ansible"), "ansible.module_utils": package}
         )
@@ -231,10 +233,14 @@ def figures(summary: dict, meta: dict) -> dict:
         "cpu_fraction": meta["cpu_fraction"],
         "lag_p99_ms": meta["loop_lag_ms"]["p99"],
         "events_per_s": meta["events_per_s"],
+        # Event loops (processes) the level was spread over; 1 for a client that has one.
+        "processes": meta.get("processes", 1),
     }
 
 
-def run_kit_bare(client, sim: Simulator, concurrency: int, requests: int, tokens: int):
+def run_kit_bare(
+    client, sim: Simulator, concurrency: int, requests: int, tokens: int, processes=None
+):
     """The module's own measuring functions (run_level, record_of, summarize_level,
     client_report). Its run() adds /flush_cache, /server_info and /metrics calls between
     levels, which several simulator processes behind one port would answer at random."""
@@ -246,6 +252,8 @@ def run_kit_bare(client, sim: Simulator, concurrency: int, requests: int, tokens
     texts = prompts(requests)
     body = {"max_new_tokens": tokens, "temperature": 0.0}
     payloads = [target.request({"text": t, "sampling_params": body, "stream": True}) for t in texts]
+    # An earlier client has no `processes`; by default the client chooses.
+    spread = {"processes": processes} if processes else {}
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(client.run_level(target, payloads[:2], 2, 600.0, tokens + 16))
@@ -254,7 +262,7 @@ def run_kit_bare(client, sim: Simulator, concurrency: int, requests: int, tokens
         gc.disable()
         try:
             level = loop.run_until_complete(
-                client.run_level(target, payloads, concurrency, 600.0, tokens + 16)
+                client.run_level(target, payloads, concurrency, 600.0, tokens + 16, **spread)
             )
         finally:
             gc.enable()
@@ -404,6 +412,7 @@ CSV_FIELDS = (
     "events_per_s",
     "cpu_fraction",
     "lag_p99_ms",
+    "processes",
 )
 
 
@@ -420,7 +429,7 @@ def csv_row(part: str, client: str, point: dict, measured: dict, truth: dict) ->
         row[name] = measured[name]
     for name in ("tok_s_err_pct", "tpot_err_pct", "itl_err_pct", "ttft_err_ms", "e2e_err_ms"):
         row[name] = measured[name]
-    for name in ("saturated", "events_per_s", "cpu_fraction", "lag_p99_ms"):
+    for name in ("saturated", "events_per_s", "cpu_fraction", "lag_p99_ms", "processes"):
         row[name] = measured.get(name)
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
 
@@ -461,7 +470,7 @@ def write_outputs(folder: Path, rows: list[dict], sweep: list[dict], args) -> No
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--levels", default="1,16,64,256")
+    parser.add_argument("--levels", default="1,4,16,64,256,512")
     parser.add_argument("--step-ms", type=float, default=20.0)
     parser.add_argument("--accept", type=float, default=3.0)
     parser.add_argument("--prefill-ms", type=float, default=30.0)
@@ -488,11 +497,23 @@ def main(argv: list[str] | None = None) -> int:
         "own accept queue and event writing stay small next to what is measured",
     )
     parser.add_argument(
+        "--processes",
+        type=int,
+        help="event loops (processes) the kit's client spreads a level over; by default its "
+        "own choice (module_utils/benchmark_client.py process_count)",
+    )
+    parser.add_argument(
+        "--client-dir",
+        type=Path,
+        help="measure the client in this copy of module_utils (an earlier commit's, say: "
+        "git archive COMMIT module_utils) rather than the repo's",
+    )
+    parser.add_argument(
         "--out", type=Path, help="write client-fidelity.json and client-fidelity.csv here"
     )
     args = parser.parse_args(argv)
 
-    client = load_client()
+    client = load_client(args.client_dir)
     rows, sweep = [], []
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
@@ -511,7 +532,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for concurrency in [int(c) for c in args.levels.split(",")]:
                 requests = max(args.min_requests, args.waves * concurrency)
-                ours, truth = run_kit_bare(client, sim, concurrency, requests, args.max_new_tokens)
+                ours, truth = run_kit_bare(
+                    client, sim, concurrency, requests, args.max_new_tokens, args.processes
+                )
                 row = {
                     "concurrency": concurrency,
                     "requests": requests,
@@ -533,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
             sim = Simulator(model, step, args.accept, args.prefill_ms, work / "truth", args.servers)
             try:
                 ours, truth = run_kit_bare(
-                    client, sim, concurrency, 2 * concurrency, args.max_new_tokens
+                    client, sim, concurrency, 2 * concurrency, args.max_new_tokens, args.processes
                 )
             finally:
                 sim.stop()
@@ -550,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     header = (
         "| c | truth tok/s | kit tok/s err | kit TPOT err | kit ITL err "
-        "| kit TTFT err (send + receive) | kit E2E err | kit saturated |"
+        "| kit TTFT err (send + receive) | kit E2E err | kit saturated | kit processes |"
     )
     if any("sglang" in r for r in rows):
         header += (
@@ -566,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {kit['tok_s_err_pct']:+.2f}% | {kit['tpot_err_pct']:+.2f}% "
             f"| {kit['itl_err_pct']:+.2f}% "
             f"| {kit['ttft_err_ms']:+.2f} ms ({kit['send_delay_ms']:+.2f} + "
-            f"{kit['receive_delay_ms']:+.2f}) | {kit['e2e_err_ms']:+.2f} ms | {kit['saturated']} |"
+            f"{kit['receive_delay_ms']:+.2f}) | {kit['e2e_err_ms']:+.2f} ms | {kit['saturated']} "
+            f"| {kit['processes']} |"
         )
         if "sglang" in row:
             theirs = row["sglang"]
@@ -578,15 +602,16 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print()
     print(
-        "| step ms | c | server events/s | client events/s | client CPU | lag p99 ms | saturated "
-        "| tok/s err | TPOT err | TTFT err |"
+        "| step ms | c | server events/s | client events/s | processes | busiest process CPU "
+        "| lag p99 ms | saturated | tok/s err | TPOT err | TTFT err |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for point in sweep:
         kit = point["kit"]
         print(
             f"| {point['step_ms']} | {point['concurrency']} | {point['truth']['events_per_s']:.0f} "
-            f"| {kit['events_per_s']:.0f} | {kit['cpu_fraction']:.0%} | {kit['lag_p99_ms']:.2f} "
+            f"| {kit['events_per_s']:.0f} | {kit['processes']} | {kit['cpu_fraction']:.0%} "
+            f"| {kit['lag_p99_ms']:.2f} "
             f"| {kit['saturated']} | {kit['tok_s_err_pct']:+.2f}% | {kit['tpot_err_pct']:+.2f}% "
             f"| {kit['ttft_err_ms']:+.2f} ms |"
         )

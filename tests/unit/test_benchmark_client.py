@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import statistics
 import threading
 
@@ -207,3 +208,64 @@ def test_a_budget_that_outlasts_the_level_stops_nothing(simulator):
 def test_a_budget_that_is_no_budget_is_refused(budget):
     with pytest.raises(ValueError, match="time_budget_s"):
         run(benchmark_client.run_level(None, [], 1, 1, 1, time_budget_s=budget))
+
+
+def test_a_level_spread_over_processes_sends_each_payload_once_in_order(simulator):
+    target = benchmark_client.Target(simulator, "")
+    level = run(
+        benchmark_client.run_level(target, payloads_for(target, 24), 6, 60, 64, processes=3)
+    )
+    assert level["sent"] == 24 and not level["stopped_by_time_budget"]
+    assert [t.index for t in level["trackers"]] == list(range(24))
+    assert all(not t.error and t.done_at and t.events for t in level["trackers"])
+    # Each process ran its share: two requests in flight each, six in all.
+    assert len(level["processes"]) == 3
+    assert all(p["requests"] >= 2 for p in level["processes"])
+    assert sum(p["requests"] for p in level["processes"]) == 24
+    assert 1 < peak_in_flight(level["trackers"]) <= 6
+    # Every tracker came back whole: the same answer as the simulator gives one process.
+    alone = run(benchmark_client.run_level(target, payloads_for(target, 1), 1, 60, 64))
+    spread, single = (json.loads(t["trackers"][0].last) for t in (level, alone))
+    assert spread["output_ids"] == single["output_ids"] and spread["text"] == single["text"]
+    assert spread["meta_info"]["completion_tokens"] == 8
+    report = benchmark_client.client_report(level, sum(len(t.events) for t in level["trackers"]))
+    assert report["processes"] == 3 and len(report["process_cpu_fractions"]) == 3
+
+
+def test_processes_share_one_time_budget_and_leave_a_prefix_sent():
+    server = HeldServer()
+    try:
+        target = benchmark_client.Target(f"http://127.0.0.1:{server.port}", "")
+        threading.Timer(1.0, server.release.set).start()
+        level = run(
+            benchmark_client.run_level(
+                target, payloads_for(target, 20), 4, 60, 64, time_budget_s=0.3, processes=2
+            )
+        )
+    finally:
+        server.close()
+    assert level["sent"] == 4 and level["stopped_by_time_budget"]
+    assert [t.index for t in level["trackers"]] == [0, 1, 2, 3]
+    assert all(not t.error for t in level["trackers"])
+    assert server.peak == 4
+
+
+def test_one_process_behind_marks_a_spread_level_saturated():
+    tracker = benchmark_client.Tracker(0, 100)
+    tracker.events = [(i * 0.02, 3 * (i + 1)) for i in range(10)]
+    calm = {"cpu_s": 0.1, "wall_s": 1.0, "lag_ms": [0.3] * 100, "requests": 1}
+    behind = {"cpu_s": 0.5, "wall_s": 1.0, "lag_ms": [6.0] * 100, "requests": 1}
+    level = {
+        "trackers": [tracker],
+        "started": 0.0,
+        "ended": 1.0,
+        "wall_s": 1.0,
+        "cpu_s": 0.6,
+        "lag_ms": calm["lag_ms"] + behind["lag_ms"],
+        "processes": [calm, behind],
+    }
+    report = benchmark_client.client_report(level, 10)
+    assert report["saturated"] and report["saturated_reasons"][0].startswith("process 2 of 2")
+    assert report["cpu_fraction"] == 0.5 and report["process_cpu_fractions"] == [0.1, 0.5]
+    level["processes"] = [calm, calm]
+    assert not benchmark_client.client_report(level, 10)["saturated"]
