@@ -212,6 +212,24 @@ class Plan:
     accuracy_floors: dict | None = None
     # The chat template kwargs scored sets are rendered with (their prompt set record).
     scored_kwargs: dict = field(default_factory=lambda: {"thinking": False})
+    # Issue 19's level shapes. repeats: every level k times (c<N>.json, c<N>.rep<k>.json),
+    # each with its own jitter draw; request_rates: r<R>.json levels after the closed-loop
+    # ones, Poisson arrivals at R/s from the level's seed with at most max_concurrency in
+    # flight (0: no cap; the file's concurrency is the cap, else num_prompts).
+    repeats: int = 1
+    request_rates: tuple[float, ...] = ()
+    max_concurrency: int = 0
+    # Write the level fields of the design (repeat, repeats, arrival, request_rate, fill);
+    # False lays out the files alone, as a writer before them would name its repeats.
+    level_fields: bool = True
+    # fill.unique_prompts (None: num_prompts); fill is written when this or a workload is
+    # set, with wanted = 10 x concurrency (at least num_prompts).
+    unique_prompts: int | None = None
+    # {prompt set: workload record}: those sets are synthetic workloads (the level's
+    # `workload`, its name the folder's).
+    workloads: dict = field(default_factory=dict)
+    # {config: summary.gpu}: the telemetry summary of every level of that config.
+    gpu: dict = field(default_factory=dict)
 
     def sims(self, host: str) -> dict[str, Sim]:
         return {**self.configs, **self.host_configs.get(host, {})}
@@ -292,17 +310,32 @@ def outputs(prompt: int, tokens: int, lossy: float) -> tuple[str, list[int]]:
     return " ".join(words), ids
 
 
-def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurrency: int) -> dict:
+def level_document(
+    plan: Plan,
+    host: str,
+    config: str,
+    prompt_set: str,
+    concurrency: int,
+    repeat: int = 1,
+    rate: float | None = None,
+) -> dict:
+    """One level file's document: closed loop at `concurrency`, or with `rate` Poisson
+    arrivals at that many requests/s (at most `concurrency` in flight)."""
     sim = plan.sims(host)[config].at_level(concurrency)
     seed = f"{plan.seed}/{host}/{config}/{prompt_set}/{concurrency}"
+    seed += (f"/r{rate:g}" if rate is not None else "") + (f"/rep{repeat}" if repeat > 1 else "")
     rng = random.Random(hashlib.sha256(seed.encode()).digest())
     step_s = sim.step_at(concurrency) / 1000.0
     crash = plan.crashed.get(host) == config
     requests, itl = [], []
     free_at = [0.0] * min(concurrency, plan.num_prompts)  # when each worker is free, s
+    arrivals, clock = [], 0.0
+    for _ in range(plan.num_prompts):
+        arrivals.append(clock)
+        clock += rng.expovariate(rate) if rate is not None else 0.0
     for index in range(plan.num_prompts):
         worker = min(range(len(free_at)), key=free_at.__getitem__)
-        sent = free_at[worker]
+        sent = max(free_at[worker], arrivals[index])
         connected = sent + 0.0001
         now = connected + sim.prefill_ms / 1000.0
         # Prefill gives the first token; the decode (verify) steps give the rest.
@@ -331,9 +364,32 @@ def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurre
     summary = summarize_level(requests, duration, itl)
     if prompt_set in plan.scored:
         summary["accuracy"] = accuracy_summary(plan.scored[prompt_set], requests)
+    if config in plan.gpu:
+        summary["gpu"] = plan.gpu[config]
     started = f"2026-01-01T00:{concurrency % 60:02d}:00.000+00:00"
     saturated = (host, config, concurrency) in plan.saturated
     provenance = provenance_of(plan, host, config, prompt_set, sim)
+    shape = {}
+    if plan.level_fields and (plan.repeats > 1 or plan.request_rates):
+        shape = {
+            "request_rate": rate,
+            "arrival": "closed" if rate is None else "poisson",
+            "repeat": repeat,
+            "repeats": plan.repeats,
+        }
+    if plan.unique_prompts is not None or prompt_set in plan.workloads:
+        wanted = max(10 * concurrency, plan.num_prompts)
+        unique = plan.unique_prompts if plan.unique_prompts is not None else plan.num_prompts
+        shape["fill"] = {
+            "wanted": wanted,
+            "unique_prompts": unique,
+            "sent": plan.num_prompts,
+            "under_filled": unique < wanted,
+            "stopped_by_time_budget": False,
+            "time_budget_s": 1200.0,
+        }
+    if prompt_set in plan.workloads:
+        shape["workload"] = plan.workloads[prompt_set]
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "sglang_benchmark.level",
@@ -341,6 +397,7 @@ def level_document(plan: Plan, host: str, config: str, prompt_set: str, concurre
         "config": config,
         "prompt_set": prompt_set,
         "concurrency": concurrency,
+        **shape,
         "started_at": started,
         "ended_at": started,
         "settings": {
@@ -608,10 +665,17 @@ def write_run(root: Path, plan: Plan | None = None, lossless: bool = True) -> Pa
         for config in plan.sims(host):
             crashed = plan.crashed.get(host) == config
             # The module stops a config at its first crashed level: only that file lands.
-            levels = [(s, c) for s in plan.prompt_sets for c in plan.concurrency]
-            for prompt_set, concurrency in levels[:1] if crashed else levels:
-                document = level_document(plan, host, config, prompt_set, concurrency)
-                write_json(root / host / config / prompt_set / f"c{concurrency}.json", document)
+            levels = [(s, c, None) for s in plan.prompt_sets for c in plan.concurrency]
+            cap = plan.max_concurrency or plan.num_prompts
+            levels += [(s, cap, r) for s in plan.prompt_sets for r in plan.request_rates]
+            for prompt_set, concurrency, rate in levels[:1] if crashed else levels:
+                for repeat in range(1, (1 if crashed else plan.repeats) + 1):
+                    document = level_document(
+                        plan, host, config, prompt_set, concurrency, repeat, rate
+                    )
+                    name = f"c{concurrency}" if rate is None else f"r{format(rate, 'g')}"
+                    name += f".rep{repeat}" if repeat > 1 else ""
+                    write_json(root / host / config / prompt_set / f"{name}.json", document)
             status = {"config": config, "status": "ok", "output_tokens_per_s": {}}
             if crashed:
                 status = {
