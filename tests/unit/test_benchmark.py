@@ -1501,6 +1501,11 @@ def test_telemetry_summarises_the_gpus_during_each_level(tmp_path, prompts_file,
     assert gpu["gpus"][0]["throttle"]["power_cap"] == 1.0
     assert result["summaries"]["c2"]["gpu"] == gpu
     assert not any("telemetry" in w for w in document["client"]["warnings"])
+    # The reader takes the telemetry summary as the writer wrote it.
+    run = tmp_path / "run" / "h1" / "ar" / "gsm8k"
+    run.mkdir(parents=True)
+    (run / "c2.json").write_text((tmp_path / "out" / "c2.json").read_text())
+    assert len(analysis.load(tmp_path / "run", strict=True).levels) == 1
     # The sampler is gone once the level is.
     from tests.support.modules import marked_processes
 
@@ -1547,3 +1552,38 @@ def test_without_nvidia_smi_auto_telemetry_says_why_and_the_level_runs(
     assert not any("telemetry" in w for w in quiet["client"]["warnings"])
     assert required["failed"] and "nvidia-smi is not on this host's PATH" in required["msg"]
     assert not (tmp_path / "required").exists()
+
+
+def test_the_analysis_reads_every_kind_of_level_the_module_writes(tmp_path):
+    """Workload, closed loop and request rate, each repeated: the reader's contract (the
+    schema, tightened) accepts what the writer writes, file names included."""
+    rows = [[1000 + 10 * k + i for i in range(8)] for k in range(6)]
+    prompts = workload_files(tmp_path, "isl8-osl16", rows)
+    out = tmp_path / "run" / "h1" / "ar" / "isl8-osl16"
+    process, url = start(BASE, SGLANG_SIM_STEP_MS=1)
+    try:
+        args = bench_args(
+            url,
+            prompts,
+            out,
+            "ar",
+            concurrency=[1, 2],
+            request_rates=[20, 2.5],
+            rate_duration_s=0.4,
+            repeats=2,
+            num_prompts=1,
+            requests_per_concurrency=2,
+        )
+        result = run_module("sglang_benchmark", args)
+    finally:
+        process.kill()
+        process.wait()
+    assert not result.get("failed"), result
+    stems = ["c1", "c1.rep2", "c2", "c2.rep2", "r20", "r20.rep2", "r2.5", "r2.5.rep2"]
+    assert list(result["summaries"]) == stems
+    for stem in stems:
+        assert level_problems(level_doc(out, stem)) == []
+    levels = analysis.load(tmp_path / "run", strict=True).levels
+    assert sorted(level.path for level in levels) == sorted(
+        f"h1/ar/isl8-osl16/{stem}.json" for stem in stems
+    )
