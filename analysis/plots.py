@@ -1149,7 +1149,7 @@ def cdf_level(table: list[dict], chosen: int | None = None) -> int | None:
 
 
 _OK_FIELD = re.compile(rb'\n   "ok": (true|false)')
-_EVENTS_FIELD = re.compile(rb'\n   "events": (?:\[\]|\[\n(.*?)\n   \])', re.S)
+_EVENTS_START = re.compile(rb'\n   "events": \[')
 _EVENT_PAIR = re.compile(rb"\[\n     ([^,\n]+),\n     ([^\n]+)\n    \]")
 
 
@@ -1194,14 +1194,21 @@ def level_latencies(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> tuple[li
 
 
 def _fast_events(data: bytes) -> list | None:
+    """[(ok, [(ms, tokens), ...])] per record of the module's layout (indent 1: a record's
+    keys three spaces in, its events' pairs four), else None."""
     oks = _OK_FIELD.findall(data)
-    blocks = _EVENTS_FIELD.findall(data)
-    if not oks or len(oks) != len(blocks):
+    starts = [match.end() for match in _EVENTS_START.finditer(data)]
+    if not oks or len(oks) != len(starts):
         return None
     records = []
-    for ok, block in zip(oks, blocks, strict=True):
-        pairs = _EVENT_PAIR.findall(block) if block else []
-        records.append((ok == b"true", pairs))
+    for ok, start in zip(oks, starts, strict=True):
+        if ok != b"true" or data.startswith(b"]", start):
+            records.append((False, []))
+        else:
+            end = data.find(b"\n   ]", start)
+            if end < 0:
+                return None
+            records.append((True, _EVENT_PAIR.findall(data, start, end)))
         if len(records) >= MAX_CDF_RECORDS:
             break
     return records

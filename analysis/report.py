@@ -634,9 +634,9 @@ def compare(
                 if inside:
                     within.append(name)
             # Which compared metrics differ by less than the runs' own spread (both sides
-            # repeated); empty when none, None when a side has no repeats.
+            # repeated): their names, "none", or empty when a side has no repeats.
             pair["within_ci95"] = (
-                ", ".join(within)
+                (", ".join(within) or "none")
                 if any(pair[f"{n}_within_ci95"] is not None for n in COMPARED)
                 else None
             )

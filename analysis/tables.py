@@ -386,6 +386,25 @@ def welch_interval(a: list[float], b: list[float]) -> tuple[float, float] | None
     return diff - half, diff + half
 
 
+# Metrics whose per-repeat values a row keeps (repeat_values), for compare's intervals.
+REPEAT_METRICS = (
+    "output_tokens_per_s",
+    "speedup_vs_ar",
+    "accuracy",
+    "accept_length_mean",
+    "step_ms",
+    "accepted_tokens_per_step",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "tpot_ms_p99",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "e2e_ms_p50",
+    "e2e_ms_p99",
+    "output_tokens_per_joule",
+    "goodput_requests_per_s",
+)
 # Columns that name a level rather than measure it: the same in every repeat, never averaged.
 _IDENTITY = {
     "tp_size",
@@ -412,11 +431,9 @@ def merge_repeats(table: list[dict]) -> list[dict]:
     for group in groups.values():
         first = dict(group[0])
         first["repeats"] = len(group)
-        first["repeat_values"] = {
-            name: [r[name] for r in group]
-            for name, value in first.items()
-            if name not in _IDENTITY and _numeric(value)
-        }
+        first["repeat_values"] = (
+            {name: [r[name] for r in group] for name in REPEAT_METRICS} if len(group) > 1 else {}
+        )
         if len(group) > 1:
             for name, value in group[0].items():
                 values = [r[name] for r in group]

@@ -418,3 +418,22 @@ def test_telemetry_gives_tokens_per_joule_and_throttle_warnings(tmp_path):
     assert len(throttled) == 2 and all("power cap" in w["message"] for w in throttled)
     assert "output_tokens_per_joule" in (outcome.out / "summary.md").read_text()
     assert "output_tokens_per_joule" in (outcome.out / "report.html").read_text()
+
+
+def test_itl_splits_an_events_gap_over_its_tokens_in_either_layout(tmp_path):
+    plan = Plan(
+        configs={"ar": Sim(step_ms=20.0), "dflash": Sim(step_ms=26.0, accept=4.0)},
+        concurrency=(2,),
+        num_prompts=4,
+        max_new_tokens=64,
+    )
+    root = write_run(tmp_path / "run", plan)
+    path = root / "node-a" / "dflash" / "gsm8k" / "c2.json"
+    ttft, itl = plots.level_latencies(path)
+    # 63 tokens after the first, 4 a verify step of 26 ms: 15 steps of 4, then one of 3.
+    assert len(ttft) == 4 and len(itl) == 4 * 63
+    assert sorted({round(v, 3) for v in itl}) == [6.5, round(26.0 / 3, 3)]
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps(json.loads(path.read_text())))  # not the module's layout
+    assert plots._fast_events(compact.read_bytes()) is None
+    assert plots.level_latencies(compact) == (ttft, itl)
