@@ -271,8 +271,10 @@ def rows(results: Results, reference: str = "ar", slo: dict | None = None) -> li
                 "under_filled": bool(level.fill.get("under_filled")),
                 "slo_met": None,
                 "goodput_requests_per_s": goodput(level, slo) if slo else None,
-                # Not in summary.csv: what the latency plots and the SLOs read.
+                # Not in summary.csv: what the latency plots and the SLOs read, and the
+                # request rate goodput is a part of.
                 "e2e_ms_mean": _stat(summary, "e2e_ms", "mean"),
+                "requests_per_s": summary.get("requests_per_s"),
                 "slo_values": {k: slo_value(summary, k) for k in slo} if slo else {},
                 "file": level.path,
                 "files": [level.path],

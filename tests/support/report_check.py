@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.tables import COLUMNS, WARNING_KINDS
+from analysis.tables import CI_METRICS, COLUMNS, WARNING_KINDS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Marks each image's load state on <body> once the page has loaded; --dump-dom prints it.
@@ -65,6 +65,21 @@ def check_report(out: Path) -> dict:
         else:
             assert 0 <= row["accuracy_unanswered"] <= row["accuracy_n"], row
             assert row["accuracy"] is None or 0 <= row["accuracy"] <= 1, row
+        # Issue 19: SLO columns are filled exactly when SLOs were given, a row's repeats
+        # bracket their mean, a flag is a flag.
+        given = document.get("slo") is not None
+        assert (row["slo_met"] is not None) == given, row
+        assert (row["goodput_requests_per_s"] is not None) == given, row
+        assert isinstance(row["under_filled"], bool), row
+        assert row["repeats"] >= 1 and len(row["files"]) == row["repeats"], row
+        for name in CI_METRICS:
+            low, high = row[f"{name}_ci95_low"], row[f"{name}_ci95_high"]
+            assert (low is None) == (high is None), row
+            if low is not None:
+                assert row["repeats"] >= 2 and low <= row[name] <= high, (name, row)
+        if row["goodput_requests_per_s"] is not None and row["requests_per_s"] is not None:
+            # requests_per_s is rounded to 4 decimals by the writer.
+            assert row["goodput_requests_per_s"] <= row["requests_per_s"] + 1e-4, row
     scored = [r for r in document["rows"] if r["accuracy_n"] is not None]
     assert len(document["accuracy"]) == len(scored)
     failed = [c for c in document["api_checks"] if c["result"] == "failed"]

@@ -181,6 +181,29 @@ DEFAULT_CONFIGS = {
 }
 
 
+# summary.gpu as module_utils/gpu_telemetry.py summarises a level (issue 19's design): eight
+# GPUs drawing 5.6 kW together, GPU 3 held at its power cap in 90% of the samples.
+GPU_SUMMARY = {
+    "source": "nvidia-smi",
+    "interval_ms": 200,
+    "duration_s": 10.0,
+    "samples": 50,
+    "power_w_mean": 5600.0,
+    "energy_j": 56000.0,
+    "gpus": [],
+    "throttled": [
+        {
+            "gpu": 3,
+            "reason": "power_cap",
+            "share": 0.9,
+            "sm_clock_mhz_mean": 1410.0,
+            "sm_clock_max_mhz": 1980.0,
+        }
+    ],
+    "warnings": [],
+}
+
+
 @dataclass
 class Plan:
     """What one run holds: hosts (name -> profile), configs per host, levels and prompts."""

@@ -20,7 +20,7 @@ import pytest
 
 from analysis import plots
 from analysis.__main__ import main
-from tests.support.results_tree import Plan, Sim, write_run
+from tests.support.results_tree import GPU_SUMMARY, Plan, Sim, write_run
 
 pytestmark = pytest.mark.analysis
 
@@ -130,11 +130,17 @@ def related(field: str, path: tuple) -> bool:
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz") / "run"
+    # A rate level beside the closed loop (so each level carries request_rate, arrival,
+    # repeat and repeats), fill, and GPU telemetry on dflash's: every field the analysis
+    # reads is mutated.
     plan = Plan(
         configs={"ar": Sim(), "dflash": Sim(step_ms=25, accept=4)},
         concurrency=(1,),
         num_prompts=2,
         max_new_tokens=4,
+        request_rates=(1.0,),
+        unique_prompts=2,
+        gpu={"dflash": GPU_SUMMARY},
     )
     return write_run(root, plan)
 

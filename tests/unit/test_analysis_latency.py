@@ -17,7 +17,7 @@ from analysis import plots, tables
 from analysis.__main__ import main
 from analysis.results import ResultsError, load
 from tests.support.report_check import check_report, png_size
-from tests.support.results_tree import Plan, Sim, write_run
+from tests.support.results_tree import GPU_SUMMARY, Plan, Sim, write_run
 
 pytestmark = pytest.mark.analysis
 REPO = Path(__file__).resolve().parents[2]
@@ -371,27 +371,6 @@ def test_under_filled_levels_and_workloads_are_marked(tmp_path):
     assert "16 unique prompts for the 40" in found[0]["message"]
 
 
-GPU = {
-    "source": "nvidia-smi",
-    "interval_ms": 200,
-    "duration_s": 10.0,
-    "samples": 50,
-    "power_w_mean": 5600.0,
-    "energy_j": 56000.0,
-    "gpus": [],
-    "throttled": [
-        {
-            "gpu": 3,
-            "reason": "power_cap",
-            "share": 0.9,
-            "sm_clock_mhz_mean": 1410.0,
-            "sm_clock_max_mhz": 1980.0,
-        }
-    ],
-    "warnings": [],
-}
-
-
 @needs_schema
 def test_telemetry_gives_tokens_per_joule_and_throttle_warnings(tmp_path):
     plan = Plan(
@@ -399,7 +378,7 @@ def test_telemetry_gives_tokens_per_joule_and_throttle_warnings(tmp_path):
         concurrency=(1, 4),
         num_prompts=8,
         max_new_tokens=32,
-        gpu={"dflash": GPU},
+        gpu={"dflash": GPU_SUMMARY},
     )
     outcome = analysis.report(write_run(tmp_path / "run", plan))
     with open(outcome.out / "summary.csv", encoding="utf-8") as handle:
@@ -437,3 +416,12 @@ def test_itl_splits_an_events_gap_over_its_tokens_in_either_layout(tmp_path):
     compact.write_text(json.dumps(json.loads(path.read_text())))  # not the module's layout
     assert plots._fast_events(compact.read_bytes()) is None
     assert plots.level_latencies(compact) == (ttft, itl)
+
+
+def test_the_full_parse_reads_the_same_per_request_latencies(two_tpots):
+    fast, strict = load(two_tpots), load(two_tpots, strict=True)
+    for quick, full in zip(fast.levels, strict.levels, strict=True):
+        assert quick.path == full.path
+        for name in ("ttft", "tpot", "e2e"):
+            assert list(getattr(quick, name)) == list(getattr(full, name)), (quick.path, name)
+            assert len(getattr(quick, name)) == quick.summary["requests_ok"]
