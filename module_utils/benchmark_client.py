@@ -739,13 +739,16 @@ async def run_spread(target, payloads, concurrency, timeout, max_events, budget,
             end_child(pid)
         return None
     begun.value = started = time.perf_counter()
-    for _pid, go_write, _out in children:
-        os.write(go_write, b"g")
-        os.close(go_write)
-    blobs = await read_pipes([out for _pid, _go, out in children], deadline + 30)
+    try:
+        for _pid, go_write, _out in children:
+            os.write(go_write, b"g")
+            os.close(go_write)
+        blobs = await read_pipes([out for _pid, _go, out in children], deadline + 30)
+    finally:
+        # Also when this level is cancelled: no worker outlives it.
+        for pid, _go, _out in children:
+            end_child(pid)
     ended = time.perf_counter()
-    for pid, _go, _out in children:
-        end_child(pid)
     trackers, parts, problems = [], [], []
     for blob in blobs:
         try:
