@@ -2,8 +2,10 @@
 
 Runs on the host that drives the benchmark (the module ships it there with the module), with
 the standard library only. Target says where to send; Stream stamps each read as it arrives
-and a Tracker keeps one request's events; run_level keeps `concurrency` requests in flight and
-record_of turns a Tracker into the level file's request record. client_report says whether the
+and a Tracker keeps one request's events; run_level keeps `concurrency` requests in flight (a
+closed loop, spread over forked processes when high) or starts them at Poisson arrival times
+(a request rate), within a time budget, and record_of turns a Tracker into the level file's
+request record. client_report says whether the
 client itself was the limit; server_state and flush_cache are the server calls around a level.
 """
 
