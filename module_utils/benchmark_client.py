@@ -5,8 +5,8 @@ the standard library only. Target says where to send; Stream stamps each read as
 and a Tracker keeps one request's events; run_level keeps `concurrency` requests in flight (a
 closed loop, spread over forked processes when high) or starts them at Poisson arrival times
 (a request rate), within a time budget, and record_of turns a Tracker into the level file's
-request record. client_report says whether the
-client itself was the limit; server_state and flush_cache are the server calls around a level.
+request record. client_report says whether the client itself was the limit; server_state and
+flush_cache are the server calls around a level.
 """
 
 from __future__ import annotations
