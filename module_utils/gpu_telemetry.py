@@ -23,6 +23,7 @@ import itertools
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -300,24 +301,83 @@ def summarize(rows: list[dict], interval_ms: int, warnings: list[str]) -> dict:
     }
 
 
+def _kill_group(process: subprocess.Popen, term_wait_s: float, kill_wait_s: float) -> bool:
+    """SIGTERM to the process group, a deadline, then SIGKILL for whatever is left (a child that
+    ignores SIGTERM outlives its leader and would hold the pipe open). True once the leader is
+    reaped."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=term_wait_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        process.wait(timeout=kill_wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def run_bounded(
+    argv: list[str], timeout_s: float, max_bytes: int = 65536
+) -> tuple[int, str] | None:
+    """(exit status, first max_bytes of stdout+stderr) of a short command, or None when it did not
+    finish within timeout_s (its whole process group is then killed)."""
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    chunks: list[bytes] = []
+    kept = 0
+    finished = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([process.stdout], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                finished = True
+                break
+            if kept < max_bytes:
+                chunks.append(chunk[: max_bytes - kept])
+                kept += len(chunks[-1])
+        if finished:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                return process.returncode, b"".join(chunks).decode("utf-8", "replace")
+        return None
+    finally:
+        if process.returncode is None:
+            _kill_group(process, 0.5, STOP_KILL_WAIT_S)
+        process.stdout.close()
+
+
 def probe_reasons_field(command: str) -> str:
     """The throttle-reasons field name this driver knows (newer name first), probed once."""
     if command in _reasons_field_cache:
         return _reasons_field_cache[command]
     chosen = EVENT_REASONS_FIELD
     try:
-        probe = subprocess.run(
+        answer = run_bounded(
             [command, f"--query-gpu={EVENT_REASONS_FIELD}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
+            PROBE_TIMEOUT_S,
         )
-        answer = (probe.stdout + probe.stderr)[:4096].decode("utf-8", "replace").lower()
-        if probe.returncode != 0 and "not a valid field" in answer:
-            chosen = LEGACY_REASONS_FIELD
-    except (OSError, subprocess.SubprocessError):
-        # The sampler itself reports what is wrong with the command; the probe only picks a name.
+    except (OSError, ValueError, subprocess.SubprocessError):
+        answer = None
+    if answer is None:
+        # A probe that fails to run says nothing about the name; the sampler reports the cause.
         return chosen
+    status, output = answer
+    if status != 0 and "not a valid field" in output.lower():
+        chosen = LEGACY_REASONS_FIELD
     _reasons_field_cache[command] = chosen
     return chosen
 
@@ -440,22 +500,18 @@ class GpuSampler:
                 self.raw_lines.append(text)
 
     def _halt(self) -> int | None:
-        """Ends the process group: SIGTERM, then SIGKILL after a deadline. Returns its status."""
+        """Ends the whole process group within the deadlines. Returns the exit status the
+        process had before it was asked to stop, if it had one."""
         process = self._process
-        if process is None:
-            return None
         exited_alone = process.poll()
-        for sig, wait_s in ((signal.SIGTERM, STOP_TERM_WAIT_S), (signal.SIGKILL, STOP_KILL_WAIT_S)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, sig)
-            try:
-                process.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        else:
+        if not _kill_group(process, STOP_TERM_WAIT_S, STOP_KILL_WAIT_S):
             self._warnings.append("nvidia-smi did not exit after SIGKILL; left behind")
         return exited_alone
+
+    def rows_seen(self) -> int:
+        """Sample rows kept so far (all GPUs together)."""
+        with self._lock:
+            return len(self._rows)
 
     def stop(self) -> dict | None:
         if self._process is None:
@@ -468,10 +524,13 @@ class GpuSampler:
         exited_alone = self._halt()
         if self._reader is not None:
             self._reader.join(READER_JOIN_S)
-            if self._reader.is_alive():
-                self._warnings.append("nvidia-smi output reader did not finish; samples cut off")
-        with contextlib.suppress(OSError, ValueError):
-            self._process.stdout.close()
+        if self._reader is not None and self._reader.is_alive():
+            # Something outside the group still holds the pipe. Closing it now would block on the
+            # reader's buffer lock, so the daemon reader and the pipe are left to end with it.
+            self._warnings.append("nvidia-smi output reader did not finish; samples cut off")
+        else:
+            with contextlib.suppress(OSError, ValueError):
+                self._process.stdout.close()
         self._process = None
         with self._lock:
             rows = list(self._rows)

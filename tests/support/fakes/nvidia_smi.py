@@ -18,14 +18,32 @@ Persistence mode: `-pm 0|1` (all GPUs, or those given with `-i`) is kept in
 the capture in every later answer; tests write that file to start from persistence mode off. A
 file /etc/fake-nvidia-smi/persistence_mode.denied makes `-pm` fail as it does without root.
 FAKE_NVIDIA_SMI_STATE_DIR moves /etc/fake-nvidia-smi.
+
+Telemetry: `--query-gpu=F1,F2,... --format=csv[,noheader][,nounits] -lms N` (or `--loop-ms=N`)
+replays a telemetry capture, one poll (a row per GPU) every N ms with the current time as
+timestamp, looping over the capture, until killed (bounded: it exits after
+FAKE_NVIDIA_SMI_LOOP_MAX_S, default an hour). The capture is the first of: the file named by
+FAKE_NVIDIA_SMI_TELEMETRY; telemetry.csv in the state dir (/etc/fake-nvidia-smi, so a test can
+drop one onto a running host); telemetry.csv in the capture folder (beside nvidia-smi-q.xml);
+else one idle row per GPU synthesised from the -q -x capture (power, clocks, temperature,
+utilization, memory and clock-event reasons as it shows them). A capture file is what
+module_utils/gpu_telemetry.py --csv writes (docs/measurements/telemetry-h200.csv): a header line
+of field names, then nvidia-smi's noheader,nounits rows. The replay starts at the capture's first
+poll with a busy GPU, so a short level sees the load, not the capture's idle lead-in; the capture's
+GPUs are dealt round-robin onto the host's GPUs (a one-GPU capture serves every GPU of an
+eight-GPU host), renumbered. The same fields without -lms print one such poll. The capture is
+outside input to the fake too: size, row count and line length are bounded and rows of the wrong
+width are skipped.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -67,6 +85,45 @@ XML_FIELDS = {
     "pcie.link.width.max": ("pci/pci_gpu_link_info/link_widths/max_link_width", None),
     "pcie.link.width.current": ("pci/pci_gpu_link_info/link_widths/current_link_width", None),
     "mig.mode.current": ("mig_mode/current_mig", None),
+}
+
+
+TELEMETRY_ENV = "FAKE_NVIDIA_SMI_TELEMETRY"
+TELEMETRY_FILE = "telemetry.csv"
+LOOP_MAX_ENV = "FAKE_NVIDIA_SMI_LOOP_MAX_S"
+LOOP_MAX_S = 3600.0
+TELEMETRY_MAX_BYTES = 16 * 1024 * 1024
+TELEMETRY_MAX_ROWS = 200_000
+TELEMETRY_MAX_LINE = 2048
+# The older name of the reasons field, still accepted by the driver, maps onto the same column.
+FIELD_ALIASES = {
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
+    "clocks.current.sm": "clocks.sm",
+    "clocks.current.memory": "clocks.mem",
+}
+# Telemetry fields read from the -q -x capture when no telemetry capture exists.
+TELEMETRY_XML = {
+    "name": "product_name",
+    "power.draw": "gpu_power_readings/average_power_draw",
+    "power.limit": "gpu_power_readings/current_power_limit",
+    "clocks.sm": "clocks/sm_clock",
+    "clocks.max.sm": "max_clocks/sm_clock",
+    "clocks.mem": "clocks/mem_clock",
+    "temperature.gpu": "temperature/gpu_temp",
+    "utilization.gpu": "utilization/gpu_util",
+    "memory.used": "fb_memory_usage/used",
+}
+# -q -x clock-event reason elements -> nvmlClocksEventReasons bits.
+REASON_BITS = {
+    "clocks_event_reason_gpu_idle": 0x1,
+    "clocks_event_reason_applications_clocks_setting": 0x2,
+    "clocks_event_reason_sw_power_cap": 0x4,
+    "clocks_event_reason_hw_slowdown": 0x8,
+    "clocks_event_reason_sync_boost": 0x10,
+    "clocks_event_reason_sw_thermal_slowdown": 0x20,
+    "clocks_event_reason_hw_thermal_slowdown": 0x40,
+    "clocks_event_reason_hw_power_brake_slowdown": 0x80,
+    "clocks_event_reason_display_clocks_setting": 0x100,
 }
 
 
@@ -208,6 +265,156 @@ def query_gpu(fields: list[str], fmt: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def telemetry_source() -> Path | None:
+    candidates = []
+    if os.environ.get(TELEMETRY_ENV):
+        candidates.append(Path(os.environ[TELEMETRY_ENV]))
+    candidates += [STATE_DIR / TELEMETRY_FILE, capture_dir() / TELEMETRY_FILE]
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def read_telemetry(path: Path) -> tuple[list[str], list[list[str]]]:
+    """(field names, rows) of a telemetry capture; rows of the wrong width are skipped."""
+    with path.open("rb") as handle:
+        data = handle.read(TELEMETRY_MAX_BYTES)
+    lines = [
+        line.decode("utf-8", "replace").strip()
+        for line in data.splitlines()[: TELEMETRY_MAX_ROWS + 1]
+    ]
+    lines = [line for line in lines if line and len(line) <= TELEMETRY_MAX_LINE]
+    if not lines:
+        raise SystemExit(f"fake nvidia-smi: telemetry capture {path} is empty")
+    header = [FIELD_ALIASES.get(f.strip(), f.strip()) for f in lines[0].split(",")]
+    if "index" not in header:
+        raise SystemExit(f"fake nvidia-smi: telemetry capture {path} has no index column")
+    rows = []
+    for line in lines[1:]:
+        values = [v.strip() for v in line.split(",")]
+        if len(values) == len(header) and values[header.index("index")].isdigit():
+            rows.append(values)
+    if not rows:
+        raise SystemExit(f"fake nvidia-smi: telemetry capture {path} has no rows")
+    return header, rows
+
+
+def xml_telemetry() -> tuple[list[str], list[list[str]]]:
+    """One idle poll built from the -q -x capture: what a GPU host shows when nothing runs."""
+    root = ET.fromstring(query_xml())
+    header = ["timestamp", "index", *TELEMETRY_XML, "clocks_event_reasons.active"]
+    rows = []
+    for index, gpu in enumerate(root.findall("gpu")):
+        row = ["", str(index)]
+        for path in TELEMETRY_XML.values():
+            value = (gpu.findtext(path) or "[N/A]").strip()
+            row.append(value.split()[0] if value and value[0].isdigit() else value)
+        bits = 0
+        for element in gpu.findall("clocks_event_reasons/*"):
+            if (element.text or "").strip() == "Active":
+                bits |= REASON_BITS.get(element.tag, 0)
+        row.append(f"0x{bits:016x}")
+        rows.append(row)
+    return header, rows
+
+
+def telemetry_polls() -> tuple[list[str], list[list[list[str]]]]:
+    """The replay's field names and its polls, each a row per host GPU, renumbered."""
+    source = telemetry_source()
+    header, rows = read_telemetry(source) if source else xml_telemetry()
+    index_at = header.index("index")
+    polls: list[list[list[str]]] = []
+    seen: set[str] = set()
+    for row in rows:
+        if not polls or row[index_at] in seen:
+            polls.append([])
+            seen = set()
+        polls[-1].append(row)
+        seen.add(row[index_at])
+    try:
+        host_gpus = len(ET.fromstring(query_xml()).findall("gpu"))
+    except (SystemExit, ET.ParseError):
+        host_gpus = 0
+    dealt = []
+    for poll in polls:
+        count = host_gpus or len(poll)
+        dealt.append(
+            [
+                [str(gpu) if i == index_at else v for i, v in enumerate(poll[gpu % len(poll)])]
+                for gpu in range(count)
+            ]
+        )
+    if "utilization.gpu" in header:
+        at = header.index("utilization.gpu")
+        busy = next(
+            (
+                n
+                for n, poll in enumerate(dealt)
+                if any(r[at].replace(".", "", 1).isdigit() and float(r[at]) > 0 for r in poll)
+            ),
+            0,
+        )
+        dealt = dealt[busy:] + dealt[:busy]
+    return header, dealt
+
+
+def telemetry_lines(fields: list[str], fmt: list[str], header: list[str], poll) -> str:
+    now = datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+    out = []
+    for row in poll:
+        values = []
+        for field in fields:
+            column = FIELD_ALIASES.get(field, field)
+            values.append(now if column == "timestamp" else row[header.index(column)])
+        out.append(", ".join(values))
+    return "".join(line + "\n" for line in out)
+
+
+def telemetry_header(fields: list[str], fmt: list[str]) -> str:
+    # Units are left out of this header: the capture keeps none (it was taken with nounits).
+    return "" if "noheader" in fmt else ", ".join(fields) + "\n"
+
+
+def check_telemetry_fields(fields: list[str], header: list[str]) -> None:
+    for field in fields:
+        if FIELD_ALIASES.get(field, field) not in header:
+            raise SystemExit(f'Field "{field}" is not a valid field to query.')
+
+
+def loop_interval_ms(args: list[str]) -> int | None:
+    for n, arg in enumerate(args):
+        value = None
+        if arg in ("-lms", "--loop-ms") and n + 1 < len(args):
+            value = args[n + 1]
+        elif arg.startswith("--loop-ms="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            if not value.isdigit() or not 1 <= int(value) <= 3_600_000:
+                raise SystemExit(f"fake nvidia-smi: bad loop interval {value!r}")
+            return int(value)
+    return None
+
+
+def replay(fields: list[str], fmt: list[str], interval_ms: int) -> int:
+    header, polls = telemetry_polls()
+    check_telemetry_fields(fields, header)
+    limit = float(os.environ.get(LOOP_MAX_ENV, LOOP_MAX_S))
+    start = time.monotonic()
+    due = start
+    count = 0
+    try:
+        sys.stdout.write(telemetry_header(fields, fmt))
+        while time.monotonic() - start < limit:
+            sys.stdout.write(telemetry_lines(fields, fmt, header, polls[count % len(polls)]))
+            sys.stdout.flush()
+            count += 1
+            due += interval_ms / 1000
+            time.sleep(max(0.0, due - time.monotonic()))
+    except (BrokenPipeError, KeyboardInterrupt):
+        # The reader went away: what a killed sampler leaves; exit quietly like the real tool.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return 0
+
+
 def list_gpus() -> str:
     return "".join(
         f"GPU {row['index']}: {row['name']} (UUID: {row['uuid']})\n" for row in gpu_rows()
@@ -264,14 +471,29 @@ def main(argv: list[str]) -> int:
         return 0
     query = [a for a in args if a.startswith("--query-gpu=")]
     fmt = [a for a in args if a.startswith("--format=")]
-    if query and fmt and len(args) == 2:
+    if query and fmt:
         fields = [f.strip() for f in query[0].split("=", 1)[1].split(",")]
-        sys.stdout.write(query_gpu(fields, fmt[0].split("=", 1)[1].split(",")))
-        return 0
+        formats = fmt[0].split("=", 1)[1].split(",")
+        interval = loop_interval_ms(args)
+        if interval is not None and len(args) in (3, 4):
+            return replay(fields, formats, interval)
+        if len(args) == 2:
+            try:
+                known = gpu_rows()[0]
+            except SystemExit:
+                known = {}  # no -q -x capture: only a telemetry capture can answer
+            if known and all(field in known for field in fields):
+                sys.stdout.write(query_gpu(fields, formats))
+                return 0
+            header, polls = telemetry_polls()
+            check_telemetry_fields(fields, header)
+            sys.stdout.write(telemetry_header(fields, formats))
+            sys.stdout.write(telemetry_lines(fields, formats, header, polls[0]))
+            return 0
     sys.stderr.write(
         f"fake nvidia-smi: no capture answers `nvidia-smi {' '.join(args)}`; "
-        "supported: -q -x, topo -m, topo -p2p X, -L, --query-gpu=... --format=csv[,...], "
-        "[-i ID] -pm 0|1\n"
+        "supported: -q -x, topo -m, topo -p2p X, -L, --query-gpu=... --format=csv[,...] "
+        "[-lms N], [-i ID] -pm 0|1\n"
     )
     return 2
 
