@@ -193,6 +193,18 @@ def main(argv: list[str] | None = None) -> int:
                 for side, found in outcome.diagnosis.items()
             )
         )
+    throttled = [w for w in outcome.warnings if w["kind"] == "gpu_throttled"]
+    if throttled:
+        print(
+            f"  GPU clocks held down (power cap, thermal or hardware slowdown) at "
+            f"{len({w['where'] for w in throttled})} level(s): see the gpu_throttled warnings"
+        )
+    thin = [w for w in outcome.warnings if w["kind"] == "under_filled"]
+    if thin:
+        print(
+            f"  {len(thin)} under-filled level(s): fewer unique prompts than the level wanted, "
+            "so their throughput understates a full level: see the under_filled notes"
+        )
     unfinished = [w for w in outcome.warnings if w["kind"] == "incomplete_run"]
     if unfinished:
         print(

@@ -1116,6 +1116,9 @@ def picks_table(picks: list[Pick]) -> list[dict]:
             "output_tokens_per_s": p.output_tokens_per_s,
             "speedup_vs_ar": p.speedup_vs_ar,
             "note": p.note,
+            # report.json only: per config that missed an SLO, each {key, value, threshold,
+            # concurrency, prompt_set}.
+            "slo_rejected": p.slo_rejected,
         }
         for p in picks
     ]

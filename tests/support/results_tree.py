@@ -246,7 +246,8 @@ class Plan:
     # False lays out the files alone, as a writer before them would name its repeats.
     level_fields: bool = True
     # fill.unique_prompts (None: num_prompts); fill is written when this or a workload is
-    # set, with wanted = 10 x concurrency (at least num_prompts).
+    # set, with wanted = 10 x concurrency, or rate x 60 s at a rate level (at least
+    # num_prompts).
     unique_prompts: int | None = None
     # {prompt set: workload record}: those sets are synthetic workloads (the level's
     # `workload`, its name the folder's).
@@ -401,7 +402,8 @@ def level_document(
             "repeats": plan.repeats,
         }
     if plan.unique_prompts is not None or prompt_set in plan.workloads:
-        wanted = max(10 * concurrency, plan.num_prompts)
+        # A closed loop wants 10 x concurrency, a rate level rate x 60 s (the defaults).
+        wanted = max(10 * concurrency if rate is None else math.ceil(rate * 60), plan.num_prompts)
         unique = plan.unique_prompts if plan.unique_prompts is not None else plan.num_prompts
         shape["fill"] = {
             "wanted": wanted,
