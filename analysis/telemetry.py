@@ -76,7 +76,7 @@ def _text(value, limit: int = 200) -> str:
 
 def _throttle_message(entry: dict) -> str | None:
     reason = entry.get("reason")
-    if reason not in REASON_WORDS:
+    if not isinstance(reason, str) or reason not in REASON_WORDS:
         return None
     share = _number(entry.get("share"), THROTTLE_SHARE, 1.0)
     gpu_index = entry.get("gpu")
@@ -91,9 +91,12 @@ def _throttle_message(entry: dict) -> str | None:
         clocks = f" (SM clock {mean:.0f} MHz mean against {peak:.0f} MHz max)"
     elif mean is not None:
         clocks = f" (SM clock {mean:.0f} MHz mean)"
+    percent = f"{share * 100:.0f}%"
+    if percent == "100%" and share < 1.0:
+        percent = "over 99%"  # 0.998 is not every sample
     return (
         f"GPU {gpu_index} held its clocks down for {REASON_WORDS[reason]} in "
-        f"{share * 100:.0f}% of samples{clocks}: {REASON_CONSEQUENCE[reason]}"
+        f"{percent} of samples{clocks}: {REASON_CONSEQUENCE[reason]}"
     )
 
 
@@ -119,8 +122,10 @@ def throttle_warnings(levels) -> list[dict]:
             if not isinstance(entry, dict):
                 continue
             message = _throttle_message(entry)
-            key = (entry.get("gpu"), entry.get("reason"))
-            if message is None or key in seen:
+            if message is None:
+                continue
+            key = (entry["gpu"], entry["reason"])  # an int and a str once a message was made
+            if key in seen:
                 continue
             seen.add(key)
             found.append(
