@@ -398,7 +398,11 @@ class GpuSampler:
         keep_raw: bool = False,
     ) -> None:
         self.mode = mode
-        self.interval_ms = int(min(max(int(interval_ms), MIN_INTERVAL_MS), MAX_INTERVAL_MS))
+        try:
+            wanted = int(interval_ms)
+        except (TypeError, ValueError, OverflowError):
+            wanted = 200  # start() must not raise, and neither should the object it belongs to
+        self.interval_ms = min(max(wanted, MIN_INTERVAL_MS), MAX_INTERVAL_MS)
         self.command = command
         self.keep_raw = keep_raw
         self.reason: str | None = None

@@ -284,6 +284,22 @@ def test_nvidia_smi_that_never_exits_is_killed_whole(fake_smi, tmp_path, monkeyp
 # --- the summary's arithmetic -----------------------------------------------------------------
 
 
+def test_committed_h200_summary_is_what_the_code_makes_of_the_committed_rows():
+    lines = H200_TELEMETRY.read_text().splitlines()
+    rows = [parse_row(line, 0.0) for line in lines[1:]]
+    assert all(rows) and len(rows) == 766
+    committed = json.loads(H200_TELEMETRY.with_suffix(".json").read_text())
+    assert summarize(rows, 200, []) == committed
+    assert committed["throttled"][0]["reason"] == "power_cap"
+    assert committed["gpus"][0]["power_limit_w"] == 700.0
+
+
+def test_interval_is_bounded_and_a_bad_one_does_not_raise():
+    assert GpuSampler(interval_ms=1).interval_ms == gpu_telemetry.MIN_INTERVAL_MS
+    assert GpuSampler(interval_ms=10**9).interval_ms == gpu_telemetry.MAX_INTERVAL_MS
+    assert GpuSampler(interval_ms="fast").interval_ms == 200
+
+
 def test_summary_math_on_known_rows():
     rows = [
         # Two GPUs polled at 0, 1 and 2 s: GPU 0 busy and power-capped, GPU 1 idle.
