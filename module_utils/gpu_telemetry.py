@@ -438,9 +438,9 @@ class GpuSampler:
         if self.mode not in ("auto", "nvidia-smi"):
             self.reason = f"unknown telemetry mode {self.mode!r}"
             return
-        executable = shutil.which(self.command)
+        executable = shutil.which(self.command) if isinstance(self.command, str) else None
         if executable is None:
-            self.reason = f"{self.command} not found on PATH"
+            self.reason = f"{self.command!s:.200} not found on PATH"
             return
         try:
             self.reasons_field = probe_reasons_field(executable)
@@ -458,11 +458,12 @@ class GpuSampler:
             self._warnings.append(f"nvidia-smi sampler could not start: {exc}")
             self._process = None
             return
-        self._reader = threading.Thread(target=self._read, name="gpu-telemetry", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read, args=(self._process.stdout,), name="gpu-telemetry", daemon=True
+        )
         self._reader.start()
 
-    def _read(self) -> None:
-        stream = self._process.stdout
+    def _read(self, stream) -> None:
         try:
             while True:
                 line = stream.readline(MAX_LINE_BYTES + 1)
