@@ -1018,7 +1018,7 @@ def warnings(
             f"no {reference} results: speedups cannot be computed",
         )
     no_chain: dict[str, list[tuple[str, int]]] = {}
-    for row in table:
+    for row in closed_loop(table):
         if row["ddtree_budget"] is not None and row["chain_control"] is None:
             place = (row["prompt_set"], row["concurrency"])
             if place not in no_chain.setdefault(row["host"], []):
