@@ -74,7 +74,11 @@ def _text(value, limit: int = 200) -> str:
     return "".join(ch for ch in str(value) if ch.isprintable())[:limit]
 
 
-def _throttle_message(entry: dict) -> str | None:
+def _throttle_entry(entry) -> tuple | None:
+    """(reason, GPU index, share, SM clock mean, SM clock max) of a well-formed throttled
+    entry, else None."""
+    if not isinstance(entry, dict):
+        return None
     reason = entry.get("reason")
     if not isinstance(reason, str) or reason not in REASON_WORDS:
         return None
@@ -86,25 +90,57 @@ def _throttle_message(entry: dict) -> str | None:
         return None
     mean = _number(entry.get("sm_clock_mhz_mean"), 0.0, MAX_CLOCK_MHZ)
     peak = _number(entry.get("sm_clock_max_mhz"), 0.0, MAX_CLOCK_MHZ)
-    clocks = ""
-    if mean is not None and peak is not None:
-        clocks = f" (SM clock {mean:.0f} MHz mean against {peak:.0f} MHz max)"
-    elif mean is not None:
-        clocks = f" (SM clock {mean:.0f} MHz mean)"
+    return reason, gpu_index, share, mean, peak
+
+
+def _percent(share: float) -> str:
     percent = f"{share * 100:.0f}%"
-    if percent == "100%" and share < 1.0:
-        percent = "over 99%"  # 0.998 is not every sample
+    return "over 99%" if percent == "100%" and share < 1.0 else percent  # 0.998 is not all
+
+
+def _span(values: list[float], show) -> str:
+    low, high = min(values), max(values)
+    return show(low) if show(low) == show(high) else f"{show(low)} to {show(high)}"
+
+
+def _gpu_list(indexes: list[int]) -> str:
+    """GPU 3, or GPUs 0-7, or GPUs 0, 2, 5: consecutive runs as ranges."""
+    ordered = sorted(set(indexes))
+    if len(ordered) == 1:
+        return f"GPU {ordered[0]}"
+    runs, first = [], ordered[0]
+    for previous, current in zip(ordered, [*ordered[1:], None], strict=True):
+        if current is None or current != previous + 1:
+            runs.append(str(first) if first == previous else f"{first}-{previous}")
+            first = current
+    return "GPUs " + ", ".join(runs)
+
+
+def _throttle_message(reason: str, entries: list[tuple], runs: int) -> str:
+    """One sentence for every GPU of a level (all its repeats) held down for one reason."""
+    shares = [share for _reason, _gpu, share, _mean, _peak in entries]
+    means = [mean for *_rest, mean, _peak in entries if mean is not None]
+    peaks = [peak for *_rest, peak in entries if peak is not None]
+    clocks = ""
+    if means:
+        clocks = f" (SM clock {_span(means, lambda v: f'{v:.0f}')} MHz mean"
+        clocks += f" against {_span(peaks, lambda v: f'{v:.0f}')} MHz max)" if peaks else ")"
+    gpus = _gpu_list([gpu for _reason, gpu, *_rest in entries])
+    verb = "held its clocks" if gpus.startswith("GPU ") else "held their clocks"
+    across = f" over {runs} runs" if runs > 1 else ""
     return (
-        f"GPU {gpu_index} held its clocks down for {REASON_WORDS[reason]} in "
-        f"{percent} of samples{clocks}: {REASON_CONSEQUENCE[reason]}"
+        f"{gpus} {verb} down for {REASON_WORDS[reason]} in {_span(shares, _percent)} of "
+        f"samples{across}{clocks}: {REASON_CONSEQUENCE[reason]}"
     )
 
 
 def throttle_warnings(levels) -> list[dict]:
-    """One gpu_throttled warning per (level, GPU, reason) the level's telemetry lists."""
-    found = []
+    """One gpu_throttled warning per level and reason, naming every GPU held down for it; the
+    repeats of a level (c16.json, c16.rep2.json) share it. An 8-GPU host at its power limit
+    thus says so once per level, not eight times per run."""
     if not isinstance(levels, list | tuple):
-        return found
+        return []
+    groups: dict[tuple[str, str], dict] = {}
     for level in levels:
         gpu = gpu_summary(getattr(level, "summary", None))
         if gpu is None:
@@ -117,23 +153,22 @@ def throttle_warnings(levels) -> list[dict]:
             for attribute in ("host", "config", "prompt_set")
         )
         where = f"{where} / {_level_name(level)}"
-        seen = set()
+        counted = set()
         for entry in entries[:MAX_THROTTLED_ENTRIES]:
-            if not isinstance(entry, dict):
+            parsed = _throttle_entry(entry)
+            if parsed is None:
                 continue
-            message = _throttle_message(entry)
-            if message is None:
-                continue
-            key = (entry["gpu"], entry["reason"])  # an int and a str once a message was made
-            if key in seen:
-                continue
-            seen.add(key)
-            found.append(
-                {
-                    "kind": "gpu_throttled",
-                    "severity": "warning",
-                    "where": where,
-                    "message": message,
-                }
-            )
-    return found
+            group = groups.setdefault((where, parsed[0]), {"entries": {}, "runs": 0})
+            group["entries"].setdefault((id(level), parsed[1]), parsed)
+            if parsed[0] not in counted:
+                counted.add(parsed[0])
+                group["runs"] += 1
+    return [
+        {
+            "kind": "gpu_throttled",
+            "severity": "warning",
+            "where": where,
+            "message": _throttle_message(reason, list(group["entries"].values()), group["runs"]),
+        }
+        for (where, reason), group in groups.items()
+    ]

@@ -181,3 +181,40 @@ def test_hostile_levels_and_shapes_do_not_crash():
     ]
     assert telemetry.throttle_warnings(None) == []
     assert telemetry.throttle_warnings("levels") == []
+
+
+def test_an_eight_gpu_host_at_its_power_limit_warns_once_per_level_across_repeats():
+    def capped(shares: list[float], clock: int) -> dict:
+        throttled = [
+            {"gpu": index, "reason": "power_cap", "share": share, "sm_clock_mhz_mean": clock,
+             "sm_clock_max_mhz": 1980}
+            for index, share in enumerate(shares)
+        ]  # fmt: skip
+        return dict(H200_SUMMARY, throttled=throttled)
+
+    first = level(capped([0.93] * 8, 1410))
+    second = level(capped([0.998] * 8, 1450))  # the level's repeat: same host, config, set, c64
+    other = level(dict(H200_SUMMARY, throttled=[
+        {"gpu": 0, "reason": "power_cap", "share": 0.5},
+        {"gpu": 2, "reason": "power_cap", "share": 0.5},
+        {"gpu": 3, "reason": "thermal", "share": 0.4},
+    ]), concurrency=16)  # fmt: skip
+    warnings = telemetry.throttle_warnings([first, second, other])
+    assert [(w["where"], w["message"]) for w in warnings] == [
+        (
+            "h200 / fast / chat / c64",
+            "GPUs 0-7 held their clocks down for power cap in 93% to over 99% of samples over 2 "
+            "runs (SM clock 1410 to 1450 MHz mean against 1980 MHz max): throughput at this "
+            "level is power-limited",
+        ),
+        (
+            "h200 / fast / chat / c16",
+            "GPUs 0, 2 held their clocks down for power cap in 50% of samples: throughput at "
+            "this level is power-limited",
+        ),
+        (
+            "h200 / fast / chat / c16",
+            "GPU 3 held its clocks down for thermal in 40% of samples: throughput at this level "
+            "is limited by cooling",
+        ),
+    ]
