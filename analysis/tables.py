@@ -255,7 +255,9 @@ def rows(results: Results, reference: str = "ar", slo: dict | None = None) -> li
                 # GPU delivers: the two axes of the throughput-interactivity trade.
                 "tokens_per_s_per_user": ratio(1000.0, tpot),
                 "tokens_per_s_per_gpu": ratio(throughput, gpus),
-                **telemetry.columns(summary, throughput),
+                **telemetry.columns(
+                    summary, throughput, telemetry.server_gpu_indexes(level.provenance)
+                ),
                 "gpus": gpus,
                 "requests_ok": summary.get("requests_ok"),
                 "requests_failed": summary.get("requests_failed"),

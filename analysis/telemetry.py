@@ -7,6 +7,7 @@ the wrong shape yields empty columns and no warning rather than an exception.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 # What a throttle reason is called in the report.
@@ -45,14 +46,80 @@ def gpu_summary(summary) -> dict | None:
     return gpu if isinstance(gpu, dict) else None
 
 
-def columns(summary, output_tokens_per_s) -> dict:
-    """gpu_power_w_mean and output_tokens_per_joule for a level's summary.csv row."""
+_FLAG_VALUE = {
+    "--tp-size": "tp",
+    "--tp": "tp",
+    "--tensor-parallel-size": "tp",
+    "--pp-size": "pp",
+    "--pp": "pp",
+    "--pipeline-parallel-size": "pp",
+    "--nnodes": "nnodes",
+    "--base-gpu-id": "base",
+    "--gpu-id-step": "step",
+}
+
+
+def server_gpu_indexes(provenance) -> list[int] | None:
+    """The host's GPUs (nvidia-smi indexes) a launch serves on: TP x PP over --nnodes from
+    --base-gpu-id every --gpu-id-step (SGLang's defaults 0 and 1), through the launch's
+    CUDA_VISIBLE_DEVICES when it set one. None when the launch record does not say, or says
+    something this cannot map (GPU UUIDs): then every GPU of the host counts."""
+    launch = provenance.get("launch") if isinstance(provenance, dict) else None
+    argv = launch.get("argv") if isinstance(launch, dict) else None
+    if not isinstance(argv, list):
+        return None
+    found = {"pp": 1, "nnodes": 1, "base": 0, "step": 1}
+    for flag, value in itertools.pairwise(argv):
+        name = _FLAG_VALUE.get(flag) if isinstance(flag, str) else None
+        if name and isinstance(value, str) and value.isdigit() and len(value) <= 4:
+            found[name] = int(value)
+    tp, nnodes = found.get("tp"), found["nnodes"]
+    if not tp or not found["pp"] or not nnodes or not found["step"] or (tp * found["pp"]) % nnodes:
+        return None
+    count = tp * found["pp"] // nnodes
+    indexes = [found["base"] + k * found["step"] for k in range(count)]
+    environment = launch.get("environment")
+    visible = environment.get("CUDA_VISIBLE_DEVICES") if isinstance(environment, dict) else None
+    if visible is None:
+        return indexes
+    if not isinstance(visible, str) or len(visible) > 4096:
+        return None
+    devices = [part.strip() for part in visible.split(",") if part.strip()]
+    if not all(d.isdigit() and len(d) <= 4 for d in devices) or max(indexes) >= len(devices):
+        return None
+    return [int(devices[i]) for i in indexes]
+
+
+def _power_of(gpu: dict, indexes: list[int] | None) -> float | None:
+    """Mean power of the GPUs in indexes (their per-GPU means, summed) when the summary lists
+    each of them once, else the mean total over every GPU sampled."""
+    entries = gpu.get("gpus")
+    if indexes and isinstance(entries, list) and len(entries) <= MAX_GPU_INDEX + 1:
+        means: dict[int, float | None] = {}
+        for entry in entries:
+            if not isinstance(entry, dict):
+                continue
+            index = entry.get("index")
+            power = entry.get("power_w")
+            if isinstance(index, int) and not isinstance(index, bool) and isinstance(power, dict):
+                means[index] = None if index in means else _number(power.get("mean"), 0, 1e5)
+        chosen = [means.get(i) for i in indexes]
+        if all(value is not None for value in chosen) and len(set(indexes)) == len(indexes):
+            return sum(chosen) or None
+    return _number(gpu.get("power_w_mean"), 1e-6, MAX_POWER_W)
+
+
+def columns(summary, output_tokens_per_s, gpu_indexes: list[int] | None = None) -> dict:
+    """gpu_power_w_mean and output_tokens_per_joule for a level's summary.csv row: the power
+    of the GPUs the server runs on (gpu_indexes, from server_gpu_indexes) when the level
+    sampled each of them, else of every GPU of the host (a TP4 server on an 8-GPU host would
+    otherwise be charged for four idle GPUs)."""
     empty = {"gpu_power_w_mean": None, "output_tokens_per_joule": None}
     gpu = gpu_summary(summary)
     if gpu is None:
         return empty
     # A mean of zero watts is no measurement (and would divide by zero).
-    power = _number(gpu.get("power_w_mean"), 1e-6, MAX_POWER_W)
+    power = _power_of(gpu, gpu_indexes)
     if power is None:
         return empty
     tokens_per_s = _number(output_tokens_per_s, 0.0, 1.0e12)

@@ -218,3 +218,43 @@ def test_an_eight_gpu_host_at_its_power_limit_warns_once_per_level_across_repeat
             "is limited by cooling",
         ),
     ]
+
+
+def eight_gpus(power: list[float]) -> dict:
+    gpus = [{"index": i, "power_w": {"mean": watts, "max": watts}} for i, watts in enumerate(power)]
+    return {"power_w_mean": sum(power), "gpus": gpus}
+
+
+@pytest.mark.parametrize(
+    ("argv", "environment", "expected"),
+    [
+        (["--tp-size", "8"], {}, list(range(8))),
+        (["--tp", "4"], {}, [0, 1, 2, 3]),
+        (["--tp-size", "2", "--base-gpu-id", "4"], {}, [4, 5]),
+        (["--tp-size", "2", "--base-gpu-id", "1", "--gpu-id-step", "2"], {}, [1, 3]),
+        (["--tp-size", "2", "--pp-size", "2"], {}, [0, 1, 2, 3]),
+        (["--tp-size", "16", "--nnodes", "2"], {}, list(range(8))),
+        (["--tp-size", "2"], {"CUDA_VISIBLE_DEVICES": "6,7"}, [6, 7]),
+        (["--tp-size", "2"], {"CUDA_VISIBLE_DEVICES": "GPU-1234,GPU-5678"}, None),
+        (["--tp-size", "4"], {"CUDA_VISIBLE_DEVICES": "6,7"}, None),  # fewer than it serves on
+        (["--tp-size", "3", "--nnodes", "2"], {}, None),
+        ([], {}, None),
+        (["--tp-size", "x"], {}, None),
+        ("--tp-size 8", {}, None),
+    ],
+)
+def test_the_gpus_a_launch_serves_on(argv, environment, expected):
+    provenance = {"launch": {"argv": argv, "environment": environment}}
+    assert telemetry.server_gpu_indexes(provenance) == expected
+
+
+def test_power_counts_only_the_gpus_the_server_runs_on():
+    # A TP4 server on an 8-GPU host: four GPUs at 650 W, four idle at 75 W.
+    summary = {"gpu": eight_gpus([650.0] * 4 + [75.0] * 4)}
+    served = telemetry.columns(summary, 2600.0, [0, 1, 2, 3])
+    assert served == {"gpu_power_w_mean": 2600.0, "output_tokens_per_joule": 1.0}
+    # Unknown GPUs, or GPUs the summary does not list: the whole host.
+    assert telemetry.columns(summary, 2600.0)["gpu_power_w_mean"] == 2900.0
+    assert telemetry.columns(summary, 2600.0, [0, 9])["gpu_power_w_mean"] == 2900.0
+    listed_twice = {"gpu": dict(eight_gpus([650.0] * 8), gpus=eight_gpus([650.0] * 8)["gpus"] * 2)}
+    assert telemetry.columns(listed_twice, 1.0, [0])["gpu_power_w_mean"] == 5200.0
