@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.support.hub_server import LocalHub
+from tests.support.models import write_kimi_tokenizer
 from tests.support.results_tree import TEMPLATE, check_contract
 from tests.support.sglang_sim import draw
 
@@ -62,13 +65,23 @@ def cluster():
                 "files": {"config.json": {}},
             }
         )
+        # K2.6's tokenizer files, small: the synthetic workloads draw their token ids from them.
+        folder = Path(tempfile.mkdtemp())
+        (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+        write_kimi_tokenizer(folder)
         for host in HOSTS:
             hosts.ssh(
                 host,
                 f"mkdir -p {MODEL} && cat > {MODEL}/tokenizer_config.json"
                 f" && echo '{manifest}' > {MODEL}/kimi-manifest.json",
-                input=json.dumps({"chat_template": TEMPLATE}),
+                input=(folder / "tokenizer_config.json").read_text(),
             )
+            hosts.ssh(
+                host,
+                f"cat > {MODEL}/tiktoken.model",
+                input=(folder / "tiktoken.model").read_text(),
+            )
+        shutil.rmtree(folder)
         yield hosts
     finally:
         hosts.down()
@@ -111,6 +124,8 @@ def run(cluster, hub, runtime_wheelhouse, tmp_path_factory):
         **common,
         "benchmark_concurrency": [1, 3],
         "benchmark_num_prompts": 6,
+        # 2 x 3 = 6 at c3 too: every level sends the same six of the eight questions.
+        "benchmark_requests_per_concurrency": 2,
         "benchmark_max_new_tokens": 16,
         "benchmark_warmup_requests": 1,
         "benchmark_poll_s": 1,
@@ -155,7 +170,11 @@ def test_the_run_finishes_and_lands_contract_files_for_what_ran(run, hub):
                 for concurrency in (1, 3):
                     document = level(results, host, config, prompt_set, concurrency)
                     check_contract(document, config, concurrency)
-                    assert document["summary"]["requests_ok"] == 6
+                    # gsm8k: six of its eight questions; own: its two prompts, each sent once
+                    # (never repeated into the radix cache), so the level is under-filled.
+                    sent = 6 if prompt_set == "gsm8k" else 2
+                    assert document["summary"]["requests_ok"] == sent
+                    assert document["fill"]["under_filled"] is (prompt_set == "own")
                     assert document["prompt_set"] == prompt_set
                     assert document["run_label"] == RUN
     speculative = level(results, "bench-b", "dflash", "gsm8k", 3)["summary"]
@@ -213,7 +232,8 @@ def test_the_lossy_config_is_flagged(run):
     exact = json.loads((results / "bench-b" / "lossless.json").read_text())
     assert exact["flagged"] == []
     assert exact["configs"]["dflash"]["mismatch_rate"] == 0
-    assert exact["configs"]["dflash"]["tokens_compared"] == 2 * 2 * 6 * 16
+    # Two levels of gsm8k's six prompts and own's two, 16 tokens each.
+    assert exact["configs"]["dflash"]["tokens_compared"] == 2 * (6 + 2) * 16
 
 
 # The scored run: the share of the 200 questions each config answers right on each host.
@@ -378,3 +398,163 @@ def test_each_config_carries_its_api_check(scored):
                 "tool_call",
                 "reasoning",
             ]
+
+
+# The capacity run: two configs of known TPOT (AR at 20 ms a token; dflash at 22.8 ms a verify
+# step of 3 tokens, 7.6 ms a token), a synthetic fixed-length workload drawn from the host's
+# K2.6 tokenizer files, closed-loop and Poisson-rate levels, each twice, while bench-a's fake
+# nvidia-smi replays the real H200 capture under load (docs/measurements/telemetry-h200.csv)
+# and bench-b's shows idle GPUs.
+CAPACITY_RUN = "t3"
+WORKLOAD, ISL, OSL = "isl64-osl32", 64, 32
+H200_CAPTURE = REPO / "docs" / "measurements" / "telemetry-h200.csv"
+
+
+@pytest.fixture(scope="module")
+def capacity(cluster, hub, run, tmp_path_factory):
+    from tests.support.ansible_run import run_playbook
+
+    cluster.ssh(
+        "bench-a",
+        "mkdir -p /etc/fake-nvidia-smi && cat > /etc/fake-nvidia-smi/telemetry.csv",
+        input=H200_CAPTURE.read_text(),
+    )
+    results = tmp_path_factory.mktemp("capacity-results")
+    extravars = {
+        "kimi_serving_configs": ["ar", "dflash"],
+        "kimi_server_environment": {"HF_HUB_OFFLINE": "1"},
+        "server_health_poll_s": 1,
+        "server_restart_delay_s": 1,
+        "benchmark_server_environment": {
+            "ar": {"SGLANG_SIM_STEP_MS": "20"},
+            "dflash": {"SGLANG_SIM_STEP_MS": "22.8", "SGLANG_SIM_ACCEPT": "3"},
+        },
+        "benchmark_prompt_sets": [],
+        "benchmark_prompt_files": {},
+        "benchmark_workloads": [WORKLOAD],
+        "benchmark_concurrency": [1, 4],
+        "benchmark_num_prompts": 4,
+        "benchmark_requests_per_concurrency": 2,
+        "benchmark_request_rates": [20],
+        "benchmark_rate_duration_s": 0.5,
+        "benchmark_repeats": 2,
+        "benchmark_telemetry": "nvidia-smi",
+        "benchmark_warmup_requests": 1,
+        "benchmark_poll_s": 1,
+        "benchmark_run_id": CAPACITY_RUN,
+        "benchmark_results_dir": str(results),
+        "benchmark_hf_endpoint": hub.url,
+    }
+    bench = run_playbook(
+        "benchmark_kimi.yml",
+        cluster.inventory,
+        tmp_path_factory.mktemp("capacity-bench"),
+        extravars=extravars,
+    )
+    (results / "ansible.log").write_text(bench.stdout)
+    assert bench.rc == 0, bench.stdout[-6000:]
+    out = tmp_path_factory.mktemp("capacity-report") / "report"
+    analysis = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analysis",
+            "report",
+            str(results / CAPACITY_RUN),
+            "--out",
+            str(out),
+            "--slo",
+            "tpot_ms_p99=10",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+    return results / CAPACITY_RUN, out
+
+
+def capacity_rows(out: Path) -> list[dict]:
+    with (out / "summary.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_fixed_length_workloads_decode_exactly_their_length(capacity):
+    results, _out = capacity
+    names = [f"c{c}{rep}.json" for c in (1, 4) for rep in ("", ".rep2")]
+    names += ["r20.json", "r20.rep2.json"]
+    for host in HOSTS:
+        for config in ("ar", "dflash"):
+            folder = results / host / config / WORKLOAD
+            assert sorted(p.name for p in folder.glob("*.json")) == sorted(names), folder
+            for name in names:
+                document = json.loads((folder / name).read_text())
+                assert document["workload"]["isl"] == ISL and document["workload"]["osl"] == OSL
+                assert document["workload"]["tokenizer"]["file"] == "tiktoken.model"
+                assert document["settings"]["max_new_tokens"] == OSL
+                requests = document["requests"]
+                assert requests and all(r["ok"] for r in requests), name
+                # Every request is its own prompt of exactly ISL tokens and decodes OSL tokens,
+                # not stopping at an end of sequence (ignore_eos).
+                assert {r["output_tokens"] for r in requests} == {OSL}, name
+                assert {r["prompt_tokens"] for r in requests} == {ISL}, name
+                assert {r["finish_reason"] for r in requests} == {"length"}, name
+                assert len({r["prompt_sha256"] for r in requests}) == len(requests), name
+                assert document["repeats"] == 2 and document["repeat"] in (1, 2)
+                if name.startswith("r20"):
+                    assert document["arrival"] == "poisson" and document["request_rate"] == 20
+                    assert document["fill"]["wanted"] == 10 and document["fill"]["sent"] == 10
+                else:
+                    concurrency = document["concurrency"]
+                    assert document["arrival"] == "closed"
+                    assert document["fill"]["sent"] == max(4, 2 * concurrency)
+                    assert document["fill"]["under_filled"] is False
+
+
+def test_the_slo_picks_the_config_that_meets_it_and_draws_latency(capacity):
+    _results, out = capacity
+    rows = [r for r in capacity_rows(out) if r["workload"] == WORKLOAD and not r["request_rate"]]
+    assert len(rows) == len(HOSTS) * 2 * 2, rows
+    for row in rows:
+        fast = row["config"] == "dflash"
+        assert row["slo_met"] == ("true" if fast else "false"), row
+        assert (float(row["tpot_ms_p99"]) <= 10) is fast, row
+        if fast:
+            assert float(row["goodput_requests_per_s"]) > 0, row
+        else:
+            assert float(row["goodput_requests_per_s"]) == 0.0, row
+    with (out / "recommendation.csv").open() as handle:
+        picks = list(csv.DictReader(handle))
+    assert picks and {p["config"] for p in picks} == {"dflash"}, picks
+    assert all("ar missed the SLOs: tpot_ms_p99" in p["note"] for p in picks), picks
+    for plot in ("latency", "throughput_latency", "latency_cdf", "rate"):
+        assert (out / "plots" / f"{plot}.png").stat().st_size > 1000, plot
+
+
+def test_repeats_report_an_interval(capacity):
+    _results, out = capacity
+    for row in capacity_rows(out):
+        assert row["repeats"] == "2", row
+        low, high = (float(row[f"output_tokens_per_s_ci95_{end}"]) for end in ("low", "high"))
+        assert low <= float(row["output_tokens_per_s"]) <= high, row
+
+
+def test_tokens_per_joule_come_from_the_replayed_h200_capture(capacity):
+    _results, out = capacity
+    rows = [r for r in capacity_rows(out) if not r["request_rate"]]
+    loaded = [r for r in rows if r["host"] == "bench-a"]
+    idle = [r for r in rows if r["host"] == "bench-b"]
+    for row in loaded:
+        # Eight GPUs of the host each replay the capture's one H200 at its 700 W limit.
+        power = float(row["gpu_power_w_mean"])
+        assert 8 * 600 < power <= 8 * 700, row
+        assert float(row["output_tokens_per_joule"]) == pytest.approx(
+            float(row["output_tokens_per_s"]) / power, rel=0.01
+        )
+    for row in idle:
+        assert float(row["gpu_power_w_mean"]) < 8 * 200, row
+    report = json.loads((out / "report.json").read_text())
+    throttled = [w for w in report["warnings"] if w["kind"] == "gpu_throttled"]
+    assert throttled and all(w["where"].startswith("bench-a") for w in throttled), throttled
+    assert all("power cap" in w["message"] for w in throttled), throttled

@@ -251,6 +251,8 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
             "benchmark_serving_configs": SERVED[host],
             "benchmark_server_environment": {CHAIN: CHAIN_ENV[host]},
             "benchmark_num_prompts": PROMPTS,
+            # Every level sends the same PROMPTS prompts (1 x 4 at c4), so levels compare.
+            "benchmark_requests_per_concurrency": 1,
             "benchmark_max_new_tokens": MAX_NEW_TOKENS,
             "benchmark_warmup_requests": 1,
             "benchmark_poll_s": 1,

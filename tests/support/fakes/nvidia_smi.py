@@ -29,7 +29,8 @@ else one idle row per GPU synthesised from the -q -x capture (power, clocks, tem
 utilization, memory and clock-event reasons as it shows them). A capture file is what
 module_utils/gpu_telemetry.py --csv writes (docs/measurements/telemetry-h200.csv): a header line
 of field names, then nvidia-smi's noheader,nounits rows. The replay starts at the capture's first
-poll with a busy GPU, so a short level sees the load, not the capture's idle lead-in; the capture's
+poll with a GPU at 95% of its power limit or more (else the first with a busy GPU), so a short
+level sees the settled load, not the capture's idle lead-in and power ramp; the capture's
 GPUs are dealt round-robin onto the host's GPUs (a one-GPU capture serves every GPU of an
 eight-GPU host), renumbered. The same fields without -lms print one such poll. The capture is
 outside input to the fake too: size, row count and line length are bounded and rows of the wrong
@@ -342,18 +343,30 @@ def telemetry_polls() -> tuple[list[str], list[list[list[str]]]]:
                 for gpu in range(count)
             ]
         )
-    if "utilization.gpu" in header:
+    start = steady_poll(header, dealt)
+    if start is None and "utilization.gpu" in header:
         at = header.index("utilization.gpu")
-        busy = next(
-            (
-                n
-                for n, poll in enumerate(dealt)
-                if any(r[at].replace(".", "", 1).isdigit() and float(r[at]) > 0 for r in poll)
-            ),
-            0,
-        )
-        dealt = dealt[busy:] + dealt[:busy]
-    return header, dealt
+        start = next((n for n, poll in enumerate(dealt) if any(busy(r[at]) for r in poll)), None)
+    start = start or 0
+    return header, dealt[start:] + dealt[:start]
+
+
+def busy(value: str) -> bool:
+    return value.replace(".", "", 1).isdigit() and float(value) > 0
+
+
+def steady_poll(header: list[str], polls) -> int | None:
+    """The first poll with a GPU drawing 95% of its power limit or more: where a load has
+    settled (power.draw is a one-second average that trails a load's start by about two)."""
+    if "power.draw" not in header or "power.limit" not in header:
+        return None
+    draw, limit = header.index("power.draw"), header.index("power.limit")
+    for n, poll in enumerate(polls):
+        for row in poll:
+            settled = busy(row[draw]) and busy(row[limit])
+            if settled and float(row[draw]) >= 0.95 * float(row[limit]):
+                return n
+    return None
 
 
 def telemetry_lines(fields: list[str], fmt: list[str], header: list[str], poll) -> str:
