@@ -135,8 +135,9 @@ def parse_timestamp(text: str) -> float | None:
         moment = datetime.datetime.strptime(value, TIMESTAMP_FORMAT)
     except ValueError:
         return None
-    # The host's local zone is unknown here; only differences between stamps are used.
-    return moment.replace(tzinfo=datetime.timezone.utc).timestamp()  # noqa: UP017 - hosts may run 3.10
+    # nvidia-smi stamps in the host's local time, as a naive datetime's timestamp() reads it:
+    # comparable with time.time(), which stands in for a row whose stamp is unreadable.
+    return moment.timestamp()
 
 
 def parse_row(line: str, arrival: float) -> dict | None:
@@ -249,15 +250,14 @@ def throttled_entries(index: int, rows: list[dict], sm_clock_max: float | None) 
 
 
 def polls(rows: list[dict]) -> list[list[dict]]:
-    """Rows grouped by poll: nvidia-smi prints every GPU once per interval, in index order."""
+    """Rows grouped by poll: nvidia-smi prints every GPU once per interval, in ascending index
+    order, so an index not above the previous row's starts the next poll (also when a row of
+    the previous poll was dropped: then that poll is short, not merged with the next)."""
     grouped: list[list[dict]] = []
-    seen: set[int] = set()
     for row in rows:
-        if not grouped or row["index"] in seen:
+        if not grouped or row["index"] <= grouped[-1][-1]["index"]:
             grouped.append([])
-            seen = set()
         grouped[-1].append(row)
-        seen.add(row["index"])
     return grouped
 
 
@@ -277,7 +277,10 @@ def summarize(rows: list[dict], interval_ms: int, warnings: list[str]) -> dict:
     points = []
     for poll in polls(rows):
         draws = [row["power.draw"] for row in poll]
-        if len(poll) == gpu_count and all(draw is not None for draw in draws):
+        # Only nvidia-smi's own stamps time a poll: a reading time stands in for an unreadable
+        # stamp elsewhere, but pipe buffering can hold a poll's lines for seconds.
+        stamped = all(row["stamped"] for row in poll)
+        if stamped and len(poll) == gpu_count and all(draw is not None for draw in draws):
             points.append((poll[0]["time"], sum(draws)))
     points.sort()
     energy = None
@@ -287,7 +290,7 @@ def summarize(rows: list[dict], interval_ms: int, warnings: list[str]) -> dict:
         power_mean = energy / (points[-1][0] - points[0][0])
     elif points:
         power_mean = sum(p for _, p in points) / len(points)
-    times = [row["time"] for row in rows]
+    times = [row["time"] for row in rows if row["stamped"]] or [row["time"] for row in rows]
     return {
         "source": "nvidia-smi",
         "interval_ms": interval_ms,

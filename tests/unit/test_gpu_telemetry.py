@@ -3,6 +3,7 @@ hostile output and processes, and the summary's arithmetic on known rows."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -362,3 +363,40 @@ def test_values_out_of_range_or_unsupported_are_null():
     assert parsed["clocks.mem"] == 3201.0 and parsed["reasons"] == 4
     assert parse_row("a, b", 0.0) is None
     assert parse_row(ROW.format(sec=0, index=-1, power=1, sm=1, util=1, reasons="0x0"), 0) is None
+
+
+def test_a_row_without_a_stamp_on_a_host_off_utc_does_not_stretch_the_level(monkeypatch):
+    # nvidia-smi stamps in local time; an unreadable stamp falls back to the reading time
+    # (time.time(), UTC-based). Read as UTC, the stamps sat an hour off that fallback.
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        base = datetime.datetime(2026, 12, 1, 10, 0, 0)
+        lines = [
+            f"{(base + datetime.timedelta(seconds=0.2 * n)):%Y/%m/%d %H:%M:%S.%f}, 0, NVIDIA H200,"
+            " 600.00, 700.00, 1440, 1980, 3201, 60, 100, 2163, 0x4"
+            for n in range(10)
+        ]
+        lines.append("[N/A], 0, NVIDIA H200, 600.00, 700.00, 1440, 1980, 3201, 60, 100, 2163, 0x4")
+        arrival = base.timestamp() + 2.0  # what the reader's clock said for the last line
+        rows = [parse_row(line, arrival) for line in lines]
+        summary = summarize(rows, 200, [])
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert summary["duration_s"] == pytest.approx(1.8)
+    assert summary["energy_j"] == pytest.approx(600.0 * 1.8)
+    assert summary["power_w_mean"] == 600.0
+
+
+def test_a_dropped_row_shortens_its_poll_rather_than_merging_two():
+    rows = [row(0.0, 0), row(0.0, 1), row(1.0, 1), row(2.0, 0), row(2.0, 1)]  # GPU 0 lost at 1 s
+    grouped = gpu_telemetry.polls(rows)
+    assert [[(r["index"], r["time"] % 60) for r in poll] for poll in grouped] == [
+        [(0, 0.0), (1, 0.0)],
+        [(1, 1.0)],
+        [(0, 2.0), (1, 2.0)],
+    ]
+    summary = summarize(rows, 1000, [])
+    # Only the whole polls, at 0 and 2 s, count for power: 1380 W each.
+    assert summary["power_w_mean"] == 1380.0 and summary["energy_j"] == 2760.0
