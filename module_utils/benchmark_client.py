@@ -689,8 +689,13 @@ async def run_spread(target, payloads, concurrency, timeout, max_events, budget,
     except OSError:
         return None
     count = len(payloads)
+    parent = os.getpid()
 
     def take() -> int | None:
+        # A worker whose module process died (OOM killer, a signal to it alone) is reparented:
+        # it starts nothing more, so it ends once its requests in flight do.
+        if os.getppid() != parent:
+            return None
         with lock:
             index = counter[0]
             if index >= count or counter[1]:

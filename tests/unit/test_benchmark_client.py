@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import signal
 import statistics
 import threading
+import time
 
 import pytest
 from ansible.module_utils import benchmark_client
@@ -109,6 +112,7 @@ class HeldServer:
         self.release = threading.Event()
         self.open = 0
         self.peak = 0
+        self.total = 0
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
@@ -123,6 +127,7 @@ class HeldServer:
             await reader.readuntil(b"\r\n\r\n")
             with self.lock:
                 self.open += 1
+                self.total += 1
                 self.peak = max(self.peak, self.open)
             while not self.release.is_set():
                 await asyncio.sleep(0.005)
@@ -269,3 +274,30 @@ def test_one_process_behind_marks_a_spread_level_saturated():
     assert report["cpu_fraction"] == 0.5 and report["process_cpu_fractions"] == [0.1, 0.5]
     level["processes"] = [calm, calm]
     assert not benchmark_client.client_report(level, 10)["saturated"]
+
+
+def test_the_workers_of_a_module_that_died_start_nothing_more():
+    """The module process killed alone (the OOM killer, say) mid-level: its forked workers
+    finish the requests they have in flight and start no other."""
+    server = HeldServer()
+    try:
+        target = benchmark_client.Target(f"http://127.0.0.1:{server.port}", "")
+        payloads = payloads_for(target, 40)
+        module = os.fork()
+        if module == 0:
+            try:
+                run(benchmark_client.run_level(target, payloads, 4, 60, 64, processes=2))
+            finally:
+                os._exit(0)
+        deadline = time.monotonic() + 20
+        while server.peak < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(module, signal.SIGKILL)
+        os.waitpid(module, 0)
+        server.release.set()
+        # Orphans that went on would start their next requests within milliseconds.
+        time.sleep(1.0)
+        assert (server.peak, server.total) == (4, 4)
+    finally:
+        server.release.set()
+        server.close()
