@@ -1153,6 +1153,12 @@ RUN_SCHEMA = {
         "configs": _NAMES,
         "prompt_sets": _NAMES,
         "concurrency": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+        "request_rates": {
+            "type": "array",
+            "maxItems": 1000,
+            "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000},
+        },
+        "repeats": {"type": "integer", "minimum": 1, "maximum": 100},
         "num_prompts": {"type": "integer", "minimum": 1},
         "max_new_tokens": {"type": "integer", "minimum": 1},
         "temperature": {"type": "number", "minimum": 0},
@@ -1496,16 +1502,16 @@ def incomplete(results: Results) -> list[tuple[str, str]]:
             )
         )
     plan = {k: list(dict.fromkeys(run.get(k) or [])) for k in ("hosts", "configs", "prompt_sets")}
-    levels = list(dict.fromkeys(run.get("concurrency") or []))
+    # Every file the plan asks for: each concurrency level and request rate (named as the
+    # module names its files, c16 and r2.5), each repeat.
+    names = [f"c{c}" for c in dict.fromkeys(run.get("concurrency") or [])]
+    names += [f"r{float(r):g}" for r in dict.fromkeys(run.get("request_rates") or [])]
+    repeats = run.get("repeats") or 1
+    levels = [(name, k) for name in dict.fromkeys(names) for k in range(1, repeats + 1)]
     base = results.root / run_dir
     inside = len(run_dir.parts)
-    # Closed-loop levels: a rate level's concurrency is its cap, not a planned level.
-    mine = [
-        lv
-        for lv in results.levels
-        if Path(lv.path).parts[:inside] == run_dir.parts and lv.closed_loop
-    ]
-    have = {(lv.host, lv.config, lv.prompt_set, lv.concurrency) for lv in mine}
+    mine = [lv for lv in results.levels if Path(lv.path).parts[:inside] == run_dir.parts]
+    have = {(lv.host, lv.config, lv.prompt_set, (lv.name, lv.repeat)) for lv in mine}
     for host in plan["hosts"]:
         if not (base / host).is_dir():
             continue
@@ -1539,8 +1545,17 @@ def incomplete(results: Results) -> list[tuple[str, str]]:
                     MAX_LISTED,
                 )
             )
-            places = ", ".join(f"{s} c{c}" for s, c in shown)
-            first = run_dir / host / config / shown[0][0] / f"c{shown[0][1]}.json"
+            places = ", ".join(
+                f"{s} {name}" + (f" repeat {k}" if k > 1 else "") for s, (name, k) in shown
+            )
+            name, k = shown[0][1]
+            first = (
+                run_dir
+                / host
+                / config
+                / shown[0][0]
+                / (f"{name}.json" if k == 1 else f"{name}.rep{k}.json")
+            )
             more = f" and {missing - len(shown)} more" if missing > len(shown) else ""
             found.append(
                 (

@@ -282,7 +282,7 @@ def rate_text(rate: float) -> str:
     if not RATE_TEXT.match(text) or float(text) != float(rate):
         raise ValueError(
             f"request rate {rate!r} has no plain decimal name ({text}); give it with at most "
-            "6 significant digits, between 0.00001 and 999999"
+            "6 significant digits, between 0.0001 and 100000"
         )
     return text
 

@@ -679,6 +679,8 @@ def write_run(root: Path, plan: Plan | None = None, lossless: bool = True) -> Pa
             "reference_config": plan.reference,
             "prompt_sets": list(plan.prompt_sets),
             "concurrency": list(plan.concurrency),
+            "request_rates": list(plan.request_rates),
+            "repeats": plan.repeats,
             "num_prompts": plan.num_prompts,
             "max_new_tokens": plan.max_new_tokens,
             "temperature": plan.temperature,

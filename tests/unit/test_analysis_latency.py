@@ -425,3 +425,27 @@ def test_the_full_parse_reads_the_same_per_request_latencies(two_tpots):
         for name in ("ttft", "tpot", "e2e"):
             assert list(getattr(quick, name)) == list(getattr(full, name)), (quick.path, name)
             assert len(getattr(quick, name)) == quick.summary["requests_ok"]
+
+
+@needs_schema
+def test_a_missing_rate_level_or_repeat_is_an_incomplete_run(tmp_path):
+    plan = Plan(
+        configs={"ar": Sim(step_ms=20.0)},
+        concurrency=(1,),
+        num_prompts=4,
+        max_new_tokens=16,
+        request_rates=(2.5,),
+        repeats=2,
+    )
+    root = write_run(tmp_path / "run", plan)
+    outcome = analysis.report(root, out=tmp_path / "whole")
+    assert [w for w in outcome.warnings if w["kind"] == "incomplete_run"] == []
+    (root / "node-a" / "ar" / "gsm8k" / "r2.5.rep2.json").unlink()
+    (root / "node-a" / "ar" / "gsm8k" / "c1.rep2.json").unlink()
+    outcome = analysis.report(root, out=tmp_path / "cut")
+    [warning] = [w for w in outcome.warnings if w["kind"] == "incomplete_run"]
+    assert warning["message"] == (
+        "run.json plans gsm8k c1 repeat 2, gsm8k r2.5 repeat 2 for ar, but no level file holds "
+        "them (node-a/ar/gsm8k/c1.rep2.json and the others): the run was interrupted, or the "
+        "file was lost"
+    )
