@@ -153,6 +153,18 @@ def run(cluster, hub, runtime_wheelhouse, tmp_path_factory):
     return bench, results / RUN
 
 
+def report(run: Path, out: Path, *options: str) -> None:
+    """python -m analysis report, as a user runs it, which must succeed."""
+    analysis = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(run), "--out", str(out), *options],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+
+
 def level(results: Path, host: str, config: str, prompt_set: str, concurrency: int) -> dict:
     return json.loads((results / host / config / prompt_set / f"c{concurrency}.json").read_text())
 
@@ -334,14 +346,7 @@ def scored(cluster, hub, run, tmp_path_factory):
     (results / "ansible.log").write_text(bench.stdout)
     assert bench.rc == 0, bench.stdout[-6000:]
     out = tmp_path_factory.mktemp("scored-report") / "report"
-    analysis = subprocess.run(
-        [sys.executable, "-m", "analysis", "report", str(results / SCORED_RUN), "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+    report(results / SCORED_RUN, out)
     return results / SCORED_RUN, out
 
 
@@ -454,24 +459,7 @@ def capacity(cluster, hub, run, tmp_path_factory):
     (results / "ansible.log").write_text(bench.stdout)
     assert bench.rc == 0, bench.stdout[-6000:]
     out = tmp_path_factory.mktemp("capacity-report") / "report"
-    analysis = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "analysis",
-            "report",
-            str(results / CAPACITY_RUN),
-            "--out",
-            str(out),
-            "--slo",
-            "tpot_ms_p99=10",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+    report(results / CAPACITY_RUN, out, "--slo", "tpot_ms_p99=10")
     return results / CAPACITY_RUN, out
 
 

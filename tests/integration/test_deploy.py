@@ -574,8 +574,8 @@ def test_comparison_of_the_two_models_shows_both_decompositions_and_the_hybrids_
     # side, each run's other configs listed as only in it.
     configs = {row["config"] for row in document["rows"]}
     assert configs == {"ar", CHAIN, "ddtree-b32", "ddtree-b64"}
-    assert {c for _, c, _ in document["only_in_a"]} == {"dflash", "ddtree-b16", "ddtree-b128"}
-    assert {c for _, c, _ in document["only_in_b"]} == {"ddtree-b15"}
+    assert {entry[1] for entry in document["only_in_a"]} == {"dflash", "ddtree-b16", "ddtree-b128"}
+    assert {entry[1] for entry in document["only_in_b"]} == {"ddtree-b15"}
     decompositions = [p for p in document["plots"] if "decomposition" in p]
     assert len(decompositions) == 2, document["plots"]
     for name in decompositions:

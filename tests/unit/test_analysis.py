@@ -1049,7 +1049,7 @@ def test_the_report_renders_in_chromium_with_every_plot(study, tmp_path):
     _root, _plan, outcome = study
     document = check_report(outcome.out)
     shown = open_in_chromium(outcome.out / "report.html", tmp_path)
-    assert len(shown["images"]) == len(document["plots"]) == 7
+    assert len(shown["images"]) == len(document["plots"]) == 10
     for (complete, width, height), name in zip(shown["images"], document["plots"], strict=True):
         assert complete and (width, height) == png_size((outcome.out / name).read_bytes()), name
     # Tables, text and coloured plots on the first screen, not a blank or an error page.

@@ -426,6 +426,16 @@ def bench_args(url: str, prompts: Path, out: Path, config: str, **extra) -> dict
     }
 
 
+def bench_on_simulator(argv: list[str], env: dict, prompts: Path, out: Path, config: str, **extra):
+    """sglang_benchmark's result against a simulator started with argv and env, stopped after."""
+    process, url = start(argv, **env)
+    try:
+        return run_module("sglang_benchmark", bench_args(url, prompts, out, config, **extra))
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompts_file):
     process, url = start(
         [*BASE, *DFLASH], SGLANG_SIM_STEP_MS=10, SGLANG_SIM_ACCEPT=3, SGLANG_SIM_PREFILL_MS=20
@@ -1223,21 +1233,16 @@ def test_a_level_sends_each_distinct_prompt_once_in_file_order(tmp_path):
     prompts.write_text(
         "".join(json.dumps({"id": i, "prompt": t}) + "\n" for i, t in enumerate(texts))
     )
-    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
-    try:
-        args = bench_args(
-            url,
-            prompts,
-            tmp_path / "out",
-            "ar",
-            concurrency=[2, 4, 8],
-            num_prompts=3,
-            requests_per_concurrency=1,
-        )
-        result = run_module("sglang_benchmark", args)
-    finally:
-        process.kill()
-        process.wait()
+    result = bench_on_simulator(
+        BASE,
+        {"SGLANG_SIM_STEP_MS": 2},
+        prompts,
+        tmp_path / "out",
+        "ar",
+        concurrency=[2, 4, 8],
+        num_prompts=3,
+        requests_per_concurrency=1,
+    )
     assert not result.get("failed"), result
     assert list(result["summaries"]) == ["c2", "c4", "c8"]
     expected = {  # level: (wanted, the row ids sent)
@@ -1265,22 +1270,17 @@ def test_a_level_sends_each_distinct_prompt_once_in_file_order(tmp_path):
 
 
 def test_repeats_write_a_file_per_run_each_from_a_flushed_cache(tmp_path, prompts_file):
-    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
-    try:
-        args = bench_args(
-            url,
-            prompts_file,
-            tmp_path,
-            "ar",
-            concurrency=[1, 2],
-            num_prompts=3,
-            requests_per_concurrency=1,
-            repeats=3,
-        )
-        result = run_module("sglang_benchmark", args)
-    finally:
-        process.kill()
-        process.wait()
+    result = bench_on_simulator(
+        BASE,
+        {"SGLANG_SIM_STEP_MS": 2},
+        prompts_file,
+        tmp_path,
+        "ar",
+        concurrency=[1, 2],
+        num_prompts=3,
+        requests_per_concurrency=1,
+        repeats=3,
+    )
     assert not result.get("failed"), result
     stems = ["c1", "c1.rep2", "c1.rep3", "c2", "c2.rep2", "c2.rep3"]
     assert [Path(f).name for f in result["files"]] == [f"{s}.json" for s in stems]
@@ -1299,24 +1299,19 @@ def test_repeats_write_a_file_per_run_each_from_a_flushed_cache(tmp_path, prompt
 
 
 def test_rate_levels_follow_the_closed_loop_ones_with_poisson_arrivals(tmp_path, prompts_file):
-    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
-    try:
-        args = bench_args(
-            url,
-            prompts_file,
-            tmp_path,
-            "ar",
-            concurrency=[2],
-            num_prompts=1,
-            requests_per_concurrency=1,
-            request_rates=[2.5, 40],
-            rate_duration_s=0.8,
-            max_concurrency=3,
-        )
-        result = run_module("sglang_benchmark", args)
-    finally:
-        process.kill()
-        process.wait()
+    result = bench_on_simulator(
+        BASE,
+        {"SGLANG_SIM_STEP_MS": 2},
+        prompts_file,
+        tmp_path,
+        "ar",
+        concurrency=[2],
+        num_prompts=1,
+        requests_per_concurrency=1,
+        request_rates=[2.5, 40],
+        rate_duration_s=0.8,
+        max_concurrency=3,
+    )
     assert not result.get("failed"), result
     assert [Path(f).name for f in result["files"]] == ["c2.json", "r2.5.json", "r40.json"]
     assert list(result["summaries"]) == ["c2", "r2.5", "r40"]
@@ -1339,23 +1334,18 @@ def test_rate_levels_follow_the_closed_loop_ones_with_poisson_arrivals(tmp_path,
 def test_rate_levels_without_a_cap_record_their_request_count_as_concurrency(
     tmp_path, prompts_file
 ):
-    process, url = start(BASE, SGLANG_SIM_STEP_MS=2)
-    try:
-        args = bench_args(
-            url,
-            prompts_file,
-            tmp_path,
-            "ar",
-            concurrency=[1],
-            num_prompts=1,
-            requests_per_concurrency=1,
-            request_rates=[50],
-            rate_duration_s=0.1,
-        )
-        result = run_module("sglang_benchmark", args)
-    finally:
-        process.kill()
-        process.wait()
+    result = bench_on_simulator(
+        BASE,
+        {"SGLANG_SIM_STEP_MS": 2},
+        prompts_file,
+        tmp_path,
+        "ar",
+        concurrency=[1],
+        num_prompts=1,
+        requests_per_concurrency=1,
+        request_rates=[50],
+        rate_duration_s=0.1,
+    )
     assert not result.get("failed"), result
     document = level_doc(tmp_path, "r50")
     check_contract(document, "ar", 5)
@@ -1474,23 +1464,18 @@ def test_telemetry_summarises_the_gpus_during_each_level(tmp_path, prompts_file,
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     # Long enough for several polls at 20 ms: 6 requests of 24 tokens at 10 ms a step.
-    process, url = start(BASE, SGLANG_SIM_STEP_MS=10)
-    try:
-        args = bench_args(
-            url,
-            prompts_file,
-            tmp_path / "out",
-            "ar",
-            concurrency=[2],
-            num_prompts=6,
-            requests_per_concurrency=1,
-            telemetry="nvidia-smi",
-            telemetry_interval_ms=20,
-        )
-        result = run_module("sglang_benchmark", args)
-    finally:
-        process.kill()
-        process.wait()
+    result = bench_on_simulator(
+        BASE,
+        {"SGLANG_SIM_STEP_MS": 10},
+        prompts_file,
+        tmp_path / "out",
+        "ar",
+        concurrency=[2],
+        num_prompts=6,
+        requests_per_concurrency=1,
+        telemetry="nvidia-smi",
+        telemetry_interval_ms=20,
+    )
     assert not result.get("failed"), result
     document = level_doc(tmp_path / "out", "c2")
     check_contract(document, "ar", 2)
@@ -1560,24 +1545,19 @@ def test_the_analysis_reads_every_kind_of_level_the_module_writes(tmp_path):
     rows = [[1000 + 10 * k + i for i in range(8)] for k in range(6)]
     prompts = workload_files(tmp_path, "isl8-osl16", rows)
     out = tmp_path / "run" / "h1" / "ar" / "isl8-osl16"
-    process, url = start(BASE, SGLANG_SIM_STEP_MS=1)
-    try:
-        args = bench_args(
-            url,
-            prompts,
-            out,
-            "ar",
-            concurrency=[1, 2],
-            request_rates=[20, 2.5],
-            rate_duration_s=0.4,
-            repeats=2,
-            num_prompts=1,
-            requests_per_concurrency=2,
-        )
-        result = run_module("sglang_benchmark", args)
-    finally:
-        process.kill()
-        process.wait()
+    result = bench_on_simulator(
+        BASE,
+        {"SGLANG_SIM_STEP_MS": 1},
+        prompts,
+        out,
+        "ar",
+        concurrency=[1, 2],
+        request_rates=[20, 2.5],
+        rate_duration_s=0.4,
+        repeats=2,
+        num_prompts=1,
+        requests_per_concurrency=2,
+    )
     assert not result.get("failed"), result
     stems = ["c1", "c1.rep2", "c2", "c2.rep2", "r20", "r20.rep2", "r2.5", "r2.5.rep2"]
     assert list(result["summaries"]) == stems
