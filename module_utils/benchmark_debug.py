@@ -292,7 +292,10 @@ class Collector:
     def nvidia_smi(self, name: str) -> None:
         binary = shutil.which(self.p["nvidia_smi"])
         if not binary:
-            self.note(name, "missing", why=f"{self.p['nvidia_smi']} is not on this host's PATH")
+            why = f"{self.p['nvidia_smi']} is not on this host's PATH"
+            self.write(
+                name, f"[kimi benchmark_debug: not taken: {why}]\n", status="missing", why=why
+            )
             return
         got = self.run([binary, "-q"])
         if got.problem or got.rc != 0:

@@ -228,6 +228,7 @@ def test_denied_dmesg_and_missing_commands_are_recorded_not_fatal(host):
     assert "Operation not permitted" in files["dmesg.txt"]["why"]
     assert "Operation not permitted" in (host["dest"] / "dmesg.txt").read_text()
     assert files["nvidia-smi-q-end.txt"]["status"] == "missing"
+    assert "no-such-nvidia-smi is not on" in (host["dest"] / "nvidia-smi-q-end.txt").read_text()
     assert files["journal.txt.gz"]["status"] == "missing"
     assert "NCCL_DEBUG=INFO" in (host["dest"] / "nccl.txt").read_text()
 
