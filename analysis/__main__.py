@@ -1,15 +1,20 @@
-"""python -m analysis report RESULTS_DIR [--out DIR] | compare RUN_A RUN_B [--out DIR]"""
+"""python -m analysis report RESULTS_DIR [--out DIR] | compare RUN_A RUN_B [--out DIR]
+[--require-comparable]"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from analysis import comparability
 from analysis.report import OutputError, compare, report
 from analysis.results import DEFAULT_MAX_FILE_BYTES, ResultsError, model_title
 from analysis.tables import DEFAULT_BAND_EDGES, SloError, parse_slo
 
 MAX_HOST_LINES = 6
+# compare --require-comparable when the runs differ in a way that makes them not comparable
+# (2 is bad input).
+NOT_COMPARABLE_EXIT = 3
 
 
 def edges(text: str) -> tuple[int, ...]:
@@ -131,6 +136,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="output folder; must not exist or be empty (default: RUN_B/compare-<RUN_A name>)",
     )
+    two.add_argument(
+        "--require-comparable",
+        action="store_true",
+        help=f"exit {NOT_COMPARABLE_EXIT} (after writing the output) when the runs differ in "
+        "anything that makes them not comparable (settings, prompts, weights, runtime, "
+        "launch, driver; not_comparable warnings); GPU model, interconnect, attention "
+        "backend and model differences are expected and pass",
+    )
     return main
 
 
@@ -224,6 +237,21 @@ def main(argv: list[str] | None = None) -> int:
     counts = {s: sum(w["severity"] == s for w in outcome.warnings) for s in ("error", "warning")}
     if counts["error"] or counts["warning"]:
         print(f"  {counts['error']} errors and {counts['warning']} warnings: see the report")
+    if args.command != "compare":
+        return 0
+    differences = comparability.counts(outcome.warnings)
+    print(
+        f"  comparability: {differences[comparability.NOT_COMPARABLE]} not_comparable, "
+        f"{differences[comparability.EXPECTED]} expected_difference (see the Comparability "
+        "section)"
+    )
+    if args.require_comparable and differences[comparability.NOT_COMPARABLE]:
+        print(
+            f"analysis compare: --require-comparable: the runs are not comparable "
+            f"({differences[comparability.NOT_COMPARABLE]} not_comparable warnings)",
+            file=sys.stderr,
+        )
+        return NOT_COMPARABLE_EXIT
     return 0
 
 

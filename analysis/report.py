@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis import html, plots, quality, sweep, tables
+from analysis import comparability, html, plots, quality, sweep, tables
 from analysis.results import (
     DEFAULT_MAX_FILE_BYTES,
     SUPPORTED_SCHEMAS,
@@ -683,6 +683,10 @@ def compare(
     }
     warnings = [w for side in sides.values() for w in side["warnings"]]
     warnings = [w for w in warnings if w["severity"] != "info"]
+    # What differs between the runs themselves (settings, prompts, weights, runtime, launch,
+    # hardware): one warning per field, before anything either run says of itself.
+    comparable = comparability.check(results_a, results_b)
+    warnings = comparable + warnings
     figure = plots.draw(
         plots.compare_plot, ([p for p in pairs if p["request_rate"] is None],), label
     )
@@ -726,6 +730,7 @@ def compare(
         for k in only[side][:200]
     )
     sections = [
+        ("comparability", "Comparability", comparability.html_section(comparable)),
         ("table", "Side by side", html.table_html(pairs, short)),
         ("plots", "Plots", html.figure_html(figure) if figure else "<p>Nothing in common.</p>"),
         (
@@ -779,6 +784,7 @@ def compare(
         "rows": pairs,
         **{k: [list(t) for t in v] for k, v in only.items()},
         "warnings": warnings,
+        "comparability": comparability.counts(comparable),
         "diagnosis": {key: side["diagnosis"] for key, side in sides.items()},
         "plots": [f"plots/{p.name}.png" for p in ([figure] if figure else []) + decompositions],
     }
@@ -789,7 +795,8 @@ def compare(
         staging.write("compare.csv", tables.to_csv(pairs, columns))
         staging.write(
             "compare.md",
-            f"# {title}\n\n## DDTree collapse diagnosis\n\n{verdicts}\n## Side by side\n\n"
+            f"# {title}\n\n## Comparability\n\n{_comparability_markdown(comparable)}\n"
+            f"## DDTree collapse diagnosis\n\n{verdicts}\n## Side by side\n\n"
             + tables.to_markdown(pairs, short),
         )
         for plot in ([figure] if figure else []) + decompositions:
@@ -808,6 +815,12 @@ def compare(
         inputs=results_a.files + results_b.files,
         diagnosis=document["diagnosis"],
     )
+
+
+def _comparability_markdown(found: list[dict]) -> str:
+    if not found:
+        return "No differences in settings, prompts, weights, runtime, launches or hardware.\n"
+    return "".join(f"- `{w['kind']}` `{w['where']}`: {w['message']}\n" for w in found)
 
 
 # Columns of the budget diagnosis rows in a comparison's per-run section.

@@ -48,6 +48,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.comparability import package_set
+
 # The contract, relative to the repository the analysis runs from.
 LEVEL_SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "schema" / "level.schema.json"
 SUPPORTED_SCHEMAS = (1,)  # the level schema's schema_version const (a test ties them)
@@ -1108,6 +1110,8 @@ def reduce_provenance(provenance: dict) -> dict:
         "runtime": {
             "release": release.get("version") if release else None,
             "git": pick(git, "url", "ref", "commit", "patches") if git else None,
+            # Each runtime's installed packages as a digest, for compare's comparability.
+            "packages": {"release": package_set(release), "git": package_set(git)},
         },
         "launch": pick(launch, "config", "base", "budget", "runtime", "argv", "environment"),
         "weights": [pick(w, "role", "repo_id", "revision", "manifest_sha256") for w in weights[:4]],

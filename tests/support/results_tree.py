@@ -254,6 +254,16 @@ class Plan:
     workloads: dict = field(default_factory=dict)
     # {config: summary.gpu}: the telemetry summary of every level of that config.
     gpu: dict = field(default_factory=dict)
+    # What two runs compared may differ in beyond the settings (issue 20's comparability):
+    # args added to every config's launch argv, the launch environment, facts laid over the
+    # profile's provenance.gpu, the runtime record's package list (both runtimes), the git
+    # runtime's commit and the target weights' revision.
+    launch_args: tuple[str, ...] = ()
+    launch_environment: dict = field(default_factory=lambda: {"HF_HUB_OFFLINE": "1"})
+    gpu_facts: dict = field(default_factory=dict)
+    runtime_packages: dict | None = None
+    git_commit: str = "c" * 40
+    target_revision: str = "a" * 40
 
     def sims(self, host: str) -> dict[str, Sim]:
         return {**self.configs, **self.host_configs.get(host, {})}
@@ -563,6 +573,8 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
     git = sim.budget is not None or config.startswith(CHAIN_CONTROL)
     if git:
         argv += ["--page-size", "1", "--disable-overlap-schedule", "--attention-backend", "triton"]
+    argv += list(plan.launch_args)
+    packages = {"packages": plan.runtime_packages} if plan.runtime_packages is not None else {}
     return {
         "kit_version": "0.1.0",
         "run_id": plan.run_id,
@@ -574,6 +586,7 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
             "driver_version": profile["driver_version"],
             "cuda_version": "13.0",
             "interconnect": profile["interconnect"],
+            **plan.gpu_facts,
         },
         "prompt_sets": {
             prompt_set: {
@@ -588,14 +601,17 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
                 },
             }
         },
-        "runtime": {"release": {"version": "0.5.23"}, "git": {"commit": "c" * 40} if git else None},
+        "runtime": {
+            "release": {"version": "0.5.23", **packages},
+            "git": {"commit": plan.git_commit, **packages} if git else None,
+        },
         "launch": {
             "config": config,
             "base": "ddtree" if sim.budget is not None else config.split("-tp")[0],
             "budget": sim.budget,
             "runtime": "git" if git else "release",
             "argv": argv,
-            "environment": {"HF_HUB_OFFLINE": "1"},
+            "environment": dict(plan.launch_environment),
         },
         "weights": [
             {
@@ -604,7 +620,7 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
                 "manifest": "/w/t/kimi-manifest.json",
                 "manifest_sha256": "d" * 64,
                 "repo_id": "moonshotai/Kimi-K2.6",
-                "revision": "a" * 40,
+                "revision": plan.target_revision,
                 "verify_mode": "sha256",
                 "verified_at": "2026-01-01T00:00:00+00:00",
                 "files": 64,
