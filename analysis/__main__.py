@@ -7,6 +7,9 @@ import argparse
 import sys
 
 from analysis import comparability
+from analysis.bundle import DEFAULT_MAX_BYTES as BUNDLE_MAX_BYTES
+from analysis.bundle import DEFAULT_MAX_FILE_BYTES as BUNDLE_MAX_FILE_BYTES
+from analysis.bundle import BundleError, bundle
 from analysis.report import OutputError, compare, report
 from analysis.results import DEFAULT_MAX_FILE_BYTES, ResultsError, model_title
 from analysis.tables import DEFAULT_BAND_EDGES, SloError, parse_slo
@@ -123,6 +126,42 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the concurrency level the TTFT and ITL CDFs are drawn at (default: the highest)",
     )
+    pack = commands.add_parser(
+        "bundle",
+        help="pack a run for sharing, secrets scrubbed",
+        description="Pack a run (run.json, level files, lossless, status, api-check, debug/, "
+        "reports) into a .tar.gz with every file, gzip members too, scrubbed of secrets: the "
+        "values of HF_TOKEN, HUGGING_FACE_HUB_TOKEN and KIMI_SERVER_API_KEY when set, of "
+        "--secret-env variables and --secret-file lines, their base64 forms and digests, and "
+        "hf_ tokens, bearer headers, api_key values and URL passwords.",
+    )
+    pack.add_argument("results_dir", metavar="RESULTS_DIR")
+    pack.add_argument(
+        "--out", required=True, metavar="FILE.tar.gz", help="the archive; never replaced"
+    )
+    pack.add_argument(
+        "--secret-env",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="an environment variable whose value is masked too (repeatable; must be set)",
+    )
+    pack.add_argument("--secret-file", metavar="FILE", help="a file of secrets to mask, one a line")
+    pack.add_argument(
+        "--max-file-bytes",
+        type=size,
+        default=BUNDLE_MAX_FILE_BYTES,
+        metavar="SIZE",
+        help="largest file packed, before compression (default 512M); a larger one is left "
+        "out and listed",
+    )
+    pack.add_argument(
+        "--max-bytes",
+        type=size,
+        default=BUNDLE_MAX_BYTES,
+        metavar="SIZE",
+        help="most bytes packed in all, before compression (default 8G)",
+    )
     two = commands.add_parser(
         "compare",
         parents=[common],
@@ -149,6 +188,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "bundle":
+        return run_bundle(args)
     try:
         if args.command == "report":
             outcome = report(
@@ -252,6 +293,30 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return NOT_COMPARABLE_EXIT
+    return 0
+
+
+def run_bundle(args) -> int:
+    try:
+        done = bundle(
+            args.results_dir,
+            args.out,
+            secret_env=args.secret_env,
+            secret_file=args.secret_file,
+            max_file_bytes=args.max_file_bytes,
+            max_bytes=args.max_bytes,
+        )
+    except BundleError as error:
+        print(f"analysis bundle: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"{done.out}: {len(done.members)} files ({done.bytes} bytes before compression); "
+        f"{done.masked} values masked ({done.secrets} secrets given, and the patterns)"
+    )
+    for path, why in done.left_out[:MAX_HOST_LINES]:
+        print(f"  left out {path}: {why}")
+    if len(done.left_out) > MAX_HOST_LINES:
+        print(f"  ... and {len(done.left_out) - MAX_HOST_LINES} more: see BUNDLE.json inside")
     return 0
 
 

@@ -1,0 +1,328 @@
+"""python -m analysis bundle RESULTS_DIR --out FILE.tar.gz: one run packed for sharing, every file
+scrubbed of secrets.
+
+Masked in every file (gzip members decompressed, scrubbed and compressed again): the values of
+HF_TOKEN, HUGGING_FACE_HUB_TOKEN and KIMI_SERVER_API_KEY when set, of each --secret-env
+variable and of each line of --secret-file; their base64 forms at every alignment (an echoed
+Authorization header) and their unkeyed hex digests; and what looks like a secret whoever
+wrote it: `hf_` and 30 or more letters and digits, `Authorization: Bearer <x>`,
+`api_key=<x>`, `--api-key <x>`, `"api_key": "<x>"`, a URL's password.
+
+Confined: links are followed only to regular files inside RESULTS_DIR (a link out of it, or
+to a folder, is left out and listed); members are named relative to the run's folder, never
+absolute or with `..`. Bounded: a file over --max-file-bytes, and whatever would take the
+whole past --max-bytes, is left out and listed. The archive is written next to --out and
+linked into place, so it is whole or absent, and an existing --out is never replaced.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import stat
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+MASK = "********"
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "KIMI_SERVER_API_KEY")
+DEFAULT_MAX_FILE_BYTES = 512 << 20
+DEFAULT_MAX_BYTES = 8 << 30
+MAX_SECRET_FILE_BYTES = 1 << 20
+MAX_FILES = 200_000
+# A secret shorter than this has no base64 form worth masking: its few characters would match
+# ordinary text.
+MIN_BASE64_SECRET = 8
+DIGESTS = ("md5", "sha1", "sha224", "sha256", "sha384", "sha512", "blake2b", "blake2s")
+# The same patterns the host's collector masks (module_utils/benchmark_debug.py); an empty or
+# None assignment stays, it says that no key was set.
+PATTERNS = (
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),
+    re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?bearer\s+)([^\s\"',]+)"),
+    re.compile(r"(?i)(\b[a-z0-9_]*api[_-]?key\s*=\s*)('[^']*'|\"[^\"]*\"|[^\s,)'\"]+)"),
+    re.compile(r"(?i)(--api-key\s+)([^\s'\"]+)"),
+    re.compile(r"(?i)(\"api[_-]?key\"\s*:\s*\")((?:[^\"\\]|\\.)*)(?=\")"),
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)(?=@)"),
+)
+UNSET_VALUES = {"", "''", '""', "none", "null"}
+
+
+class BundleError(Exception):
+    """Bad input: the message says what and how to fix it."""
+
+
+def secret_forms(secrets) -> list[str]:
+    """Each secret as it is, its unkeyed hex digests, and the part of its base64 encoding
+    (standard and URL-safe) that only its own bytes decide at each of the three alignments it
+    can have inside a longer encoded text; longest first."""
+    forms = set()
+    for secret in secrets:
+        if not secret:
+            continue
+        forms.add(secret)
+        raw = secret.encode()
+        forms.update(hashlib.new(name, raw).hexdigest() for name in DIGESTS)
+        if len(raw) < MIN_BASE64_SECRET:
+            continue
+        for offset in range(3):
+            for encode in (base64.b64encode, base64.urlsafe_b64encode):
+                text = encode(b"\0" * offset + raw + b"\0\0").decode()
+                first = -(-offset * 8 // 6)
+                forms.add(text[first : (offset + len(raw)) * 8 // 6])
+    return sorted(forms, key=len, reverse=True)
+
+
+class Scrubber:
+    def __init__(self, secrets):
+        forms = secret_forms(secrets)
+        self.literal = (
+            re.compile("|".join(re.escape(f) for f in forms), re.IGNORECASE) if forms else None
+        )
+        self.count = 0
+
+    def text(self, text: str) -> str:
+        if self.literal is not None:
+            text, found = self.literal.subn(MASK, text)
+            self.count += found
+        for pattern in PATTERNS:
+            text = pattern.sub(self._pattern_mask, text)
+        return text
+
+    def bytes(self, data: bytes) -> bytes:
+        # surrogateescape: bytes that are no UTF-8 come back as they were.
+        return self.text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+    def _pattern_mask(self, match: re.Match) -> str:
+        if match.re.groups == 0:
+            self.count += 1
+            return MASK
+        value = match.group(2)
+        if value.strip().lower() in UNSET_VALUES or value.strip("'\"") == MASK:
+            return match.group(0)
+        self.count += 1
+        quote = value[0] if value[:1] in ("'", '"') and value[-1:] == value[:1] else ""
+        return f"{match.group(1)}{quote}{MASK}{quote}"
+
+
+@dataclass
+class Bundled:
+    out: Path
+    members: list[str] = field(default_factory=list)
+    bytes: int = 0
+    masked: int = 0
+    secrets: int = 0
+    left_out: list[tuple[str, str]] = field(default_factory=list)
+
+
+def gather_secrets(
+    secret_env: list[str], secret_file: str | None, environ=os.environ
+) -> tuple[list[str], list[str]]:
+    """(secret values, where each kind came from, for the summary: names, never values)."""
+    values, sources = [], []
+    for name in SECRET_ENV:
+        if environ.get(name):
+            values.append(environ[name])
+            sources.append(name)
+    for name in secret_env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise BundleError(f"--secret-env {name!r} is no variable name")
+        if not environ.get(name):
+            raise BundleError(
+                f"--secret-env {name}: the variable is not set or empty, so its value cannot be "
+                "masked. Fix: export it, or leave the option out."
+            )
+        values.append(environ[name])
+        sources.append(name)
+    if secret_file:
+        path = Path(secret_file)
+        try:
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SECRET_FILE_BYTES:
+                raise BundleError(
+                    f"--secret-file {path}: needed a regular file of at most "
+                    f"{MAX_SECRET_FILE_BYTES} bytes, one secret a line"
+                )
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise BundleError(f"--secret-file {path} cannot be read: {error}") from None
+        found = [line.strip() for line in lines if line.strip()]
+        values += found
+        sources.append(f"{len(found)} lines of {path.name}")
+    return list(dict.fromkeys(values)), sources
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def member_name(top: str, rel: PurePosixPath) -> str:
+    name = str(PurePosixPath(top) / rel)
+    parts = PurePosixPath(name).parts
+    if name.startswith("/") or ".." in parts or "." in parts or not rel.parts:
+        raise BundleError(f"{name}: not a member name the bundle writes")
+    return name
+
+
+def candidates(root: Path) -> tuple[list[tuple[PurePosixPath, Path]], list[tuple[str, str]]]:
+    """(relative name, file to read) of every regular file under root, links to regular files
+    inside root read through; and what was left out, with why."""
+    found, left_out = [], []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        here = Path(folder)
+        rel_here = here.relative_to(root)
+        for name in sorted(dirs):
+            path = here / name
+            if name.startswith("."):
+                left_out.append((str(rel_here / name), "hidden folder"))
+            elif path.is_symlink():
+                left_out.append((str(rel_here / name), "a link to a folder: not followed"))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (here / d).is_symlink())
+        for name in sorted(files):
+            path = here / name
+            rel = PurePosixPath(*(rel_here / name).parts)
+            if name.startswith("."):
+                left_out.append((str(rel), "hidden file"))
+                continue
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    left_out.append((str(rel), "a broken link"))
+                    continue
+                if not _inside(target, root):
+                    left_out.append((str(rel), "a link out of the results folder: not followed"))
+                    continue
+                info = target.stat()
+                path = target
+            if not stat.S_ISREG(info.st_mode):
+                left_out.append((str(rel), "not a regular file"))
+                continue
+            found.append((rel, path))
+            if len(found) > MAX_FILES:
+                raise BundleError(f"{root}: more than {MAX_FILES} files: point at one run")
+    return found, left_out
+
+
+def read_bounded(path: Path, limit: int) -> bytes | None:
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    return None if len(data) > limit else data
+
+
+def gunzip_bounded(data: bytes, limit: int) -> bytes | None:
+    """The decompressed bytes of every gzip member, or None past limit; ValueError when it is
+    no gzip."""
+    out = bytearray()
+    while data:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out += inflater.decompress(data, limit + 1 - len(out))
+        except zlib.error as error:
+            raise ValueError(str(error)) from None
+        if len(out) > limit or inflater.unconsumed_tail:
+            return None
+        if not inflater.eof:
+            raise ValueError("truncated")
+        data = inflater.unused_data
+    return bytes(out)
+
+
+def bundle(
+    results_dir: str,
+    out: str,
+    secret_env: list[str] = (),
+    secret_file: str | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    environ=os.environ,
+) -> Bundled:
+    root_given = Path(results_dir)
+    if not root_given.is_dir():
+        raise BundleError(f"{results_dir}: not a folder; give a run's results folder")
+    root = root_given.resolve()
+    target = Path(out)
+    if not target.name.endswith((".tar.gz", ".tgz")):
+        raise BundleError(f"--out {out}: needed a file name ending in .tar.gz")
+    if target.exists() or target.is_symlink():
+        raise BundleError(
+            f"--out {out} exists; the bundle never replaces a file. Fix: another name"
+        )
+    parent = target.parent.resolve()
+    if not parent.is_dir():
+        raise BundleError(f"--out {out}: the folder {target.parent} does not exist")
+    if _inside(parent, root):
+        raise BundleError(f"--out {out} is inside {results_dir}; put it outside the run")
+    values, sources = gather_secrets(list(secret_env), secret_file, environ)
+    scrub = Scrubber(values)
+    done = Bundled(out=target, secrets=len(values))
+    files, done.left_out = candidates(root)
+    top = root.name or "run"
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            for rel, path in files:
+                name = member_name(top, rel)
+                data = read_bounded(path, max_file_bytes)
+                if data is None:
+                    done.left_out.append((str(rel), f"over --max-file-bytes {max_file_bytes}"))
+                    continue
+                if rel.name.endswith(".gz"):
+                    try:
+                        plain = gunzip_bounded(data, max_file_bytes)
+                    except ValueError as error:
+                        # What cannot be read cannot be scrubbed: it stays home.
+                        done.left_out.append((str(rel), f"no readable gzip ({error})"))
+                        continue
+                    if plain is None:
+                        done.left_out.append(
+                            (str(rel), f"decompresses past --max-file-bytes {max_file_bytes}")
+                        )
+                        continue
+                    data = gzip.compress(scrub.bytes(plain), mtime=0)
+                else:
+                    data = scrub.bytes(data)
+                if done.bytes + len(data) > max_bytes:
+                    done.left_out.append((str(rel), f"past --max-bytes {max_bytes} in all"))
+                    continue
+                add(tar, name, data, path.stat().st_mtime)
+                done.members.append(name)
+                done.bytes += len(data)
+            manifest = {
+                "kind": "analysis.bundle",
+                "run": top,
+                "members": done.members,
+                "left_out": [{"path": p, "why": why} for p, why in done.left_out],
+                "masked_values": scrub.count,
+                "secrets_from": sources,
+            }
+            add(tar, f"{top}/BUNDLE.json", scrub.bytes(json.dumps(manifest, indent=1).encode()))
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(temporary, 0o644)
+        # A link cannot replace a file: an --out that appeared meanwhile is kept.
+        try:
+            os.link(temporary, target)
+        except FileExistsError:
+            raise BundleError(f"--out {out} appeared while packing; it was left as it is") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+    done.masked = scrub.count
+    return done
+
+
+def add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float = 0) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    info.mtime = int(mtime)
+    tar.addfile(info, io.BytesIO(data))
