@@ -134,9 +134,17 @@ def _number(value):
 
 
 def canonical(value) -> str:
-    """The value's identity: JSON text with sorted keys (a sha256 in place of a long one)."""
-    if isinstance(value, str) and len(value) <= MAX_KEY:
-        return json.dumps(value)
+    """The value's identity: a short text of its type and value, JSON with sorted keys for
+    containers, a sha256 in place of a long one."""
+    kind = type(value)
+    if kind is str:
+        if len(value) <= MAX_KEY:
+            return "s" + value
+        value = ["s", value]  # hashed below, apart from a list holding the same text
+    elif kind is int or kind is float:
+        return f"n{_number(value)!r}"
+    elif kind is bool or value is None:
+        return f"c{value}"
     try:
         text = json.dumps(_normal(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
