@@ -346,3 +346,35 @@ def test_hostile_run_json_fields_do_not_stop_compare(tmp_path):
     status, _stdout, found, _out = compared(tmp_path, a, b, "out", "--require-comparable")
     # run.json's telemetry counts only where no level records it; workloads A does not record.
     assert (status, found) == (0, [])
+
+
+def test_accuracy_settings_are_compared_and_a_set_in_one_run_only_is_not(tmp_path):
+    scored = {name: replace(sim, accuracy=0.9) for name, sim in CONFIGS.items()}
+    common = {"configs": scored, "scored": {"gsm8k": "gsm8k"}}
+    floors = {"gsm8k": {"floor": 0.8, "source": "model.yml"}}
+    a = run(tmp_path, "a", prompt_sets=("gsm8k", "mt-bench"), accuracy_floors=floors, **common)
+    b = run(
+        tmp_path,
+        "b",
+        scored_kwargs={"thinking": True},
+        accuracy_floors={"gsm8k": {"floor": 0.85, "source": "model.yml"}},
+        **common,
+    )
+    found = check(a, b)
+    assert fields(found) == [
+        ("not_comparable", "prompts[gsm8k].chat_template_kwargs"),
+        ("not_comparable", "model.accuracy_floors"),
+    ]
+    assert (found[0]["a"], found[0]["b"]) == ({"thinking": False}, {"thinking": True})
+
+
+def test_when_the_models_differ_what_follows_from_them_is_expected(tmp_path):
+    a = run(tmp_path, "a", launch_args=("--reasoning-parser", "kimi_k2"))
+    b = run(tmp_path, "b", model=QWEN, launch_args=("--reasoning-parser", "qwen3"), num_prompts=8)
+    found = check(a, b)
+    assert fields(found) == [
+        ("not_comparable", "settings.num_prompts"),
+        ("expected_difference", "model"),
+        ("expected_difference", "launch[ar,ddtree-b16].argv"),
+    ]
+    assert "expected, as the models differ" in found[2]["message"]
