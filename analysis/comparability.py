@@ -564,14 +564,11 @@ def _launch(a: Facts, b: Facts, model_differs: bool) -> list[dict]:
         lines = [f"{flag} A {x.text()}, B {y.text()}" for flag, x, y in entries[:MAX_ENTRIES]]
         if len(entries) > MAX_ENTRIES:
             lines.append(f"and {len(entries) - MAX_ENTRIES} more")
-        label = "launch environment" if name == "environment" else f"launch {name}"
         out.append(
             warning(
                 kind,
                 where,
-                f"{label} of {', '.join(configs[:6])}"
-                + (f" and {len(configs) - 6} more configs" if len(configs) > 6 else "")
-                + f": {'; '.join(lines)} ({why})",
+                f"{where}: {'; '.join(lines)} ({why})",
                 {flag: x.summary() for flag, x, _ in entries[:32]},
                 {flag: y.summary() for flag, _, y in entries[:32]},
                 configs=configs[:200],

@@ -820,7 +820,7 @@ def compare(
 def _comparability_markdown(found: list[dict]) -> str:
     if not found:
         return "No differences in settings, prompts, weights, runtime, launches or hardware.\n"
-    return "".join(f"- `{w['kind']}` `{w['where']}`: {w['message']}\n" for w in found)
+    return "".join(f"- `{w['kind']}` {w['message']}\n" for w in found)
 
 
 # Columns of the budget diagnosis rows in a comparison's per-run section.
