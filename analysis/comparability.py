@@ -69,11 +69,11 @@ SETTINGS = {
     "repeats": "repeats decide the intervals a difference is judged by",
     "telemetry": "GPU sampling costs the client host CPU",
     "telemetry_interval_ms": "GPU sampling costs the client host CPU",
-    "workloads": "the synthetic workloads the run was planned with",
 }
-# Taken from run.json first: a level file records its own repeat count only since issue 19,
-# and the workload list only the plan has.
-RUN_FIRST = {"repeats", "workloads"}
+# Taken from run.json first: a level file records its own repeat count only since issue 19.
+# (Which workloads and sets a run planned is no setting: a level only one run has is listed
+# as such, and each workload both ran is compared by its definition.)
+RUN_FIRST = {"repeats"}
 WHY = {
     "prompts.sha256": "other prompts, other results",
     "prompts.workload": "another synthetic workload (seed, tokenizer) is other prompts",
@@ -279,7 +279,7 @@ def facts(results) -> Facts:
             for level in results.levels:
                 found.add("settings.repeats", level.repeats)
         else:
-            found.add(f"settings.{name}", _sorted_names(run.get(name)))
+            found.add(f"settings.{name}", run.get(name))
     model = _dict(run.get("model"))
     if model:
         target = _dict(model.get("target"))
@@ -288,13 +288,6 @@ def facts(results) -> Facts:
     for name, value in lock_values(run.get("lock")):
         found.add(name, value)
     return found
-
-
-def _sorted_names(value):
-    """A list of names in any order as one value (the workloads list)."""
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return sorted(value)
-    return value
 
 
 def _level_facts(found: Facts, level) -> None:

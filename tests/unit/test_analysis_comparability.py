@@ -283,6 +283,15 @@ def test_a_changed_workload_is_one_warning_not_also_its_prompts_hash(tmp_path):
     assert '"seed": 0' in found["message"] and '"seed": 1' in found["message"]
 
 
+def test_a_workload_only_one_run_planned_is_no_difference(tmp_path):
+    a = run(tmp_path, "a")
+    b = run(tmp_path, "b")
+    record = json.loads((b / "run.json").read_text())
+    record["workloads"] = ["isl1024-osl1024"]  # planned in B, its levels only in B
+    (b / "run.json").write_text(json.dumps(record))
+    assert check(a, b) == []
+
+
 # -- outside input -------------------------------------------------------------------------
 
 
@@ -344,7 +353,7 @@ def test_hostile_run_json_fields_do_not_stop_compare(tmp_path):
     record.update(workloads=5, telemetry={"a": [1]}, lock="yes", repeats=1)
     (b / "run.json").write_text(json.dumps(record))
     status, _stdout, found, _out = compared(tmp_path, a, b, "out", "--require-comparable")
-    # run.json's telemetry counts only where no level records it; workloads A does not record.
+    # run.json's telemetry counts only where no level records it; its workloads list is no setting.
     assert (status, found) == (0, [])
 
 
