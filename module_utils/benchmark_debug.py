@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import stat
+import string
 import subprocess
 import tempfile
 import time
@@ -51,18 +52,46 @@ OWN_FILES = (INDEX, SERVER_LOG, JOURNAL, DMESG, NCCL, SMI_START, SMI_END, RUNTIM
 
 # Unkeyed digests of a secret are the secret to a dictionary attack: masked like it.
 DIGESTS = ("md5", "sha1", "sha224", "sha256", "sha384", "sha512", "blake2b", "blake2s")
-# Secrets nobody listed: a Hugging Face token, a bearer header, an api_key assignment (SGLang
-# prints its ServerArgs, api_key included, when it starts), a URL's password. The value of
-# an empty or None assignment stays: it says that no key was set.
+# Secrets nobody listed, each with the words that must be near it (ASCII case-folded, found
+# with str.find, which is fast, before any expression runs on a window around each find): a
+# Hugging Face token, a bearer header, an api_key assignment or JSON value (SGLang prints its
+# ServerArgs, api_key included, when it starts), a --api-key argument, a URL's password. The
+# value of an empty or None assignment stays: it says that no key was set.
 PATTERNS = (
-    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),
-    re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?bearer\s+)([^\s\"',]+)"),
-    re.compile(r"(?i)(\b[a-z0-9_]*api[_-]?key\s*=\s*)('[^']*'|\"[^\"]*\"|[^\s,)'\"]+)"),
-    re.compile(r"(?i)(--api-key\s+)([^\s'\"]+)"),
-    re.compile(r"(?i)(\"api[_-]?key\"\s*:\s*\")((?:[^\"\\]|\\.)*)(?=\")"),
-    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)(?=@)"),
+    (("hf_",), False, re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    (
+        ("bearer",),
+        True,
+        re.compile(r"(?i)(\bauthorization[ \t]*[:=][ \t]*[\"']?bearer[ \t]+)([^\s\"',]+)"),
+    ),
+    (
+        ("api_key", "api-key", "apikey"),
+        True,
+        re.compile(
+            r"(?i)(\b[a-z0-9_]*api[_-]?key[ \t]*=[ \t]*)('[^'\n]*'|\"[^\"\n]*\"|[^\s,)'\"]+)"
+        ),
+    ),
+    (("--api-key",), True, re.compile(r"(?i)(--api-key[ \t]+)([^\s'\"]+)")),
+    (
+        ("api_key", "api-key", "apikey"),
+        True,
+        re.compile(r"(?i)(\"api[_-]?key\"[ \t]*:[ \t]*\")((?:[^\"\\\n]|\\.)*)(?=\")"),
+    ),
+    (("://",), False, re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://[^/\s:@]+:)([^@\s/]+)(?=@)")),
 )
 UNSET_VALUES = {"", "''", '""', "none", "null"}
+# Around each find, the characters a pattern's match may start before it and end after it.
+LOOK_BEHIND = 256
+LOOK_AHEAD = 1 << 16
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def folded(text: str) -> str:
+    """ASCII letters lowered, every other character kept, so positions stay (what
+    bytes.lower() does, as a scanner folds case)."""
+    return text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
+
+
 XID = re.compile(r"\bXid\b|NVRM")
 NCCL_LINE = re.compile(r"NCCL (?:INFO|WARN)")
 # The share of a capped file kept from its start (the server's arguments, NCCL init); the
@@ -71,27 +100,56 @@ HEAD_SHARE = 0.25
 
 
 class Scrubber:
-    """Masks the given secrets in every form anyone can derive, and the PATTERNS; counts what
-    it masked (never what)."""
+    """Masks the given secret forms wherever they appear (ASCII case-folded) and the PATTERNS;
+    counts what it masked, never what. Linear in the text: each form and trigger is one
+    str.find pass, and expressions run only on windows around what was found."""
 
     def __init__(self, secrets):
-        forms = set(secret_forms([s for s in secrets if isinstance(s, str) and s]))
+        secrets = [s for s in secrets if isinstance(s, str) and s]
+        forms = set(secret_forms(secrets))
         for secret in secrets:
-            if isinstance(secret, str) and secret:
-                forms.update(hashlib.new(name, secret.encode()).hexdigest() for name in DIGESTS)
-        ordered = sorted(forms, key=len, reverse=True)
-        self.literal = (
-            re.compile("|".join(re.escape(f) for f in ordered), re.IGNORECASE) if ordered else None
-        )
+            forms.update(hashlib.new(name, secret.encode()).hexdigest() for name in DIGESTS)
+        self.forms = sorted(forms, key=len, reverse=True)
         self.count = 0
 
     def __call__(self, text: str) -> str:
-        if self.literal is not None:
-            text, found = self.literal.subn(MASK, text)
-            self.count += found
-        for pattern in PATTERNS:
-            text = pattern.sub(self._pattern_mask, text)
+        return self.text(text)
+
+    def text(self, text: str) -> str:
+        hay = folded(text)
+        for form in self.forms:
+            needle = folded(form)
+            pos = hay.find(needle)
+            if pos == -1:
+                continue
+            pieces, last = [], 0
+            while pos != -1:
+                pieces += [text[last:pos], MASK]
+                self.count += 1
+                last = pos + len(form)
+                pos = hay.find(needle, last)
+            text = "".join(pieces) + text[last:]
+            hay = folded(text)
+        for triggers, fold, pattern in PATTERNS:
+            for trigger in triggers:
+                counted = self.count
+                text = self._around(text, hay if fold else text, trigger, pattern)
+                if self.count != counted:
+                    hay = folded(text)
         return text
+
+    def _around(self, text: str, hay: str, trigger: str, pattern: re.Pattern) -> str:
+        pos = hay.find(trigger)
+        if pos == -1:
+            return text
+        pieces, last = [], 0
+        while pos != -1:
+            start = max(last, pos - LOOK_BEHIND)
+            end = min(len(text), pos + len(trigger) + LOOK_AHEAD)
+            pieces += [text[last:start], pattern.sub(self._pattern_mask, text[start:end])]
+            last = end
+            pos = hay.find(trigger, end)
+        return "".join(pieces) + text[last:]
 
     def _pattern_mask(self, match: re.Match) -> str:
         if match.re.groups == 0:
@@ -229,15 +287,17 @@ class Collector:
     def note(self, name: str, status: str, **details) -> None:
         self.index["files"][name] = {"status": status, **details}
 
-    def write(self, name: str, data: bytes | str, **details) -> None:
+    def write(self, name: str, data: bytes | str, **details) -> str:
         """Scrubbed text written atomically; a .gz name is compressed (no timestamp in the
-        header: the same text gives the same bytes)."""
+        header: the same text gives the same bytes). Returns the scrubbed text."""
         text = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
-        raw = self.scrub(text).encode("utf-8", "surrogateescape")
+        scrubbed = self.scrub(text)
+        raw = scrubbed.encode("utf-8", "surrogateescape")
         stored = gzip.compress(raw, mtime=0) if name.endswith(".gz") else raw
         atomic_write(os.path.join(self.dest, name), stored)
         details.setdefault("status", "ok")
         self.note(name, bytes=len(raw), stored_bytes=len(stored), **details)
+        return scrubbed
 
     def finish(self, phase: str) -> dict:
         self.index.update(
@@ -355,13 +415,12 @@ class Collector:
                     self.cap,
                     "its start kept; journalctl -u on the host has the rest",
                 )
-            self.write(
+            return self.write(
                 JOURNAL,
                 text,
                 status="cut" if got.cut else "ok",
                 source=f"journalctl -u {self.p['unit_name']}",
             )
-            return self.scrub(text)
         path = self.p["log_file"]
         try:
             data, size, cut = read_capped(path, self.cap)
@@ -369,8 +428,9 @@ class Collector:
             self.note(SERVER_LOG, "missing", why=f"{path}: {error.strerror or error}")
             return ""
         text = data.decode("utf-8", "surrogateescape")
-        self.write(SERVER_LOG, text, status="cut" if cut else "ok", source=path, source_bytes=size)
-        return self.scrub(text)
+        return self.write(
+            SERVER_LOG, text, status="cut" if cut else "ok", source=path, source_bytes=size
+        )
 
     def nccl(self, log_text: str) -> None:
         limit = self.p["nccl_lines"]

@@ -326,3 +326,12 @@ def test_module_runs_each_phase_and_rejects_bad_options(host):
         "benchmark_debug", params(host, phase="begin", dest=str(host["tmp"] / "x")), check_mode=True
     )
     assert checked["changed"] and not (host["tmp"] / "x").exists()
+
+
+def test_scrubber_finds_patterns_deep_in_one_long_line_and_in_any_case():
+    filler = "x" * (1 << 20)
+    text = f"{filler} api_key={API_KEY.upper()} {filler} Authorization: Bearer tok.en {STRAY_TOKEN}"
+    scrub = Scrubber([API_KEY])
+    out = scrub(text)
+    assert out == f"{filler} api_key={MASK} {filler} Authorization: Bearer {MASK} {MASK}"
+    assert scrub.count == 3
