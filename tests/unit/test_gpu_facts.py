@@ -268,3 +268,14 @@ def test_a_child_left_behind_after_a_normal_exit_is_killed_and_does_not_block():
     assert (rc, out) == (0, "answered\n")
     assert elapsed < 5, elapsed
     assert survivors == []
+
+
+def test_the_fake_answers_plain_query_from_its_capture(fake_smi):
+    """`nvidia-smi -q` (the benchmark's debug snapshots) in the plain layout, from the same
+    capture as -q -x."""
+    rc, out, err = run_with_deadline([sys.executable, fake_smi("h200-x2"), "-q"], 30)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert "Driver Version                              : 580.159.04" in lines
+    assert sum(line.strip().startswith("Product Name") for line in lines) == 2
+    assert sum(line.startswith("GPU 0000") for line in lines) == 2

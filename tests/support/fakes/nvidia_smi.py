@@ -450,6 +450,31 @@ def truncated_xml() -> str:
     return xml[:cut]
 
 
+def query_text() -> str:
+    """`nvidia-smi -q`: the -q -x capture in the plain layout, `Name : value` indented by
+    depth, one block per GPU, as the real one prints the same tree."""
+    root = ET.fromstring(query_xml())
+    lines = ["", "=" * 14 + "NVSMI LOG" + "=" * 14, ""]
+
+    def walk(element, depth: int) -> None:
+        for child in element:
+            label = child.tag.replace("_", " ").title()
+            text = (child.text or "").strip()
+            if len(child):
+                lines.append(f"{'    ' * depth}{label}")
+                walk(child, depth + 1)
+            else:
+                lines.append(f"{'    ' * depth}{label:<40}: {text}")
+
+    for child in root:
+        if child.tag == "gpu":
+            lines += ["", f"GPU {child.get('id', '')}"]
+            walk(child, 1)
+        elif not len(child):
+            lines.append(f"{child.tag.replace('_', ' ').title():<44}: {(child.text or '').strip()}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     if FAULT_FILE.is_file():
         fault = FAULT_FILE.read_text().strip()
@@ -470,6 +495,9 @@ def main(argv: list[str]) -> int:
     args = list(argv)
     if sorted(args) in (["-q", "-x"], ["--query", "--xml-format"], ["-qx"]):
         sys.stdout.write(query_xml())
+        return 0
+    if args in (["-q"], ["--query"]):
+        sys.stdout.write(query_text())
         return 0
     if args in (["topo", "-m"], ["topo", "--matrix"]):
         sys.stdout.write(read_capture("topo-m.txt"))
@@ -505,7 +533,7 @@ def main(argv: list[str]) -> int:
             return 0
     sys.stderr.write(
         f"fake nvidia-smi: no capture answers `nvidia-smi {' '.join(args)}`; "
-        "supported: -q -x, topo -m, topo -p2p X, -L, --query-gpu=... --format=csv[,...] "
+        "supported: -q, -q -x, topo -m, topo -p2p X, -L, --query-gpu=... --format=csv[,...] "
         "[-lms N], [-i ID] -pm 0|1\n"
     )
     return 2
