@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 import time
@@ -670,6 +671,72 @@ def test_no_secret_reaches_a_file_others_can_read(cluster, deploy):
             f"| xargs -0r grep -l -a -i -F -e {TOKEN} -e {API_KEY} || true",
         ).stdout.split()
         assert not found, (host, found)
+
+
+DEBUG_FILES = {
+    "collected.json",
+    "dmesg.txt",
+    "nccl.txt",
+    "nvidia-smi-q-start.txt",
+    "nvidia-smi-q-end.txt",
+    "runtime.json",
+    "launch.json",
+}
+
+
+def test_each_config_brings_back_its_debug_files_and_the_bundle_holds_no_secret(deploy, tmp_path):
+    """Per host and config the benchmark fetched what debugging a result needs (the server's
+    log whole on the supervised host, its unit's journal on the systemd host), and `analysis
+    bundle` of each run packs it with no secret in it, gzip members included."""
+    import gzip
+    import tarfile
+
+    from tests.support.secret_scan import derived_forms, scan
+
+    secrets = {"HF token": derived_forms(TOKEN), "API key": derived_forms(API_KEY)}
+    for host in HOSTS:
+        results = deploy["results"][host]
+        log = "journal.txt.gz" if host == SYSTEMD_HOST else "server.log.gz"
+        for config in CONFIGS[host]:
+            debug = results / host / config / "debug"
+            assert {p.name for p in debug.iterdir()} == DEBUG_FILES | {log}, (host, config)
+            collected = json.loads((debug / "collected.json").read_text())
+            assert collected["kind"] == "kimi.benchmark_debug", collected
+            # The log holds the server's start, read from the file or the unit's journal.
+            assert b"serving on" in gzip.decompress((debug / log).read_bytes()), (host, config)
+            assert "Driver Version" in (debug / "nvidia-smi-q-end.txt").read_text()
+        bundle = tmp_path / f"{host}.tar.gz"
+        packed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "analysis",
+                "bundle",
+                str(results),
+                "--out",
+                str(bundle),
+                "--secret-env",
+                "KIT_TEST_API_KEY",
+            ],
+            cwd=REPO,
+            env={**os.environ, "KIT_TEST_API_KEY": API_KEY, "HF_TOKEN": TOKEN},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert packed.returncode == 0, packed.stdout + packed.stderr
+        assert API_KEY not in packed.stdout + packed.stderr
+        unpacked = tmp_path / f"{host}-unpacked"
+        with tarfile.open(bundle) as archive:
+            archive.extractall(unpacked, filter="data")
+        names = {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*") if p.is_file()}
+        for config in CONFIGS[host]:
+            for name in DEBUG_FILES | {log}:
+                assert f"{results.name}/{host}/{config}/debug/{name}" in names, (config, name)
+        for member in list(unpacked.rglob("*.gz")):
+            member.with_suffix("").write_bytes(gzip.decompress(member.read_bytes()))
+        leaks, read = scan([unpacked], secrets, readable_only=False)
+        assert read > 20 and not leaks, "\n".join(map(str, leaks))
 
 
 def test_systemd_runs_the_fabric_manager_and_restarts_a_killed_server(cluster, deploy):
