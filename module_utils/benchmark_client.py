@@ -12,7 +12,6 @@ flush_cache are the server calls around a level.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import math
@@ -40,6 +39,7 @@ from ansible.module_utils.benchmark import (
     startup_record,
 )
 from ansible.module_utils.host_helpers import MASK
+from ansible.module_utils.secret_scrub import secret_forms
 
 METRICS = (
     "sglang:generation_tokens_total",
@@ -71,32 +71,6 @@ FLUSH_REQUEST_WAIT_S = 30.0
 MAX_ANSWER = 8 << 20
 MAX_ERROR_ANSWER = 4096
 MAX_JSON_DEPTH = 64
-# A secret shorter than this has no base64 form worth masking: its few characters would
-# match ordinary text.
-MIN_BASE64_SECRET = 8
-
-
-def secret_forms(secrets) -> list[str]:
-    """The secrets as they can appear in what a server echoes: as they are, and the part of
-    their base64 encoding (standard and URL-safe) that only their own bytes decide, at each
-    of the three alignments they can have inside a longer encoded text (an Authorization
-    header echoed encoded). Longest first, so that a form is masked before a part of it."""
-    forms = set()
-    for secret in secrets:
-        if not isinstance(secret, str) or not secret:
-            continue
-        forms.add(secret)
-        raw = secret.encode()
-        if len(raw) < MIN_BASE64_SECRET:
-            continue
-        for offset in range(3):
-            for encode in (base64.b64encode, base64.urlsafe_b64encode):
-                text = encode(b"\0" * offset + raw + b"\0\0").decode()
-                # Characters wholly inside the secret's bits: the first one starts at or
-                # after its first bit, the last one ends at or before its last bit.
-                first = -(-offset * 8 // 6)
-                forms.add(text[first : (offset + len(raw)) * 8 // 6])
-    return sorted(forms, key=len, reverse=True)
 
 
 def masked(text: str, forms: list[str]) -> str:

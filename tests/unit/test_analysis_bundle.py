@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis.__main__ import main
-from analysis.bundle import MASK, Scrubber
+from module_utils.secret_scrub import MASK, Scrubber
 from tests.support.secret_scan import derived_forms, scan
 
 pytestmark = pytest.mark.analysis
