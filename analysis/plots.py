@@ -201,19 +201,22 @@ def _panels(table: list[dict]) -> tuple[list[tuple], bool]:
     return sorted({(r["host"], None) for r in table})[:MAX_PANELS], True
 
 
-def _series(table: list[dict], key: tuple, column: str) -> dict[str, list[tuple]]:
-    """{config: [(concurrency, value)]} of one panel, prompt sets averaged when key[1] is None."""
+def _series(
+    table: list[dict], key: tuple, column: str, x: str = "concurrency"
+) -> dict[str, list[tuple]]:
+    """{config: [(x, value)]} of one panel (x the concurrency, or the request rate), prompt
+    sets averaged when key[1] is None."""
     host, prompt_set = key
     cells: dict[tuple, list] = {}
     for row in table:
         if row["host"] != host or (prompt_set is not None and row["prompt_set"] != prompt_set):
             continue
-        cells.setdefault((row["config"], row["concurrency"]), []).append(row[column])
+        cells.setdefault((row["config"], row[x]), []).append(row[column])
     out: dict[str, list[tuple]] = {}
-    for (config, concurrency), values in sorted(cells.items()):
+    for (config, at), values in sorted(cells.items()):
         value = _mean(values)
         if value is not None:
-            out.setdefault(config, []).append((concurrency, value))
+            out.setdefault(config, []).append((at, value))
     return dict(sorted(out.items(), key=lambda item: config_order(item[0])))
 
 
@@ -1113,18 +1116,8 @@ def rate_plot(table: list[dict], palette: dict) -> Plot | None:
             (("output_tokens_per_s", "output tokens/s"), ("ttft_ms_p99", "TTFT p99 (ms)"))
         ):
             axis = axes[index * 2 + column]
-            cells: dict[tuple, list] = {}
-            for row in rows:
-                if row["host"] != key[0] or (key[1] is not None and row["prompt_set"] != key[1]):
-                    continue
-                cells.setdefault((row["config"], row["request_rate"]), []).append(row[metric])
-            series: dict[str, list] = {}
-            for (config, rate), values in sorted(cells.items()):
-                value = _mean(values)
-                if value is not None:
-                    series.setdefault(config, []).append((rate, value))
-            for config in sorted(series, key=config_order):
-                x, y = zip(*series[config], strict=True)
+            for config, points in _series(rows, key, metric, x="request_rate").items():
+                x, y = zip(*points, strict=True)
                 axis.plot(x, y, marker="o", color=palette[config], label=config)
             axis.set_title(f"{name} - {_title(key, averaged)}", fontsize=9)
             axis.set_xlabel("request rate (requests/s, Poisson arrivals)")
