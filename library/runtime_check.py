@@ -42,6 +42,18 @@ options:
   source_stamp:
     description: JSON file recording the git source (url, ref, commit, patches) of the install.
     type: path
+  expect_packages:
+    description:
+      - The package set the environment must hold exactly (the study lock's
+        C(runtime.<kind>.packages) - name to C(version) or to a mapping with C(version)).
+      - Every difference is returned in RV(drift), one line in RV(drift_report), and counts as
+        a mismatch. Left out, nothing is compared.
+    type: dict
+  ignore_packages:
+    description: Packages that O(expect_packages) is not compared on (pip's own tooling).
+    type: list
+    elements: str
+    default: [pip, setuptools, wheel]
   fact_name:
     description: Name of the returned fact.
     type: str
@@ -85,6 +97,17 @@ ansible_facts:
     (python, package, version, import_version, requirements, packages, pip_check, source).
   returned: always
   type: dict
+drift:
+  description: >-
+    Each package whose installed version differs from O(expect_packages), as C(name),
+    C(locked) and C(installed) (null where absent); empty without O(expect_packages).
+  returned: always
+  type: list
+  elements: dict
+drift_report:
+  description: The drift in one line, e.g. C(packaging - locked 26.4, installed 26.3).
+  returned: always
+  type: str
 import_seconds:
   description: How long the smoke import took.
   returned: always
@@ -94,7 +117,7 @@ import_seconds:
 import inspect  # noqa: E402
 import json  # noqa: E402
 
-from ansible.module_utils import runtime_probe  # noqa: E402
+from ansible.module_utils import runtime_freeze, runtime_probe  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host_helpers import (  # noqa: E402
     CommandFailed,
@@ -111,6 +134,12 @@ def main() -> None:
             "import_name": {"type": "str", "default": "sglang"},
             "expect_version": {"type": "str", "default": ""},
             "source_stamp": {"type": "path"},
+            "expect_packages": {"type": "dict"},
+            "ignore_packages": {
+                "type": "list",
+                "elements": "str",
+                "default": list(runtime_freeze.NOT_FROZEN),
+            },
             "fact_name": {"type": "str", "default": "kimi_runtime"},
             "fail_on_mismatch": {"type": "bool", "default": True},
             "timeout": {"type": "float", "default": 420},
@@ -174,6 +203,19 @@ def main() -> None:
                 record["source"] = json.load(handle)
         except (OSError, ValueError):
             mismatches.append(f"no record of the git source at {p['source_stamp']}")
+    drift = []
+    if p["expect_packages"] is not None:
+        try:
+            drift = runtime_freeze.package_drift(
+                record["packages"], p["expect_packages"], p["ignore_packages"]
+            )
+        except runtime_freeze.FreezeError as exc:
+            module.fail_json(msg=f"expect_packages cannot be compared: {exc}.")
+        if drift:
+            mismatches.append(
+                "installed packages differ from the expected set: "
+                + runtime_freeze.drift_line(drift)
+            )
     record["package"] = p["package"]
     # Timing varies run to run; kept out of the record so that writing it stays idempotent.
     import_seconds = record.pop("import_seconds")
@@ -189,6 +231,8 @@ def main() -> None:
                 "environment and rerun the deploy, which recreates it with exactly these pins."
             ),
             mismatches=mismatches,
+            drift=drift,
+            drift_report=runtime_freeze.drift_line(drift),
             import_seconds=import_seconds,
             ansible_facts=facts,
         )
@@ -196,6 +240,8 @@ def main() -> None:
         changed=False,
         ok=not mismatches,
         mismatches=mismatches,
+        drift=drift,
+        drift_report=runtime_freeze.drift_line(drift),
         import_seconds=import_seconds,
         ansible_facts=facts,
     )
