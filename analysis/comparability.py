@@ -24,8 +24,8 @@ Everything read comes from files: any type is compared as its JSON text (0 and 0
 temperature), long values as their sha256, and every value shown and every message is cut to
 a bound. Secret-looking environment variables and --api-key are compared as masked.
 
-A study lock (a later part of issue 20) feeds the same fields through run.json's `lock`:
-lock_values() says which.
+The study lock the run used (run.json `lock`, issue 20) feeds the same fields and a few of
+its own: lock_values() says which.
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ MAX_ENTRIES = 12
 MAX_MESSAGE = 1500
 MAX_NAME = 200
 MAX_PACKAGES = 20_000
+# pip's own tooling: whatever ensurepip brought, never frozen in the study lock
+# (module_utils/runtime_freeze.NOT_FROZEN) and no part of what the server runs.
+NOT_FROZEN = ("pip", "setuptools", "wheel")
+_SEPARATORS = re.compile(r"[-_.]+")  # PEP 503 name normalisation
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 # Level settings, each compared as `settings.<name>` (run.json's when no level records it).
 SETTINGS = {
@@ -81,10 +86,13 @@ WHY = {
     "model": "another model",
     "model.accuracy_floors": "the accuracy gate differs",
     "weights.revision": "other weights",
+    "datasets.revision": "another revision of the prompt dataset",
+    "git.commit": "another source checkout",
     "runtime.release": "another SGLang release",
     "runtime.git.commit": "another SGLang build (the DDTree runtime)",
     "runtime.git.patches": "other patches on the SGLang build",
     "runtime.packages": "another installed package set (kernels, torch, flashinfer)",
+    "runtime.python": "another Python under the runtime",
     "launch.argv": "the server was launched differently",
     "launch.attention_backend": "another attention kernel",
     "launch.environment": "the server's environment (NCCL and others) differs",
@@ -95,7 +103,17 @@ WHY = {
     "gpu.driver_version": "another NVIDIA driver",
     "gpu.cuda_version": "another CUDA version",
 }
-ORDER = ("settings.", "prompts[", "model", "weights[", "runtime.", "launch[", "gpu.")
+ORDER = (
+    "settings.",
+    "prompts[",
+    "model",
+    "weights[",
+    "datasets[",
+    "runtime.",
+    "git[",
+    "launch[",
+    "gpu.",
+)
 # Launch flags whose values are where the server listens or a local path: the address is no
 # property of the measurement, and a model folder's contents are compared as its weights'
 # repository and revision (the path flags show those instead of the path).
@@ -215,20 +233,43 @@ class Seen:
 
 
 def package_set(record) -> dict | None:
-    """A runtime record's installed packages (runtime_check's `packages`, name -> version) as
-    {sha256, count}: two runs compare package sets without carrying the lists. SGLang itself
-    is left out (its release or commit is a field of its own), names are case-folded as pip
-    folds them. None when the record has no package list."""
+    """A runtime's installed packages as {sha256, versions_sha256, count, hashes}: two runs
+    compare package sets without carrying the lists. A package is `name: version`
+    (runtime_check's record, which the levels carry) or `name: {version, sha256}` (the study
+    lock's runtime). `sha256` digests every `name==version` with the package's sha256 where
+    known, `versions_sha256` the same without them, so that a set recorded with hashes still
+    compares with one recorded without (check()); `hashes` counts the packages with one.
+    SGLang itself is left out (its release or commit is a field of its own), and so is pip's
+    own tooling; names are normalised as PEP 503 says. None when the record has no package
+    list."""
     packages = record.get("packages") if isinstance(record, dict) else record
     if not isinstance(packages, dict) or not packages:
         return None
-    lines = sorted(
-        f"{str(name).lower().replace('_', '-')[:MAX_NAME]}=={str(version)[:MAX_NAME]}"
-        for name, version in itertools.islice(packages.items(), MAX_PACKAGES)
-        if str(name).lower() != "sglang"
-    )
-    digest = hashlib.sha256("\n".join(lines).encode("utf-8", "surrogatepass")).hexdigest()
-    return {"sha256": digest, "count": len(lines)}
+    plain, hashed = [], []
+    for name, entry in itertools.islice(packages.items(), MAX_PACKAGES):
+        name = _SEPARATORS.sub("-", str(name)[:MAX_NAME]).lower()
+        if name == "sglang" or name in NOT_FROZEN:
+            continue
+        version, digest = (
+            (entry.get("version"), entry.get("sha256"))
+            if isinstance(entry, dict)
+            else (entry, None)
+        )
+        line = f"{name}=={str(version)[:MAX_NAME]}"
+        plain.append(line)
+        known = isinstance(digest, str) and _SHA256.match(digest.lower())
+        hashed.append(f"{line} sha256:{digest.lower()}" if known else line)
+    return {
+        "sha256": _lines_digest(hashed),
+        "versions_sha256": _lines_digest(plain),
+        "count": len(plain),
+        "hashes": sum(a != b for a, b in zip(hashed, plain, strict=True)),
+    }
+
+
+def _lines_digest(lines: list[str]) -> str:
+    text = "\n".join(sorted(lines))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # -- one run's facts ---------------------------------------------------------------------
@@ -285,9 +326,31 @@ def facts(results) -> Facts:
         target = _dict(model.get("target"))
         found.add("model", {"name": model.get("name"), "target": target.get("repo_id")})
         found.add("model.accuracy_floors", model.get("accuracy_floors"))
+    recorded = set(found.fields)
     for name, value in lock_values(run.get("lock")):
+        if name.startswith("gpu.") and name in recorded:
+            # The lock's platform is where its runtime was recorded, maybe months and
+            # machines ago; the levels say where this run ran.
+            continue
+        if name.startswith("runtime.packages.") and name in recorded:
+            _take_locked_hashes(found.fields[name], value)
         found.add(name, value)
     return found
+
+
+def _take_locked_hashes(seen: Seen, locked) -> None:
+    """The levels' package sets carry versions only; one with the lock's versions is the
+    lock's set, hashes included, so that a run whose hosts ran what it locked has one value
+    and runs of two locks compare by hashes too."""
+    if not isinstance(locked, dict):
+        return
+    for key, value in list(seen.values.items()):
+        if (
+            isinstance(value, dict)
+            and not value.get("hashes")
+            and value.get("versions_sha256") == locked.get("versions_sha256")
+        ):
+            del seen.values[key]
 
 
 def _level_facts(found: Facts, level) -> None:
@@ -407,30 +470,44 @@ def launch_environment(environment) -> dict[str, object]:
 
 
 def lock_values(lock) -> list[tuple[str, object]]:
-    """Field values a study lock (run.json `lock`) records for its run:
+    """Field values a study lock (run.json `lock`: the lock file's content, LOCK.md) records
+    for its run:
 
-        weights: {<repo_id>: {revision}}             -> weights[<repo_id>].revision
-        runtime: {release|git: {packages: {name: version}} or {packages_sha256}}
-                                                     -> runtime.packages.<kind>
-        git:     {<name>: {ref, commit}}             -> runtime.git.commit (the SGLang
-                                                        source the git runtime is built from)
+        weights:  {<repo_id>: {revision}}            -> weights[<repo_id>].revision
+        datasets: {<repo_id>: {revision}}            -> datasets[<repo_id>].revision
+        git:      {sglang: {commit}}                 -> runtime.git.commit (the SGLang source
+                                                        the git runtime is built from)
+                  {<other>: {commit}}                -> git[<other>].commit
+        runtime:  {release|git: {packages: {name: {version, sha256}}, or older {name:
+                  version}, or {packages_sha256}}}   -> runtime.packages.<kind>
+                  {release|git: {python}}            -> runtime.python.<kind>
+                  {release|git: {platform: {driver, driver_cuda}}}
+                                                     -> gpu.driver_version, gpu.cuda_version
+                                                        (only where no level records them)
 
     They join the levels' own values: a run whose lock and levels agree has one value."""
     lock = _dict(lock)
     found: list[tuple[str, object]] = []
-    for repo, entry in itertools.islice(_dict(lock.get("weights")).items(), 64):
-        found.append((f"weights[{_name(repo)}].revision", _dict(entry).get("revision")))
+    for section in ("weights", "datasets"):
+        for repo, entry in itertools.islice(_dict(lock.get(section)).items(), 64):
+            found.append((f"{section}[{_name(repo)}].revision", _dict(entry).get("revision")))
     for kind, entry in _dict(lock.get("runtime")).items():
-        if kind in ("release", "git"):
-            entry = _dict(entry)
-            digest = package_set(entry) or (
-                {"sha256": entry["packages_sha256"], "count": entry.get("count")}
-                if isinstance(entry.get("packages_sha256"), str)
-                else None
-            )
-            found.append((f"runtime.packages.{kind}", digest))
-    for entry in itertools.islice(_dict(lock.get("git")).values(), 8):
-        found.append(("runtime.git.commit", _dict(entry).get("commit")))
+        if kind not in ("release", "git"):
+            continue
+        entry = _dict(entry)
+        digest = package_set(entry) or (
+            {"sha256": entry["packages_sha256"], "count": entry.get("count")}
+            if isinstance(entry.get("packages_sha256"), str)
+            else None
+        )
+        found.append((f"runtime.packages.{kind}", digest))
+        found.append((f"runtime.python.{kind}", entry.get("python")))
+        platform = _dict(entry.get("platform"))
+        found.append(("gpu.driver_version", platform.get("driver")))
+        found.append(("gpu.cuda_version", platform.get("driver_cuda")))
+    for name, entry in itertools.islice(_dict(lock.get("git")).items(), 8):
+        field_name = "runtime.git.commit" if name == "sglang" else f"git[{_name(name)}].commit"
+        found.append((field_name, _dict(entry).get("commit")))
     return [(name, value) for name, value in found if value is not None]
 
 
@@ -442,7 +519,11 @@ def check(results_a, results_b) -> list[dict]:
     a, b = facts(results_a), facts(results_b)
 
     def differs(name: str) -> bool:
-        return name in a.fields and name in b.fields and a.fields[name].keys != b.fields[name].keys
+        if name not in a.fields or name not in b.fields:
+            return False
+        if _group(name) == "runtime.packages":
+            return _package_sets_differ(a.fields[name], b.fields[name])
+        return a.fields[name].keys != b.fields[name].keys
 
     model_differs = differs("model")
     hardware_differs = bool(a.hardware.keys and b.hardware.keys) and (
@@ -479,10 +560,31 @@ def check(results_a, results_b) -> list[dict]:
     return sorted(found, key=lambda w: _order(w["field"]))
 
 
+def _package_sets_differ(seen_a: Seen, seen_b: Seen) -> bool:
+    """Whether two runs' package sets differ, by hashes when both know them for every set,
+    else by versions: a set recorded without hashes (no lock, an older run) is not another
+    set for that alone."""
+    values = [*seen_a.values.values(), *seen_b.values.values()]
+    hashed = all(isinstance(v, dict) and v.get("hashes") for v in values)
+
+    def keys(seen: Seen) -> frozenset:
+        out = set()
+        for value in seen.values.values():
+            digests = _dict(value)
+            key = digests.get("sha256" if hashed else "versions_sha256") or digests.get("sha256")
+            out.add(str(key) if key is not None else canonical(value))
+        return frozenset(out) | ({"(more)"} if seen.more else frozenset())
+
+    return keys(seen_a) != keys(seen_b)
+
+
 def _group(name: str) -> str:
     """A field's kind of field: prompts[gsm8k].sha256 -> prompts.sha256."""
     group = re.sub(r"\[[^\]]*\]", "", name)
-    return "runtime.packages" if group.startswith("runtime.packages") else group
+    for prefix in ("runtime.packages", "runtime.python"):
+        if group.startswith(prefix):
+            return prefix
+    return group
 
 
 def _order(name: str) -> tuple:

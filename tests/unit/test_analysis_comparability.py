@@ -271,6 +271,123 @@ def test_runtime_weights_and_a_lock_feed_their_fields(tmp_path):
     assert locked["b"] == ["a" * 40, "f" * 40]
 
 
+# Each runtime's packages as the levels' runtime record has them (pip's own tooling and SGLang
+# included, names as pip spells them), and as the study lock has them (LOCK.md: PEP 503 names,
+# version and sha256, without pip's tooling).
+LEVEL_PACKAGES = {"torch": "2.9.0", "Zope.Interface": "7.2", "pip": "25.1", "sglang": "0.5.23"}
+TORCH_SHA256, ZOPE_SHA256 = "1" * 64, "2" * 64
+
+
+def study_lock(torch=("2.9.0", TORCH_SHA256), python="3.12.3", driver="580.95.05", **sections):
+    """run.json `lock` as the benchmark role writes it (roles/benchmark/tasks/main.yml);
+    `torch` is the release runtime's (the git runtime keeps 2.9.0)."""
+
+    def runtime(torch, built_from):
+        return {
+            "built_from": built_from,
+            "python": python,
+            "platform": {"driver": driver, "driver_cuda": "13.0"},
+            "hashes": "complete",
+            "packages": {
+                "torch": {"version": torch[0], "sha256": torch[1]},
+                "zope-interface": {"version": "7.2", "sha256": ZOPE_SHA256},
+            },
+        }
+
+    return {
+        "file": "/srv/kit/kimi.lock.yml",
+        "weights": {"moonshotai/Kimi-K2.6": {"requested": "main", "revision": "a" * 40}},
+        "datasets": {"HuggingFaceH4/mt_bench_prompts": {"requested": "main", "revision": "d" * 40}},
+        "git": {"sglang": {"ref": "refs/pull/29907/head", "commit": "c" * 40}},
+        "runtime": {
+            "release": runtime(torch, {"sglang": "0.5.23"}),
+            "git": runtime(("2.9.0", TORCH_SHA256), {"commit": "c" * 40, "patches": []}),
+        },
+        **sections,
+    }
+
+
+def locked_run(tmp_path: Path, name: str, lock: dict | None, **plan) -> Path:
+    root = run(tmp_path, name, runtime_packages=plan.pop("packages", LEVEL_PACKAGES), **plan)
+    record = json.loads((root / "run.json").read_text())
+    record["lock"] = lock
+    (root / "run.json").write_text(json.dumps(record))
+    return root
+
+
+def test_two_locks_one_package_version_apart_are_one_warning_and_identical_ones_none(tmp_path):
+    a = locked_run(tmp_path, "a", study_lock())
+    assert check(a, locked_run(tmp_path, "same", study_lock())) == []
+    b = locked_run(tmp_path, "b", study_lock(torch=("2.9.1", "3" * 64)))
+    (found,) = check(a, b)
+    assert (found["kind"], found["field"]) == ("not_comparable", "runtime.packages.release")
+    assert found["message"].startswith("runtime.packages.release: A ")
+    # A: its hosts ran what it locked, one set of two packages (torch, zope-interface) with
+    # their sha256. B: the lock's set, and its hosts' (torch 2.9.0, versions only), which the
+    # lock does not hold.
+    assert (found["a"]["count"], found["a"]["hashes"]) == (2, 2)
+    hosts, locked = sorted(found["b"], key=lambda value: value["hashes"])
+    assert (hosts["hashes"], locked["hashes"]) == (0, 2)
+    assert hosts["versions_sha256"] == found["a"]["versions_sha256"] != locked["versions_sha256"]
+
+
+def test_a_rebuilt_wheel_of_the_same_version_is_another_package_set(tmp_path):
+    a = locked_run(tmp_path, "a", study_lock())
+    b = locked_run(tmp_path, "b", study_lock(torch=("2.9.0", "9" * 64)))
+    (found,) = check(a, b)
+    assert found["field"] == "runtime.packages.release"
+    assert found["a"]["versions_sha256"] == found["b"]["versions_sha256"]
+
+
+def test_a_set_known_without_hashes_compares_by_versions(tmp_path):
+    a = locked_run(tmp_path, "a", study_lock())
+    # No lock (a run before issue 20): its hosts' versions alone, which are the same.
+    assert check(a, locked_run(tmp_path, "unlocked", None)) == []
+    # An older lock's name -> version form.
+    older = study_lock()
+    for entry in older["runtime"].values():
+        entry["packages"] = {"torch": "2.9.0", "zope_interface": "7.2"}
+    assert check(a, locked_run(tmp_path, "older", older)) == []
+    older["runtime"]["release"]["packages"]["torch"] = "2.9.1"
+    found = check(a, locked_run(tmp_path, "older-moved", older))
+    assert fields(found) == [("not_comparable", "runtime.packages.release")]
+
+
+def test_the_locks_datasets_python_and_sglang_commit_are_fields(tmp_path):
+    a = locked_run(tmp_path, "a", study_lock())
+    datasets = {"HuggingFaceH4/mt_bench_prompts": {"requested": "main", "revision": "e" * 40}}
+    git = {"sglang": {"ref": "refs/pull/29907/head", "commit": "9" * 40}}
+    b = locked_run(tmp_path, "b", study_lock(python="3.12.4", datasets=datasets, git=git))
+    found = check(a, b)
+    assert fields(found) == [
+        ("not_comparable", "datasets[HuggingFaceH4/mt_bench_prompts].revision"),
+        ("not_comparable", "runtime.git.commit"),
+        ("not_comparable", "runtime.python.git"),
+        ("not_comparable", "runtime.python.release"),
+    ]
+    assert (found[0]["a"], found[0]["b"]) == ("d" * 40, "e" * 40)
+    # The levels built the git runtime from c...c; the lock of B says 9...9: both shown.
+    assert found[1]["b"] == ["9" * 40, "c" * 40]
+
+
+def test_the_locks_driver_counts_only_where_no_level_records_one(tmp_path):
+    a = locked_run(tmp_path, "a", study_lock())
+    # Recorded where the runtime was frozen; the levels say where this run ran.
+    assert check(a, locked_run(tmp_path, "b", study_lock(driver="590.10.01"))) == []
+    unknown = {"driver_version": None, "cuda_version": None}
+    a = locked_run(tmp_path, "a2", study_lock(), gpu_facts=unknown)
+    b = locked_run(tmp_path, "b2", study_lock(driver="590.10.01"), gpu_facts=unknown)
+    (found,) = check(a, b)
+    # The module's rule for a driver: not comparable, whatever the hardware.
+    assert (found["kind"], found["field"]) == ("not_comparable", "gpu.driver_version")
+    assert (found["a"], found["b"]) == ("580.95.05", "590.10.01")
+    # Each runtime's platform counts, the git one's too.
+    lock = study_lock()
+    lock["runtime"]["git"]["platform"]["driver"] = "590.10.01"
+    (found,) = check(a, locked_run(tmp_path, "c2", lock, gpu_facts=unknown))
+    assert (found["field"], found["b"]) == ("gpu.driver_version", ["580.95.05", "590.10.01"])
+
+
 def test_a_changed_workload_is_one_warning_not_also_its_prompts_hash(tmp_path):
     common = {"prompt_sets": ("isl64-osl32",), "max_new_tokens": 32}
     a = run(tmp_path, "a", workloads={"isl64-osl32": WORKLOAD}, **common)
@@ -323,7 +440,19 @@ def test_wrong_types_are_compared_as_text_or_skipped_with_bounded_messages(tmp_p
     for level in results_b.levels[:1]:
         setattr(level, part, value)
     results_b.run["model"] = "not a model"
-    results_b.run["lock"] = {"weights": ["x"], "runtime": {"git": {"packages": [1]}}, "git": 3}
+    results_b.run["lock"] = {
+        "weights": ["x"],
+        "datasets": {"d": "main"},
+        "runtime": {
+            "git": {"packages": [1]},
+            "release": {
+                "packages": {"t": {"version": ["x"] * 3, "sha256": 5}, "u": None, "v": {}},
+                "python": {"v": "3" * 100_000},
+                "platform": "x",
+            },
+        },
+        "git": 3,
+    }
     found = comparability.check(results_a, results_b)
     assert all(w["kind"] in comparability.KINDS for w in found)
     for warning in found:
