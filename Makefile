@@ -7,7 +7,22 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-lock
+# The controller environment is two locks made together by `make lock`: requirements.lock, what
+# deploy, plan, benchmark and the analysis need, and requirements-dev.lock, what tests and lint
+# add. `make setup LOCKS=requirements.lock` makes an environment that only deploys.
+LOCKS ?= requirements.lock requirements-dev.lock
+# Holds the locks the venv was built from: `make setup` compares contents, not times, so a
+# second run is a no-op and a change of lock or of LOCKS rebuilds.
+STAMP := $(VENV)/.installed-locks
+# ansible-core 2.19 supports controllers on these; the locks are made and checked for all three.
+CONTROLLER_PYTHONS := 3.11 3.12 3.13
+UV_VERSION := 0.13.9
+# One lock valid on every supported Python (--universal from the oldest), wheels only, with the
+# hashes `pip install --require-hashes` checks. Where Pythons could take different versions of
+# a package, the same one is kept for all (fewest), so every controller runs what was tested.
+# uv keeps the versions the existing lock holds; `make lock UV_FLAGS=--upgrade` moves them.
+UV_COMPILE = pip compile --quiet --universal --python-version $(firstword $(CONTROLLER_PYTHONS)) \
+  --fork-strategy fewest --generate-hashes --no-build --custom-compile-command 'make lock' $(UV_FLAGS)
 ROOT_PLAYBOOKS := deploy_kimi.yml benchmark_kimi.yml plan.yml teardown.yml
 INVENTORIES := $(sort $(wildcard inventory/*/hosts.yml))
 # Debian packages the tests need: sshd and ip(8) build the namespace test hosts, whose
@@ -18,34 +33,70 @@ TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools git systemd
 
 CONTRACT_VENV := tests/.state/contract-venv
 
-.PHONY: help setup lock test test-unit test-deps lint syntax pytest test-contract clean-testhosts clean
+.PHONY: help setup lock check-lock test test-unit test-deps lint syntax pytest test-contract clean-testhosts clean
 
 help:
-	@echo "make setup   - create $(VENV) from requirements.lock (fast when nothing changed)"
+	@echo "make setup   - create $(VENV) from $(LOCKS) on Python $(CONTROLLER_PYTHONS) (no-op when nothing changed)"
 	@echo "make test    - lint, syntax-check every root playbook x inventory, pytest"
 	@echo "make test-unit - the unit tests only (no test hosts, no playbooks): the inner loop"
-	@echo "make lock    - re-resolve requirements.in into requirements.lock"
+	@echo "make lock    - re-resolve requirements.in and requirements-dev.in into their locks"
+	@echo "make check-lock - the locks resolve, from wheels and hashes, on Python $(CONTROLLER_PYTHONS)"
 	@echo "make test-contract - launch commands vs the pinned sglang's real parser (CPU-only venv)"
 
-setup: $(STAMP)
+# Refuses a Python ansible-core 2.19 does not support, saying what it found and what to do.
+define CHECK_PYTHON
+import sys
+found = "%d.%d" % sys.version_info[:2]
+needed = sys.argv[1].split()
+if found not in needed:
+    sys.exit(
+        f"make setup: the controller needs Python {', '.join(needed)} (ansible-core 2.19); found "
+        f"{sys.version.split()[0]} at {sys.executable}. {sys.argv[2]}"
+    )
+endef
+export CHECK_PYTHON
 
-# The stamp records which lock the venv was built from, so a second `make setup`
-# is a no-op and a changed lock rebuilds exactly what changed.
-$(STAMP): requirements.lock
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (ansible-core 2.19.x); found " + sys.version.split()[0] + ". Set PYTHON=/path/to/python3.11.")'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --requirement requirements.lock
-	$(BIN)/python -m pip check
-	@cp requirements.lock $@
+# Installs exactly the locks: every file checked against its hash, nothing resolved
+# (--no-deps), then anything installed that the locks do not list is removed (a package dropped
+# from a lock, a tool installed by hand), so the environment is the one the tests ran with.
+setup:
+	@cat $(LOCKS) | cmp -s - $(STAMP) 2>/dev/null && exit 0; \
+	if [ -x $(BIN)/python ]; then \
+	  $(BIN)/python -c "$$CHECK_PYTHON" "$(CONTROLLER_PYTHONS)" "Fix: rm -rf $(VENV), then make setup PYTHON=/path/to/python3.1x."; \
+	else \
+	  $(PYTHON) -c "$$CHECK_PYTHON" "$(CONTROLLER_PYTHONS)" "Fix: install one of them (e.g. apt-get install python3.12-venv) and run make setup PYTHON=python3.12, or its path."; \
+	  $(PYTHON) -m venv $(VENV); \
+	fi; \
+	echo "installing $(LOCKS) into $(VENV)"; \
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps $(addprefix --requirement ,$(LOCKS)); \
+	norm() { tr A-Z a-z | sed -E 's/[-_.]+/-/g' | LC_ALL=C sort -u; }; \
+	extra=$$(LC_ALL=C comm -23 \
+	  <($(BIN)/python -m pip list --disable-pip-version-check --format=freeze --exclude pip --exclude setuptools --exclude wheel | sed -E 's/[=@ ].*//' | norm) \
+	  <(grep -ohE '^[A-Za-z0-9][A-Za-z0-9._-]*==' $(LOCKS) | sed 's/==$$//' | norm)); \
+	if [ -n "$$extra" ]; then \
+	  echo "removing what $(LOCKS) do not list:" $$extra; \
+	  $(BIN)/python -m pip uninstall --quiet --disable-pip-version-check --yes $$extra; \
+	fi; \
+	$(BIN)/python -m pip check --disable-pip-version-check; \
+	cat $(LOCKS) > $(STAMP)
 
+# Re-resolves both locks with a pinned uv in a throwaway venv: requirements.lock from
+# requirements.in, then requirements-dev.lock from requirements-dev.in (which includes
+# requirements.in) held to requirements.lock's versions and without the packages it lists.
 lock:
-	rm -rf .lock-venv
-	$(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/python -m pip install --quiet --disable-pip-version-check --requirement requirements.in
-	{ echo "# Generated by 'make lock' from requirements.in: every package of the controller environment, exact."; \
-	  echo "# Python 3.11 (ansible-core 2.19.x is the newest line that supports it)."; \
-	  .lock-venv/bin/python -m pip freeze --all --exclude pip --exclude setuptools --exclude wheel | LC_ALL=C sort -f; } > requirements.lock
-	rm -rf .lock-venv
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -x; \
+	$(PYTHON) -m venv "$$tmp/uv"; \
+	"$$tmp/uv/bin/python" -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); \
+	"$$tmp/uv/bin/uv" $(UV_COMPILE) --output-file requirements.lock requirements.in; \
+	"$$tmp/uv/bin/uv" $(UV_COMPILE) --constraint requirements.lock \
+	  $$(grep -oE '^[A-Za-z0-9][A-Za-z0-9._-]*==' requirements.lock | sed 's/==$$//; s/^/--no-emit-package /') \
+	  --output-file requirements-dev.lock requirements-dev.in
+
+# Each lock resolves on each supported Python from wheels whose hashes it lists, its closure
+# complete (tests/unit/test_controller_lock.py; make test runs it with the other unit tests).
+# Needs the package index.
+check-lock: setup
+	$(BIN)/pytest tests/unit/test_controller_lock.py -q -p no:cacheprovider
 
 # Lint and the syntax checks run beside pytest (they need the CPU its waiting leaves idle);
 # each one's output comes out in lines, and any failure fails the target.
