@@ -49,8 +49,9 @@ import sys
 found = "%d.%d" % sys.version_info[:2]
 needed = sys.argv[1].split()
 if found not in needed:
+    names = " or ".join(filter(None, [", ".join(needed[:-1]), needed[-1]]))
     sys.exit(
-        f"make setup: the controller needs Python {', '.join(needed)} (ansible-core 2.19); found "
+        f"make setup: the controller needs Python {names} (ansible-core 2.19); found "
         f"{sys.version.split()[0]} at {sys.executable}. {sys.argv[2]}"
     )
 endef
