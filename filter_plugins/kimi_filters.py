@@ -63,6 +63,10 @@ description:
     DDTree budgets and the TP sizes to expand over; C(kimi_model_configs) the shipped
     config.json path of the target and of each drafter. group_vars/all/model.yml derives every
     model variable from them.
+  - C(kimi_study_requested) is what a host's settings ask the study lock for (the needed
+    repositories' revisions, the prompt sets' dataset revisions, the SGLang git source when a
+    config runs on it); C(kimi_lock_pinned) gives kimi_repos, prompt set definitions or the git
+    source with the lock's commits in place of what they asked for.
 """
 
 PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -156,6 +160,82 @@ def _names(function, *args):
         raise AnsibleFilterError(str(error)) from None
 
 
+def kimi_study_requested(
+    repos, selected, definitions, prompt_sets, prompt_set_definitions, git
+) -> dict:
+    """What a host asks the study lock for (module_utils/study_lock.py's `requested`)."""
+    needed = kimi_needed_repos(selected, definitions)
+    if not isinstance(repos, dict) or not isinstance(prompt_set_definitions, dict):
+        raise AnsibleFilterError("kimi_study_requested needs kimi_repos and the prompt set mapping")
+    weights = {repos[name]["repo_id"]: str(repos[name]["revision"]) for name in needed}
+    datasets = {}
+    for name in prompt_sets or []:
+        spec = prompt_set_definitions.get(name)
+        # A set from the user's own file (benchmark_prompt_files) has no hub repository.
+        if isinstance(spec, dict) and spec.get("repo") and spec.get("revision"):
+            datasets[str(spec["repo"])] = str(spec["revision"])
+    bases = {kimi_config_base(name) for name in selected}
+    on_git = any(
+        isinstance(definitions.get(base), dict) and definitions[base].get("runtime") == "git"
+        for base in bases
+    )
+    requested = {"weights": weights, "datasets": datasets, "git": {}}
+    if on_git and isinstance(git, dict) and git.get("url") and git.get("ref"):
+        requested["git"]["sglang"] = {"url": str(git["url"]), "ref": str(git["ref"])}
+    return requested
+
+
+def kimi_study_used(repos, revisions, runtime_git, prompt_sets) -> dict:
+    """What a host's stages resolved and used, for the study lock's record: the commits of
+    its repositories (weights_revisions or preflight_resolved_revisions: name -> commit), of
+    the git source its runtime was built from (kimi_runtime_git's source stamp) and of the
+    datasets its prompt sets came from (benchmark_prompts' sets[].source)."""
+    used: dict = {"weights": {}, "datasets": {}, "git": {}}
+    if isinstance(repos, dict) and isinstance(revisions, dict):
+        for name, commit in revisions.items():
+            if isinstance(repos.get(name), dict) and repos[name].get("repo_id"):
+                used["weights"][str(repos[name]["repo_id"])] = commit
+    source = runtime_git.get("source") if isinstance(runtime_git, dict) else None
+    if isinstance(source, dict) and source.get("commit"):
+        used["git"]["sglang"] = source["commit"]
+    sets = prompt_sets.get("sets") if isinstance(prompt_sets, dict) else None
+    for found in (sets or {}).values():
+        origin = found.get("source") if isinstance(found, dict) else None
+        if isinstance(origin, dict) and origin.get("repo") and origin.get("resolved"):
+            used["datasets"][str(origin["repo"])] = origin["resolved"]
+    return used
+
+
+def kimi_lock_pinned(value, study_lock, what: str):
+    """value with the study lock's commits in place of the revisions it asks for: `repos`
+    (kimi_repos: name -> {repo_id, revision}), `prompt_sets` (name -> {repo, revision, ...})
+    or `git` ({url, ref, patches}: gains `commit`). The lock's play checked that it was made
+    from these settings; without a lock (or an entry) the value is returned as it is."""
+    pins = (study_lock or {}).get("pins") if isinstance(study_lock, dict) else None
+    if not isinstance(pins, dict):
+        return value
+    if what == "repos":
+        locked = pins.get("weights") or {}
+        return {
+            name: {**repo, "revision": locked.get(repo.get("repo_id"), repo.get("revision"))}
+            for name, repo in value.items()
+        }
+    if what == "prompt_sets":
+        locked = pins.get("datasets") or {}
+        return {
+            name: {**spec, "revision": locked[spec["repo"]]}
+            if isinstance(spec, dict) and spec.get("repo") in locked
+            else spec
+            for name, spec in value.items()
+        }
+    if what == "git":
+        locked = (pins.get("git") or {}).get("sglang")
+        if locked and isinstance(value, dict) and locked.get("url") == value.get("url"):
+            return {**value, "commit": locked["commit"]}
+        return value
+    raise AnsibleFilterError(f"kimi_lock_pinned: what is {what!r}; one of repos, prompt_sets, git")
+
+
 def kimi_config_base(name) -> str:
     """The serving config an expanded name belongs to: ddtree-tp4-b32 -> ddtree."""
     return _names(parse_config_name, name)[0]
@@ -234,4 +314,7 @@ class FilterModule:
             "kimi_model_data": kimi_model_data,
             "kimi_serving_definitions": kimi_serving_definitions,
             "kimi_model_configs": kimi_model_configs,
+            "kimi_study_requested": kimi_study_requested,
+            "kimi_lock_pinned": kimi_lock_pinned,
+            "kimi_study_used": kimi_study_used,
         }

@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.ansible_run import local_sglang_git
 from tests.support.hub_server import LocalHub, token_env
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.preflight, pytest.mark.integration]
 TOKEN = "hf_plan_token_5e0a77c1"
 INVENTORIES = sorted(p.name for p in (REPO / "inventory").iterdir() if p.is_dir())
+MT_BENCH = "HuggingFaceH4/mt_bench_prompts"
+PUBLIC_SGLANG = "https://github.com/sgl-project/sglang.git"
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +32,8 @@ def hub():
             approved_tokens={TOKEN},
         )
         hub.add_repo("lightseekorg/kimi-k2.6-eagle3.1-mla", {"e.safetensors": b"e" * 1000})
+        # The prompt set whose revision is a branch (the others are pinned by commit).
+        hub.add_dataset(MT_BENCH, {"raw/question.jsonl": b'{"turns": ["Hello?"]}\n'})
         hub.add_repo("Qwen/Qwen3.6-27B", {"config.json": b"{}", "q.safetensors": b"q" * 3000})
         hub.add_repo(
             "z-lab/Qwen3.6-27B-DFlash",
@@ -56,6 +61,9 @@ HYBRID_CAPACITY = (
 )  # fmt: skip
 ADDED_BY_MODEL_DATA = {
     "/model",
+    # The study lock (issue 20) came later; listed here so the old plans still compare.
+    *(f"/study_lock/{key}" for key in ("path", "exists", "pins", "missing", "unresolved")),
+    "/study_lock",
     *(
         f"/serving_configs/{config}/{field}"
         for config in ("ar", "eagle3", "dflash", "ddtree", "dflash-tree-backend")
@@ -97,7 +105,11 @@ def run_plan(playbook, inventory, out: Path, endpoint: str):
     return playbook(
         "plan.yml",
         inventory,
-        extravars={"plan_output_dir": str(out)},
+        # One study lock for the plans of a test: a second plan finds what the first wrote.
+        extravars={
+            "plan_output_dir": str(out),
+            "kimi_lock_file": str(out.parent / "kimi.lock.yml"),
+        },
         envvars={
             "HF_ENDPOINT": endpoint,
             "HF_HUB_DISABLE_XET": "1",
@@ -142,7 +154,12 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
             assert config["capacity"]["weights_gib_per_gpu"] == pytest.approx(71.82, abs=0.01)
         check_launch_commands(plan)
         # K2.6's settings moved into models/kimi-k2.6/: its plan may gain fields, never change one.
-        before = json.loads((BEFORE_MODEL_DATA / f"{profile}.json").read_text())
+        before = json.loads(
+            (BEFORE_MODEL_DATA / f"{profile}.json")
+            .read_text()
+            # Tests plan the DDTree runtime from a local repository, never the public one.
+            .replace(PUBLIC_SGLANG, local_sglang_git()["url"])
+        )
         before["hub"]["endpoint"] = plan["hub"]["endpoint"]
         changed, added = fields_changed(before, plan)
         assert changed == [], changed
@@ -417,3 +434,93 @@ def test_plan_says_when_no_contract_covers_the_git_ref(playbook, hub, tmp_path):
         "Not checked against a contract: dflash-tree-backend"
         in (out / "ct200-node-01" / "plan.md").read_text()
     )
+
+
+def test_plan_locks_every_moving_reference_and_keeps_the_lock(playbook, tmp_path):
+    """plan.yml resolves main, the prompt sets' branch and the DDTree ref to commits in the
+    study lock; the hub moving on does not move a later plan; kimi_lock_update does."""
+    git = local_sglang_git()
+    with LocalHub() as moving:
+        moving.valid_tokens.add(TOKEN)
+        first = moving.add_repo("moonshotai/Kimi-K2.6", {"a.safetensors": b"1" * 100})
+        moving.add_repo("z-lab/Kimi-K2.6-DFlash", {"d.safetensors": b"d"}, gated=True,
+                        approved_tokens={TOKEN})  # fmt: skip
+        moving.add_repo("lightseekorg/kimi-k2.6-eagle3.1-mla", {"e.safetensors": b"e"})
+        dataset = moving.add_dataset(MT_BENCH, {"raw/question.jsonl": b'{"turns": ["Hi"]}\n'})
+        out = tmp_path / "plan"
+        lock_path = tmp_path / "kimi.lock.yml"
+        run = run_plan(playbook, REPO / "inventory" / "ct200", out, moving.url)
+        assert run.rc == 0, run.stdout
+        lock = yaml.safe_load(lock_path.read_text())
+        assert lock["weights"]["moonshotai/Kimi-K2.6"]["requested"] == "main"
+        assert lock["weights"]["moonshotai/Kimi-K2.6"]["revision"] == first.sha
+        assert set(lock["weights"]) == {
+            "moonshotai/Kimi-K2.6", "z-lab/Kimi-K2.6-DFlash", "lightseekorg/kimi-k2.6-eagle3.1-mla"
+        }  # fmt: skip
+        assert lock["datasets"][MT_BENCH] == {
+            "requested": "main",
+            "revision": dataset.sha,
+            "resolved_at": lock["datasets"][MT_BENCH]["resolved_at"],
+        }
+        # The pinned prompt sets are their own commits.
+        gsm8k = lock["datasets"]["openai/gsm8k"]
+        assert gsm8k["requested"] == gsm8k["revision"] == "e53f048856ff4f594e959d75785d2c2d37b678ee"
+        source = json.loads((REPO / "tests/.state/default-sglang-git/source.json").read_text())
+        assert lock["git"]["sglang"]["url"] == git["url"]
+        assert lock["git"]["sglang"]["ref"] == "refs/pull/29907/head"
+        assert lock["git"]["sglang"]["commit"] == source["commit"]
+        assert lock["runtime"] == {}
+        plan = json.loads((out / "ct200-node-01" / "plan.json").read_text())
+        assert plan["repos"]["target"]["revision"] == "main"
+        assert plan["repos"]["target"]["resolved_sha"] == first.sha
+        assert plan["study_lock"]["missing"] == [] and plan["study_lock"]["unresolved"] == []
+        written = lock_path.read_bytes()
+
+        # main moves on at the hub: the lock, and what a deploy would download, do not.
+        moved = moving.add_repo("moonshotai/Kimi-K2.6", {"a.safetensors": b"2" * 100})
+        assert moved.sha != first.sha
+        again = run_plan(playbook, REPO / "inventory" / "ct200", out, moving.url)
+        assert again.rc == 0, again.stdout
+        assert lock_path.read_bytes() == written
+        kept = again.results("Resolve the study lock")["ct200-node-01"]
+        assert not kept["changed"] and not kept["written"] and kept["messages"] == []
+
+        refreshed = playbook(
+            "plan.yml",
+            REPO / "inventory" / "ct200",
+            extravars={
+                "plan_output_dir": str(out),
+                "kimi_lock_file": str(lock_path),
+                "kimi_lock_update": True,
+            },
+            envvars={
+                "HF_ENDPOINT": moving.url,
+                "HF_HUB_DISABLE_XET": "1",
+                **token_env(TOKEN, tmp_path),
+            },
+        )
+        assert refreshed.rc == 0, refreshed.stdout
+        relocked = yaml.safe_load(lock_path.read_text())
+        assert relocked["weights"]["moonshotai/Kimi-K2.6"]["revision"] == moved.sha
+        said = refreshed.results("Resolve the study lock")["ct200-node-01"]["messages"]
+        assert f"weights moonshotai/Kimi-K2.6: main -> {moved.sha} (was {first.sha})" in said
+        plan = json.loads((out / "ct200-node-01" / "plan.json").read_text())
+        assert plan["repos"]["target"]["resolved_sha"] == moved.sha
+
+
+def test_a_plan_offline_reads_the_lock_and_a_bad_lock_fails_naming_it(playbook, tmp_path):
+    lock_path = tmp_path / "kimi.lock.yml"
+    lock_path.write_text("lock_version: 1\nweights: {'moonshotai/Kimi-K2.6': {requested: main}}\n")
+    out = tmp_path / "plan"
+    run = playbook(
+        "plan.yml",
+        REPO / "inventory" / "ct200",
+        extravars={
+            "plan_output_dir": str(out),
+            "kimi_lock_file": str(lock_path),
+            "plan_check_hub": False,
+        },
+    )
+    assert run.rc != 0
+    assert f"{lock_path}: weights.moonshotai/Kimi-K2.6.revision is None" in run.stdout
+    assert "kimi_lock_update=true" in run.stdout

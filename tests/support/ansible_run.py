@@ -76,6 +76,14 @@ def run_playbook(
 ) -> PlaybookRun:
     """`vars_files` are handed over as `-e @FILE`: for secrets, which ansible-runner would
     otherwise write into its env/extravars file."""
+    extravars = {
+        # Each run its own study lock unless a test shares one: a lock left in the checkout
+        # would pin the next test's run.
+        "kimi_lock_file": str(private_dir / "kimi.lock.yml"),
+        # plan.yml resolves the git ref of the DDTree runtime: never the public repository.
+        "kimi_sglang_git": local_sglang_git(),
+        **(extravars or {}),
+    }
     playbook = Path(playbook)
     if not playbook.is_absolute():
         playbook = REPO / playbook
@@ -100,7 +108,7 @@ def run_playbook(
             project_dir=str(REPO),
             playbook=str(playbook),
             inventory=str(inventory),
-            extravars=extravars or {},
+            extravars=extravars,
             cmdline=" ".join(cmdline) if cmdline else None,
             limit=limit,
             verbosity=verbosity or None,
@@ -116,6 +124,30 @@ def run_playbook(
         stdout=stdout,
         private_dir=private_dir,
     )
+
+
+def local_sglang_git() -> dict:
+    """kimi_sglang_git for runs that do not name one: a bare repository laid out like SGLang's
+    with the DDTree pull-request ref (tests/support/fake_sglang.py), built once per checkout."""
+    import fcntl
+    import json
+
+    from tests.support.fake_sglang import build_git_source
+
+    folder = REPO / "tests" / ".state" / "default-sglang-git"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / ".default-sglang-git.lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        record = folder / "source.json"
+        if not record.is_file():
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            source = build_git_source(folder)
+            record.write_text(json.dumps(source))
+        source = json.loads(record.read_text())
+    return {"url": source["url"], "ref": source["ref"], "patches": []}
 
 
 @contextlib.contextmanager

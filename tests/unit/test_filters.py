@@ -105,3 +105,72 @@ def test_model_data_is_read_again_when_the_file_changes(tmp_path):
     path.write_text(path.read_text().replace("tp_size: 4", "tp_size: '4'"))
     with pytest.raises(AnsibleFilterError, match="tp_size is '4'"):
         filters.kimi_model_data("m", tmp_path)
+
+
+REPOS = {
+    "target": {"repo_id": "moonshotai/Kimi-K2.6", "revision": "main"},
+    "dflash": {"repo_id": "z-lab/Kimi-K2.6-DFlash", "revision": "main"},
+    "eagle3": {"repo_id": "lightseekorg/kimi-k2.6-eagle3.1-mla", "revision": "main"},
+}
+SETS = {
+    "gsm8k": {"repo": "openai/gsm8k", "revision": "e" * 40, "file": "f"},
+    "mt-bench": {"repo": "HuggingFaceH4/mt_bench_prompts", "revision": "main", "file": "f"},
+}
+GIT = {"url": "file:///srv/git/sglang.git", "ref": "refs/pull/29907/head", "patches": []}
+
+
+def test_the_study_lock_is_asked_for_what_the_configs_and_sets_need():
+    asked = filters.kimi_study_requested(
+        REPOS, ["ar", "dflash"], DEFINITIONS, ["mt-bench"], SETS, GIT
+    )
+    assert asked == {
+        "weights": {"moonshotai/Kimi-K2.6": "main", "z-lab/Kimi-K2.6-DFlash": "main"},
+        "datasets": {"HuggingFaceH4/mt_bench_prompts": "main"},
+        # No config runs on the git runtime: its source is not asked for.
+        "git": {},
+    }
+    with_tree = filters.kimi_study_requested(
+        REPOS, ["ddtree-b32"], DEFINITIONS, ["gsm8k", "own-file"], SETS, GIT
+    )
+    assert with_tree["git"] == {"sglang": {"url": GIT["url"], "ref": GIT["ref"]}}
+    assert with_tree["datasets"] == {"openai/gsm8k": "e" * 40}
+
+
+def test_the_lock_pins_replace_what_was_asked_for_and_nothing_else():
+    lock = {
+        "pins": {
+            "weights": {"moonshotai/Kimi-K2.6": "a" * 40},
+            "datasets": {"HuggingFaceH4/mt_bench_prompts": "b" * 40},
+            "git": {"sglang": {"url": GIT["url"], "ref": GIT["ref"], "commit": "c" * 40}},
+        }
+    }
+    repos = filters.kimi_lock_pinned(REPOS, lock, "repos")
+    assert repos["target"]["revision"] == "a" * 40 and repos["dflash"]["revision"] == "main"
+    sets = filters.kimi_lock_pinned(SETS, lock, "prompt_sets")
+    assert sets["mt-bench"]["revision"] == "b" * 40 and sets["gsm8k"] == SETS["gsm8k"]
+    assert filters.kimi_lock_pinned(GIT, lock, "git")["commit"] == "c" * 40
+    # Another source than the lock's keeps no commit of it; no lock changes nothing.
+    assert "commit" not in filters.kimi_lock_pinned({**GIT, "url": "x"}, lock, "git")
+    assert filters.kimi_lock_pinned(REPOS, {}, "repos") == REPOS
+    with pytest.raises(AnsibleFilterError, match="one of repos"):
+        filters.kimi_lock_pinned(REPOS, lock, "weights")
+
+
+def test_what_a_run_used_comes_from_its_stages_facts():
+    used = filters.kimi_study_used(
+        REPOS,
+        {"target": "a" * 40},
+        {"source": {"url": GIT["url"], "ref": GIT["ref"], "commit": "c" * 40}},
+        {
+            "sets": {
+                "mt-bench": {"source": {"repo": SETS["mt-bench"]["repo"], "resolved": "b" * 40}},
+                "own": {"source": "questions.jsonl"},
+            }
+        },
+    )
+    assert used == {
+        "weights": {"moonshotai/Kimi-K2.6": "a" * 40},
+        "datasets": {"HuggingFaceH4/mt_bench_prompts": "b" * 40},
+        "git": {"sglang": "c" * 40},
+    }
+    assert filters.kimi_study_used(REPOS, {}, {}, {}) == {"weights": {}, "datasets": {}, "git": {}}
