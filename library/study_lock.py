@@ -16,7 +16,8 @@ description:
   - C(action=read) returns the commits the run must use (C(pins)) and fails when the lock was
     made from other settings than the run's, naming each entry, both values and the fix.
   - C(action=record) adds the commits a run resolved and used (I(known)) where the lock has
-    none yet; a run without a lock writes one.
+    none yet; a run without a lock writes one. It never reports a change - it is the run's
+    bookkeeping on the controller - so a second deploy reports changed=0.
   - C(action=resolve) (plan.yml) resolves what the lock lacks or holds for other settings
     (I(known) first, then the hub for weights and datasets, C(git ls-remote) for git
     sources); an entry that cannot be resolved is left out and named in C(unresolved); with
@@ -207,7 +208,9 @@ def main() -> None:
         )
     except LockError as error:
         module.fail_json(msg=str(error))
-    module.exit_json(changed=result["written"], **result)
+    # A run's record of what it resolved is its bookkeeping on the controller, as the per-host
+    # lock is: a second deploy reports changed=0 whether or not the first one wrote the lock.
+    module.exit_json(changed=result["written"] and p["action"] == "resolve", **result)
 
 
 if __name__ == "__main__":
