@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.sweep import NEAR_BEST
 from tests.support.ddtree_tables import HEALTHY, QWEN_HYBRID, pairs, table_env
 from tests.support.fake_sglang import build_git_source
 from tests.support.hostprep import EXTRAVARS as TUNING_VARS
@@ -531,16 +532,34 @@ def test_ddtree_sweep_runs_with_its_flags_and_is_diagnosed_per_host(deploy):
     }
     # The healthy sweep gains under 5% tokens a step from 64 to 128 for 11% more step time.
     assert saturated == {(KIMI_HOST, 128)}
-    picks: dict[str, set] = {}
+    picks: dict[str, dict] = {}
     for document in documents.values():
         for pick in document["recommendation"]:
-            picks.setdefault(pick["host"], set()).add(pick["config"])
+            picks.setdefault(pick["host"], {})[pick["band"]] = pick
+    assert set(picks) == set(HOSTS)
     # The hybrid: only budget 15 stayed healthy, and it is the fastest config there (15 tokens
-    # a step against the chain control's 12 at almost its step time, 20% ahead). The healthy
-    # host: 32 and 64 run
-    # within 1% of each other, and 32 is the smaller (the saturation rule takes it even when 64
-    # measures a hair faster).
-    assert picks == {QWEN_HOST: {"ddtree-b15"}, KIMI_HOST: {"ddtree-b32"}}
+    # a step against the chain control's 12 at almost its step time, 20% ahead).
+    assert {p["config"] for p in picks[QWEN_HOST].values()} == {"ddtree-b15"}
+    # The healthy host: 32 and 64 run within about 1% of each other, 7% or more ahead of
+    # everything else, so the pick is one of them. Which one is the saturation rule's call on
+    # each band's own figures: 32 when its 64 -> 128 step saturated and 32 measured within
+    # NEAR_BEST of the fastest, else the fastest. A level here lasts a second or less, so
+    # a stall of a loaded 2-core machine can move one budget's figure past the 3% margin or
+    # blur one level's 64 -> 128 step rise (CI once picked 64 at one level); the rule itself,
+    # on fixed figures, is tests/unit/test_analysis.py's.
+    assert len(picks[KIMI_HOST]) == len(LEVELS), picks[KIMI_HOST]
+    for band, pick in picks[KIMI_HOST].items():
+        levels = {int(level) for level in pick["levels"].split(", ")}
+        inside = [r for r in rows if r["host"] == KIMI_HOST and int(r["concurrency"]) in levels]
+        speed = {r["config"]: r["output_tokens_per_s"] for r in inside}
+        fastest = max(speed, key=speed.get)
+        assert fastest in ("ddtree-b32", "ddtree-b64"), (band, speed)
+        saturates = any(r["budget_diagnosis"] == "saturated" for r in inside)
+        near = speed["ddtree-b32"] >= (1 - NEAR_BEST) * speed[fastest]
+        expected = "ddtree-b32" if saturates and near else fastest
+        assert pick["config"] == expected, (band, saturates, speed, pick)
+        if pick["config"] != fastest:
+            assert "the budget sweep saturates (b64 -> b128" in pick["note"], pick
 
 
 def test_comparison_of_the_two_models_shows_both_decompositions_and_the_hybrids_collapse(
