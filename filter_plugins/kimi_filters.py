@@ -163,10 +163,22 @@ def _names(function, *args):
 def kimi_study_requested(
     repos, selected, definitions, prompt_sets, prompt_set_definitions, git
 ) -> dict:
-    """What a host asks the study lock for (module_utils/study_lock.py's `requested`)."""
-    needed = kimi_needed_repos(selected, definitions)
-    if not isinstance(repos, dict) or not isinstance(prompt_set_definitions, dict):
-        raise AnsibleFilterError("kimi_study_requested needs kimi_repos and the prompt set mapping")
+    """What a host asks the study lock for (module_utils/study_lock.py's `requested`). A config
+    name it cannot place is left out: the stage's own checks name it with their fix."""
+    if not all(isinstance(value, dict) for value in (repos, definitions, prompt_set_definitions)):
+        raise AnsibleFilterError(
+            "kimi_study_requested needs kimi_repos, the serving config definitions and the "
+            "prompt set definitions as mappings"
+        )
+    known = []
+    for name in selected if isinstance(selected, (list, tuple)) else []:
+        try:
+            if kimi_config_base(name) in definitions:
+                known.append(name)
+        except AnsibleFilterError:
+            continue
+    selected = known
+    needed = [name for name in kimi_needed_repos(selected, definitions) if name in repos]
     weights = {repos[name]["repo_id"]: str(repos[name]["revision"]) for name in needed}
     datasets = {}
     for name in prompt_sets or []:

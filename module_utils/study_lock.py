@@ -244,11 +244,12 @@ def locked_folder(path: str):
     """An exclusive flock on the lock's folder (a folder can be flocked: no extra file)."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
+        os.makedirs(folder, mode=0o755, exist_ok=True)
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as error:
         raise LockError(
-            f"the folder of {path} cannot be opened ({error.strerror}). Fix: create it, or set "
-            "kimi_lock_file to a path in a folder that exists"
+            f"the folder of {path} cannot be made or opened ({error.strerror}). Fix: set "
+            "kimi_lock_file to a path in a folder this user can write"
         ) from error
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.hub_server import LocalHub, Stall, token_env
 
@@ -49,7 +50,7 @@ def target_files() -> dict[str, bytes]:
 def cluster():
     from tests.support.testhosts import TestHostCluster
 
-    names = ["fresh", "killed", "stalled", "smalldisk", "default"]
+    names = ["fresh", "killed", "stalled", "smalldisk", "default", "locked"]
     hosts = TestHostCluster.up(["ct200"] * len(names), names=names)
     try:
         hosts.ssh("smalldisk", "mkdir -p /opt/kimi && mount -t tmpfs -o size=600m tmpfs /opt/kimi")
@@ -405,3 +406,56 @@ def test_token_appears_nowhere(cluster, tmp_path_factory):
             text=True,
         )
         assert found.stdout == "", f"{token} found in: {found.stdout}"
+
+
+LOCKED = "study/locked-model"
+
+
+def test_a_deploy_from_the_study_lock_gets_the_locked_bytes_after_main_moved(
+    playbook, cluster, hub, wheelhouse, tmp_path
+):
+    """plan.yml locks main's commit; main then moves on at the hub; the weights stage on a
+    fresh host, following the lock, downloads the locked commit's bytes, not main's."""
+    first_files = {
+        "config.json": (REPO / "models/kimi-k2.6/config.json").read_bytes(),
+        "model.safetensors": random.Random(1).randbytes(2 << 20),
+    }
+    first = hub.add_repo(LOCKED, first_files)
+    lock_path = tmp_path / "kimi.lock.yml"
+    settings = {
+        "kimi_target_repo": LOCKED,
+        "kimi_serving_configs": ["ar"],
+        "kimi_lock_file": str(lock_path),
+    }
+    plan = playbook(
+        "plan.yml",
+        cluster.inventory,
+        extravars={
+            **settings,
+            "plan_output_dir": str(tmp_path / "plan"),
+            "kimi_hf_endpoint": hub.url,
+        },
+        envvars=token_env(GOOD, tmp_path),
+        limit="locked",
+    )
+    assert plan.rc == 0, plan.stdout
+    lock = yaml.safe_load(lock_path.read_text())
+    assert lock["weights"][LOCKED]["requested"] == "main"
+    assert lock["weights"][LOCKED]["revision"] == first.sha
+
+    moved_files = {**first_files, "model.safetensors": random.Random(2).randbytes(2 << 20)}
+    moved = hub.add_repo(LOCKED, moved_files)
+    assert moved.sha != first.sha and hub.repos[LOCKED].resolve("main") == moved.sha
+    locked_bytes = lock_path.read_bytes()
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "locked", **settings)
+    assert run.rc == 0, run.stdout
+    said = run.results("Say which study lock the run follows")["locked"]["msg"]
+    assert f"Following the study lock {lock_path}" in said and f"{LOCKED}@{first.sha}" in said
+    local = f"{WEIGHTS}/{LOCKED}"
+    manifest = json.loads(host_path(cluster, "locked", f"{local}/kimi-manifest.json").read_text())
+    assert manifest["revision"] == first.sha
+    for name, data in first_files.items():
+        assert (
+            sha256_on_host(cluster, "locked", f"{local}/{name}") == hashlib.sha256(data).hexdigest()
+        )
+    assert lock_path.read_bytes() == locked_bytes

@@ -137,6 +137,12 @@ class HubRepo:
     gated: bool = False
     approved_tokens: set[str] = field(default_factory=set)
     branches: dict[str, str] = field(default_factory=dict)
+    # Earlier commits of the repository (add_repo again moves main on): by commit SHA.
+    previous: dict[str, HubRepo] = field(default_factory=dict)
+
+    def at(self, revision: str) -> HubRepo:
+        """The repository as of an earlier commit asked by its SHA, else as it is now."""
+        return self.previous.get(revision, self)
 
     @property
     def sha(self) -> str:
@@ -254,6 +260,10 @@ class LocalHub:
         }
         repo = HubRepo(repo_id, loaded, gated=gated, approved_tokens=set(approved_tokens or ()))
         repo.branches["main"] = repo.sha
+        # Adding a repository again is a new commit on main; the earlier ones stay fetchable.
+        earlier = self.repos.get(repo_id) or self.datasets.get(repo_id)
+        if earlier is not None and earlier.sha != repo.sha:
+            repo.previous = {**earlier.previous, earlier.sha: earlier}
         self.repos[repo_id] = repo
         for hub_file in loaded.values():
             if hub_file.is_lfs:
@@ -585,8 +595,10 @@ class HubRequestHandler(FileRequestHandler):
         if tail.startswith("revision/"):
             revision = tail[len("revision/") :]
             tail = ""
+            repo = repo.at(revision)
         if tail.startswith("tree/"):
             revision, _, prefix = tail[len("tree/") :].partition("/")
+            repo = repo.at(revision)
             sha = self._sha(repo, revision)
             entries = [
                 self._tree_entry(f)
@@ -650,6 +662,7 @@ class HubRequestHandler(FileRequestHandler):
         repo_id, tail = self._split_repo(rest)
         repo = self._repo(repo_id, token)
         _resolve, revision, file_path = tail.split("/", 2)
+        repo = repo.at(revision)
         sha = self._sha(repo, revision)
         hub_file = repo.files.get(file_path)
         if hub_file is None:
