@@ -40,7 +40,7 @@ REPO = HERE.parent.parent
 VENV = REPO / "tests" / ".state" / "contract-venv"
 STAMP = VENV / ".inputs.json"
 INSTALLED = VENV / ".installed.txt"
-LOCK = REPO / "requirements.lock"
+LOCKS = (REPO / "requirements.lock", REPO / "requirements-dev.lock")
 MODEL_VARS = REPO / "group_vars" / "all" / "model.yml"
 
 # Distributions of sglang's Requires-Dist that the parser's import chain needs (found by
@@ -126,7 +126,7 @@ def inputs() -> dict:
         "sglang": pinned_version(),
         "python": sys.version.split()[0],
         "script_sha256": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-        "lock_sha256": hashlib.sha256(LOCK.read_bytes()).hexdigest(),
+        "lock_sha256": hashlib.sha256(b"".join(p.read_bytes() for p in LOCKS)).hexdigest(),
     }
 
 
@@ -262,7 +262,18 @@ def build(wanted: dict) -> None:
     print(f"requirements from {wheels[0].name}:")
     requirements = parser_requirements(wheels[0]) + TEST_TOOLS
 
-    constraints = ["--constraint", str(LOCK)]
+    # The locks' pins without their hashes: pip reads a hashed constraint as --require-hashes
+    # for the whole install, and the parser's own requirements are not in the locks.
+    pins = VENV.parent / "lock-pins.txt"
+    pins.write_text(
+        "".join(
+            line.rstrip(" \\") + "\n"
+            for lock in LOCKS
+            for line in lock.read_text().splitlines()
+            if line[:1].isalnum()
+        )
+    )
+    constraints = ["--constraint", str(pins)]
     run([*fetch, *constraints, *requirements], DOWNLOAD_TIMEOUT)
     download_bytes = folder_bytes(downloads)
     local = ["--no-index", "--find-links", str(downloads)]

@@ -30,8 +30,9 @@ pytestmark = pytest.mark.weights
 def pins(path: Path) -> dict[str, str]:
     found = {}
     for line in path.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, version = line.split("==")
+        # Hash lines (indented) and environment markers are not pins.
+        if line and not line[0].isspace() and not line.startswith("#"):
+            name, version = line.split(";")[0].rstrip(" \\").split("==")
             found[name.lower().replace("_", "-")] = version
     return found
 
