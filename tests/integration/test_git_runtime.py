@@ -76,6 +76,22 @@ def test_git_runtime_checks_out_the_ref_applies_patches_and_records_the_commit(
     shown = second.results("Show how the environment differs from the study lock")["gitnode"]
     assert shown["msg"] == f"Exactly the study lock's {len(frozen['packages'])} packages."
 
+    # A fresh host gets the locked set without resolving, then sglang from the commit.
+    install_git_source(cluster, "node-b", tmp_path / "src")
+    fresh = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit="node-b")
+    assert fresh.rc == 0, fresh.stdout
+    frozen_text = cluster.ssh("node-b", "cat /opt/kimi/runtime/git-frozen.txt").stdout
+    assert "sglang" not in frozen_text and frozen_text.count("--hash=sha256:") == len(
+        frozen["packages"]
+    )
+    assert installed_set(cluster, "node-b", "venv-git") == installed_set(
+        cluster, "gitnode", "venv-git"
+    )
+    patched = cluster.ssh(
+        "node-b", "/opt/kimi/venv-git/bin/python -c 'import sglang.ddtree as d; print(d.PATCHED)'"
+    )
+    assert patched.stdout.strip() == "True"
+
     # Another patch is another source: the lock's set is not installed over it.
     other = tmp_path / "other.patch"
     other.write_text(PATCH.replace("PATCHED = True", "PATCHED = True  # other"))
@@ -126,8 +142,8 @@ def test_git_runtime_checks_out_the_ref_applies_patches_and_records_the_commit(
     )
 
 
-def installed_set(cluster, host: str) -> dict[str, str]:
-    done = cluster.ssh(host, "/opt/kimi/venv/bin/python -m pip list --format json")
+def installed_set(cluster, host: str, venv: str = "venv") -> dict[str, str]:
+    done = cluster.ssh(host, f"/opt/kimi/{venv}/bin/python -m pip list --format json")
     return {item["name"].lower(): item["version"] for item in json.loads(done.stdout)}
 
 
