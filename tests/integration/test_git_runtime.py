@@ -156,16 +156,24 @@ def test_a_fresh_host_deploys_the_locked_set_and_a_changed_package_is_named(
         "kimi_serving_configs": ["ar"],
         "runtime_wheelhouse": str(runtime_wheelhouse),
     }
-    first = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit="node-a")
+    # Two hosts without a lock side by side: one records, the other is compared with it.
+    first = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit="node-a,gitnode")
     assert first.rc == 0, first.stdout
     frozen = yaml.safe_load(lock.read_text())["runtime"]["release"]
-    assert frozen["built_from"] == {"sglang": "0.5.23"} and frozen["recorded_from"] == "node-a"
+    assert frozen["built_from"] == {"sglang": "0.5.23"}
+    shown = first.results("Show what the study lock holds for the runtime")
+    recorder = frozen["recorded_from"]
+    [other] = {"node-a", "gitnode"} - {recorder}
+    assert shown[recorder]["msg"].startswith(f"Recorded {len(frozen['packages'])} packages")
+    assert f"recorded by {recorder}; this host is compared" in shown[other]["msg"]
+    compared = first.results("Warn when this host differs from the set another host recorded")
+    assert compared[other]["drift"] == [] and not compared[other].get("warnings")
     # The wheelhouse's wheels all have hashes in pip's report (pip 23.0's older field).
     assert frozen["hashes"] == "complete"
     assert all(len(p["sha256"]) == 64 for p in frozen["packages"].values())
     expected = {"sglang": "0.5.23", "pyyaml": "6.0.4", "packaging": "26.4", "jinja2": "3.1.6"}
     assert {name: frozen["packages"][name]["version"] for name in expected} == expected
-    record_a = json.loads(cluster.ssh("node-a", "cat /opt/kimi/runtime/runtime.json").stdout)
+    record_a = json.loads(cluster.ssh(recorder, "cat /opt/kimi/runtime/runtime.json").stdout)
     assert frozen["python"] == record_a["release"]["python_version"]
     assert frozen["platform"] == {"driver": "580.159.04", "driver_cuda": "13.0"}
     assert record_a["release"]["platform"] == frozen["platform"]
@@ -179,8 +187,8 @@ def test_a_fresh_host_deploys_the_locked_set_and_a_changed_package_is_named(
     how = fresh.results("Say how the locked set is installed")["node-b"]["msg"]
     assert f"{len(frozen['packages'])} packages of runtime.release with --require-hashes" in how
     assert installed_set(cluster, "node-b") == set_a
-    # B followed the lock; it did not record over A's set.
-    assert yaml.safe_load(lock.read_text())["runtime"]["release"]["recorded_from"] == "node-a"
+    # B followed the lock; it did not record over the first set.
+    assert yaml.safe_load(lock.read_text())["runtime"]["release"] == frozen
     assert cluster.ssh("node-b", "cat /opt/kimi/runtime/release-frozen.txt").stdout.count(
         "--hash=sha256:"
     ) == len(frozen["packages"])
@@ -209,3 +217,20 @@ def test_a_fresh_host_deploys_the_locked_set_and_a_changed_package_is_named(
     )
     assert installed_set(cluster, "node-b") == set_a
     playbook(RUNTIME, cluster.inventory, extravars=extravars, limit="node-b").assert_unchanged()
+
+    # A set recorded on another Python is not installed into this one.
+    older = yaml.safe_load(lock.read_text())
+    older["runtime"]["release"]["python"] = "3.1.4"
+    other_lock = tmp_path / "other-python.lock.yml"
+    other_lock.write_text(yaml.safe_dump(older))
+    refused = playbook(
+        RUNTIME,
+        cluster.inventory,
+        extravars={**extravars, "kimi_lock_file": str(other_lock)},
+        limit="node-b",
+    )
+    assert refused.rc != 0
+    message = refused.results("Stop when the Python is not the study lock's")["node-b"]["msg"]
+    assert f"The release runtime's Python is {frozen['python']}" in message
+    assert "recorded on Python 3.1.4" in message and "runtime_python to a Python 3.1" in message
+    assert "plan.yml -e kimi_lock_update=true" in message
