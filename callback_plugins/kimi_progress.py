@@ -3,7 +3,9 @@ describe this run for the per-host lock.
 
 Ansible prints only "FAILED - RETRYING ... (N retries left)" while a status module is polled;
 long stages (a 595 GB download, a server loading it) report a `progress` line instead, and
-this callback prints it, so the person watching sees bytes, rate and ETA on every poll.
+this callback prints it whenever it changes, so the person watching sees bytes, rate and ETA.
+It does so under any stdout callback (ansible-runner's and AWX's too); the kit's own stdout
+callback, kimi_readable, leaves these lines to it and drops the retry lines around them.
 
 The per-host lock (module_utils/host_lock.py) needs to name this run's ansible-playbook process:
 a callback runs in that process, before any task, while templates are rendered in worker
@@ -18,13 +20,15 @@ import json
 import os
 import secrets
 import socket
+import unicodedata
 
 DOCUMENTATION = r"""
 name: kimi_progress
 type: notification
 short_description: Print the progress line of polled status modules
 description:
-  - On each retry of a task whose result has a C(progress) string, print it.
+  - On each retry of a task whose result has a C(progress) string, print it when it differs
+    from the line last printed for that host and task.
 requirements:
   - Enabled in ansible.cfg (callbacks_enabled).
 """
@@ -32,6 +36,23 @@ requirements:
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 
 HOLDER_ENV = "KIMI_RUN_HOLDER"
+# A status line, not a report: anything longer is a module gone wrong, not more to read.
+PROGRESS_MAX_CHARS = 300
+
+
+def progress_line(progress) -> str | None:
+    """The line to show for a result's `progress`, or None when it has none. The text comes
+    from the host: one line, no control characters (a terminal escape would repaint the
+    screen), bounded. Empty exactly when `progress.strip()` is (kimi_readable's test)."""
+    if not isinstance(progress, str):
+        return None
+    line = " ".join(progress.split())
+    if not line:
+        return None
+    line = "".join("?" if unicodedata.category(char)[0] == "C" else char for char in line)
+    if len(line) > PROGRESS_MAX_CHARS:
+        line = line[: PROGRESS_MAX_CHARS - 1] + "\u2026"
+    return line
 
 
 def run_holder(playbook: str, run_id: str) -> dict:
@@ -81,12 +102,20 @@ class CallbackModule(CallbackBase):
         # One id per ansible-playbook process, whatever an inherited environment says: a
         # playbook run from a task of another run is a run of its own.
         self._run_id = secrets.token_hex(8)
+        # host -> (task uuid, line last printed): a poll that moved nothing says nothing.
+        self._last_line: dict[str, tuple[str, str]] = {}
 
     def v2_playbook_on_start(self, playbook) -> None:
         holder = run_holder(getattr(playbook, "_file_name", "") or "", self._run_id)
         os.environ[HOLDER_ENV] = json.dumps(holder)
 
     def v2_runner_retry(self, result) -> None:
-        progress = result._result.get("progress")
-        if isinstance(progress, str) and progress:
-            self._display.display(f"  [{result._host.get_name()}] {progress}")
+        line = progress_line(result.result.get("progress"))
+        if line is None:
+            return
+        host = result.host.get_name()
+        shown = (result.task._uuid, line)
+        if self._last_line.get(host) == shown:
+            return
+        self._last_line[host] = shown
+        self._display.display(f"  [{host}] {line}")
