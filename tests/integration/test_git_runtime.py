@@ -76,10 +76,25 @@ def test_git_runtime_checks_out_the_ref_applies_patches_and_records_the_commit(
     shown = second.results("Show how the environment differs from the study lock")["gitnode"]
     assert shown["msg"] == f"Exactly the study lock's {len(frozen['packages'])} packages."
 
-    # A fresh host gets the locked set without resolving, then sglang from the commit.
+    # The study lock pins the commit the ref resolved to.
+    assert yaml.safe_load(lock.read_text())["git"]["sglang"]["commit"] == source["commit"]
+
+    # A fresh host gets the locked set without resolving, then sglang from the locked commit,
+    # even though the pull request was force-pushed since: its ref no longer reaches that
+    # commit (which the remote still holds, as GitHub does), so it is fetched by its SHA.
     install_git_source(cluster, "node-b", tmp_path / "src")
+    cluster.ssh(
+        "node-b",
+        "cd /srv/git/sglang.git && git update-ref refs/keep/locked refs/pull/29907/head && "
+        "moved=$(GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t "
+        "GIT_COMMITTER_EMAIL=t@t git commit-tree 'main^{tree}' -p main -m force-pushed) && "
+        "git update-ref refs/pull/29907/head $moved",
+    )
     fresh = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit="node-b")
     assert fresh.rc == 0, fresh.stdout
+    assert not fresh.results("Fetch the locked commit by itself")["node-b"]["failed"]
+    built = json.loads(cluster.ssh("node-b", "cat /opt/kimi/runtime/runtime.json").stdout)
+    assert built["git"]["source"]["commit"] == source["commit"]
     frozen_text = cluster.ssh("node-b", "cat /opt/kimi/runtime/git-frozen.txt").stdout
     assert "sglang" not in frozen_text and frozen_text.count("--hash=sha256:") == len(
         frozen["packages"]
