@@ -63,6 +63,8 @@ description:
     DDTree budgets and the TP sizes to expand over; C(kimi_model_configs) the shipped
     config.json path of the target and of each drafter. group_vars/all/model.yml derives every
     model variable from them.
+  - C(kimi_example_address) tells a documentation address or name (192.0.2.0/24, 2001:db8::/32,
+    example.com, ...) from a real one: the shipped inventories hold such examples.
   - C(kimi_study_requested) is what a host's settings ask the study lock for (the needed
     repositories' revisions, the prompt sets' dataset revisions, the SGLang git source when a
     config runs on it); C(kimi_lock_pinned) gives kimi_repos, prompt set definitions or the git
@@ -248,6 +250,28 @@ def kimi_lock_pinned(value, study_lock, what: str):
     raise AnsibleFilterError(f"kimi_lock_pinned: what is {what!r}; one of repos, prompt_sets, git")
 
 
+# Addresses and names reserved for documentation (RFC 5737, RFC 3849, RFC 2606): what the
+# shipped inventories hold until a user puts their own hosts there.
+_DOC_NETWORKS = tuple(
+    ipaddress.ip_network(net)
+    for net in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+)
+
+
+def kimi_example_address(address) -> bool:
+    """Whether an inventory address is a documentation one (never a real host); given a pair
+    (ansible_host, inventory name), whether either is."""
+    if isinstance(address, (list, tuple)):
+        return any(kimi_example_address(item) for item in address)
+    text = str(address or "").strip().strip("[]").lower().rstrip(".")
+    try:
+        return any(ipaddress.ip_address(text) in net for net in _DOC_NETWORKS)
+    except ValueError:
+        return text in ("example.com", "example.net", "example.org", "example") or text.endswith(
+            (".example", ".example.com", ".example.net", ".example.org")
+        )
+
+
 def kimi_config_base(name) -> str:
     """The serving config an expanded name belongs to: ddtree-tp4-b32 -> ddtree."""
     return _names(parse_config_name, name)[0]
@@ -329,4 +353,5 @@ class FilterModule:
             "kimi_study_requested": kimi_study_requested,
             "kimi_lock_pinned": kimi_lock_pinned,
             "kimi_study_used": kimi_study_used,
+            "kimi_example_address": kimi_example_address,
         }

@@ -418,8 +418,10 @@ def resolved_entries(
                 continue
             # A commit asked for is its own answer: pinning by SHA needs no hub.
             commit = revision if SHA.fullmatch(revision) else None
-            commit = commit or (known.get(section) or {}).get(repo) or commit_of(
-                section, repo, resolvers[section], repo, revision
+            commit = (
+                commit
+                or (known.get(section) or {}).get(repo)
+                or commit_of(section, repo, resolvers[section], repo, revision)
             )
             if commit is None:
                 continue
@@ -441,8 +443,10 @@ def resolved_entries(
         if same_source and not update and source["ref"] in (entry["ref"], entry["commit"]):
             continue
         commit = source["ref"] if SHA.fullmatch(source["ref"]) else None
-        commit = commit or (known.get("git") or {}).get(name) or commit_of(
-            "git", name, resolvers["git"], source["url"], source["ref"]
+        commit = (
+            commit
+            or (known.get("git") or {}).get(name)
+            or commit_of("git", name, resolvers["git"], source["url"], source["ref"])
         )
         if commit is None:
             continue

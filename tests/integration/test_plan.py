@@ -524,3 +524,19 @@ def test_a_plan_offline_reads_the_lock_and_a_bad_lock_fails_naming_it(playbook, 
     assert run.rc != 0
     assert f"{lock_path}: weights.moonshotai/Kimi-K2.6.revision is None" in run.stdout
     assert "kimi_lock_update=true" in run.stdout
+
+
+@pytest.mark.parametrize("entry", ["deploy_kimi.yml", "benchmark_kimi.yml", "teardown.yml"])
+def test_the_shipped_example_inventory_stops_before_any_connection(playbook, entry):
+    """Run unedited, the main command says which file to copy and what to set, instead of
+    SSH to the example's documentation address answering `No route to host`."""
+    run = playbook(entry, REPO / "inventory" / "ct200")
+    assert run.rc != 0
+    assert not run.stats.get("dark"), "a host was contacted"
+    said = run.results("Stop when the inventory still holds an example host")["ct200-node-01"]
+    assert said["failed"]
+    assert said["msg"].startswith(
+        "inventory/ct200/hosts.yml still holds the example host ct200-node-01 (ansible_host "
+        "192.0.2.10, a documentation address)."
+    )
+    assert "cp -a inventory/ct200 inventory/mylab" in said["msg"]

@@ -174,3 +174,25 @@ def test_what_a_run_used_comes_from_its_stages_facts():
         "git": {"sglang": "c" * 40},
     }
     assert filters.kimi_study_used(REPOS, {}, {}, {}) == {"weights": {}, "datasets": {}, "git": {}}
+
+
+@pytest.mark.parametrize(
+    ("address", "example"),
+    [
+        ("192.0.2.10", True),
+        ("198.51.100.7", True),
+        ("203.0.113.255", True),
+        ("[2001:db8::1]", True),
+        ("gpu1.example.com", True),
+        ("node.example", True),
+        (("10.0.0.5", "ct200-node-01"), False),
+        (("", "192.0.2.3"), True),
+        ("10.1.2.3", False),
+        ("192.0.3.1", False),
+        ("gpu1.lab.internal", False),
+        ("examples.org", False),
+        (None, False),
+    ],
+)
+def test_documentation_addresses_are_told_from_real_ones(address, example):
+    assert filters.kimi_example_address(address) is example

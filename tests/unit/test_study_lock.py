@@ -147,7 +147,9 @@ def test_an_unresolvable_entry_is_named_and_the_rest_is_locked(tmp_path):
 
     table = {**Resolvers().table(), "git": no_git}
     result = sl.sync(str(tmp_path / "kimi.lock.yml"), requested(), resolvers=table, mode="resolve")
-    assert result["unresolved"] == [f"git sglang: git ref {GIT['ref']} was not found at {GIT['url']}"]
+    assert result["unresolved"] == [
+        f"git sglang: git ref {GIT['ref']} was not found at {GIT['url']}"
+    ]
     assert result["pins"]["weights"] == {TARGET: A} and result["missing"] == ["git sglang"]
 
 
