@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module allreduce_check: NCCL all-reduce bandwidth of the GPUs against a baseline."""
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ notes:
     and the memory it needs (2 x O(max_bytes) per GPU at most) are off.
   - GB/s here are 1e9 bytes per second.
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

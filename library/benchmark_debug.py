@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module benchmark_debug: one serving config's debug files, scrubbed, on its host."""
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ options:
 notes:
   - Supports check mode (nothing is run or written).
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

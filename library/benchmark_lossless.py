@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module benchmark_lossless: speculative outputs against AR, token for token."""
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ notes:
     diverges early and everywhere. The threshold separates the two; the report keeps where each
     request diverged (C(first_divergence)) to tell them apart.
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

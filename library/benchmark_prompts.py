@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module benchmark_prompts: prompt sets fetched at pinned revisions, through the chat
 template of the model under test."""
 
@@ -110,7 +112,7 @@ options:
     type: int
     default: 600
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

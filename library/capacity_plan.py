@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module capacity_plan: per-GPU weights, KV cache pool and fit verdict."""
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ options:
         C(auto).
     type: str
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -306,8 +308,8 @@ def main() -> None:
                 "choices": sorted(KV_DTYPE_BYTES),
             },
             "overhead_mib": {"type": "int", "default": 3072},
-            "min_kv_tokens": {"type": "int", "default": 16384},
-            "verify_tokens": {"type": "int"},
+            "min_kv_tokens": {"type": "int", "default": 16384, "no_log": False},
+            "verify_tokens": {"type": "int", "no_log": False},
             "max_running_requests": {"type": "int"},
             "mamba_ssm_dtype": {"type": "str", "choices": list(SSM_DTYPE_BYTES)},
             "mamba_full_memory_ratio": {"type": "float"},

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module gpu_facts: GPU inventory and topology of a host, from nvidia-smi."""
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ notes:
   - Fails naming the GPU and the field when a GPU's record lacks its name, UUID, PCI bus id,
     memory size or compute capability.
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

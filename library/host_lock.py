@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module host_lock: the per-host lock of deploy, benchmark and teardown."""
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ options:
     type: float
     default: 10
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

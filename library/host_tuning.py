@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module host_tuning: sets host values for TP all-reduce, records and restores them."""
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ notes:
   - The governor and, without systemd, persistence mode and the fabric manager do not
     survive a reboot; run the tuning again after one.
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module hub_repo_info: access, pinned commit and file list of Hugging Face repos."""
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ options:
     type: float
     default: 120
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

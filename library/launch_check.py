@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module launch_check: would the installed SGLang accept this launch command?"""
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ options:
     type: int
     default: 300
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

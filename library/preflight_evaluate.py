@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module preflight_evaluate: turns gathered facts into preflight verdicts."""
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ options:
     elements: str
     default: []
     choices: [gpu_count, gpu_model, compute_capability, driver, persistence_mode, fabricmanager,
-              fabric_state, p2p, acs, disk, hf_token, hub_access, capacity]
+              fabric_state, p2p, acs, disk, hf_token, hub_access, capacity, context_length]
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

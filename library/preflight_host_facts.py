@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module preflight_host_facts: what preflight needs to know beyond the GPUs."""
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ options:
     type: float
     default: 60
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

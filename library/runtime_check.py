@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module runtime_check: is a Python environment exactly what its SGLang requires?"""
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ options:
     type: float
     default: 420
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

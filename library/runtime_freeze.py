@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module runtime_freeze: the runtime role's frozen-runtime steps on a host."""
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ options:
     type: float
     default: 60
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

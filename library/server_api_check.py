@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module server_api_check: the OpenAI-compatible API of a healthy server, checked."""
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ options:
     type: path
     required: true
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module server_health: one poll of a loading SGLang server, for an until loop."""
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ options:
 extends_documentation_fragment:
   - kimi_server_manager
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -119,7 +121,7 @@ progress:
   returned: always
   type: str
 message:
-  description: Why the server failed (with O(state=failed)).
+  description: Why the server failed (with RV(state=failed)).
   returned: always
   type: str
 log_tail:

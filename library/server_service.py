@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module server_service: start, restart on change, or stop the SGLang server."""
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ options:
 extends_documentation_fragment:
   - kimi_server_manager
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module serving_render: serving configs to launch argv, environment and runtime."""
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ options:
       - C(release.snapshot); C(git.snapshot) and C(git.overlay).
     type: dict
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

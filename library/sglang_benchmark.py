@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module sglang_benchmark: a speculative-decoding-aware load test of an SGLang server."""
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ description:
     config sees the same arrivals at a rate and repeat.
   - Rows of O(prompts) may hold C(input_ids) (token ids) instead of text. When the
     C(<name>.meta.json) beside O(prompts) describes a synthetic C(workload) (benchmark_prompts'
-    O(workloads)), every request asks for exactly its C(osl) tokens with C(ignore_eos) (and
+    C(workloads) option), every request asks for exactly its C(osl) tokens with C(ignore_eos) (and
     O(max_new_tokens) is not used), and each level file carries the C(workload).
   - With O(telemetry) the GPUs are sampled (C(nvidia-smi --query-gpu ... -lms)) from just
     before a level's first request to just after its last; the level's C(summary.gpu) holds
@@ -212,7 +214,7 @@ notes:
     their base64 forms (an error body that echoes the request's Authorization header) - and so
     are the module's messages.
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -280,7 +282,7 @@ def main() -> None:
             "concurrency": {"type": "list", "elements": "int", "required": True},
             "prompts": {"type": "path", "required": True},
             "num_prompts": {"type": "int", "default": 64},
-            "max_new_tokens": {"type": "int", "default": 512},
+            "max_new_tokens": {"type": "int", "default": 512, "no_log": False},
             "temperature": {"type": "float", "default": 0.0},
             "warmup_requests": {"type": "int", "default": 2},
             "api_key": {"type": "str", "default": "", "no_log": True},

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module study_lock: the study lock (kimi.lock.yml) on the controller."""
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ options:
     type: float
     default: 60
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module weights_check: is a repository complete and intact on disk?"""
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ version_added: "0.1.0"
 extends_documentation_fragment:
   - kimi_weights_repository
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module weights_download: resumable, watched, verified download of one hub repo."""
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ options:
 extends_documentation_fragment:
   - kimi_weights_repository
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module weights_status: progress of a weights_download running under async."""
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ options:
     type: path
     default: ~/.ansible_async
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
