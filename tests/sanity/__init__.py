@@ -1,0 +1,1 @@
+"""Sanity-check support: the collection-shaped copy of the modules for ansible-test."""
