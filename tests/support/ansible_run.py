@@ -73,9 +73,10 @@ def run_playbook(
     limit: str | None = None,
     verbosity: int = 0,
     vars_files: list[Path] | None = None,
+    tags: str | None = None,
 ) -> PlaybookRun:
     """`vars_files` are handed over as `-e @FILE`: for secrets, which ansible-runner would
-    otherwise write into its env/extravars file."""
+    otherwise write into its env/extravars file. `tags`: ansible-playbook's --tags."""
     extravars = {
         # Each run its own study lock unless a test shares one: a lock left in the checkout
         # would pin the next test's run.
@@ -111,6 +112,7 @@ def run_playbook(
             extravars=extravars,
             cmdline=" ".join(cmdline) if cmdline else None,
             limit=limit,
+            tags=tags,
             verbosity=verbosity or None,
             quiet=True,
             timeout=900,

@@ -1,0 +1,252 @@
+"""Stage tags (issue 21 part 2) and the summaries the playbooks end with (part 4)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+
+from tests.support.hub_server import LocalHub, token_env
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.preflight, pytest.mark.integration]
+
+STAGES = ["preflight", "weights", "runtime", "tuning", "server"]
+TOKEN = "hf_tags_good_3b9e1f07"
+LOCK_PLAYS = {"Take the per-host lock", "Release the per-host lock"}
+DEPLOY_SUMMARY = "Say where the server answers and how to check it"
+
+
+def list_tags(playbook: str) -> dict[str, set[str]]:
+    """Per play name, the task tags ansible-playbook --list-tags shows (no host is contacted)."""
+    listed = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            playbook,
+            "-i",
+            "inventory/ct200",
+            "--list-tags",
+        ],
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    plays: dict[str, set[str]] = {}
+    play = None
+    for line in listed.splitlines():
+        if found := re.match(r"\s*play #\d+ \([^)]*\): (.*?)\tTAGS:", line):
+            play = found.group(1)
+        elif (found := re.match(r"\s*TASK TAGS: \[(.*)\]", line)) and play:
+            plays.setdefault(play, set()).update(t.strip() for t in found.group(1).split(",") if t)
+    return plays
+
+
+def test_list_tags_shows_every_stage_and_the_lock_plays_stay_always():
+    plays = list_tags("deploy_kimi.yml")
+    assert set().union(*plays.values()) == {"always", *STAGES}, plays
+    # A stage skipped with --skip-tags must not skip the lock's release (or its taking).
+    for name in LOCK_PLAYS:
+        assert plays[name] == {"always"}, plays
+    assert "server" in plays["Say where each server answers"]
+    assert set().union(*list_tags("benchmark_kimi.yml").values()) == {"always", "benchmark"}
+    assert set().union(*list_tags("plan.yml").values()) == {"always", "plan"}
+    teardown = list_tags("teardown.yml")
+    assert set().union(*teardown.values()) == {"always", "teardown", "server", "tuning"}
+    assert teardown["Restore the host values the tuning changed"] >= {"teardown", "tuning"}
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with LocalHub() as hub:
+        hub.valid_tokens.add(TOKEN)
+        shards = {f"model-{i:05d}-of-00004.safetensors": bytes([i]) * 300_000 for i in range(4)}
+        hub.add_repo(
+            "moonshotai/Kimi-K2.6",
+            {"config.json": (REPO / "models/kimi-k2.6/config.json").read_bytes(), **shards},
+        )
+        hub.add_repo(
+            "z-lab/Kimi-K2.6-DFlash",
+            {"config.json": b"{}", "model.safetensors": b"d" * 200_000},
+            gated=True,
+            approved_tokens={TOKEN},
+        )
+        hub.add_repo(
+            "lightseekorg/kimi-k2.6-eagle3.1-mla",
+            {"config.json": b"{}", "model.safetensors": b"e" * 100_000},
+        )
+        yield hub
+
+
+def test_deploy_with_tags_preflight_runs_preflight_alone(make_testhosts, playbook, hub, tmp_path):
+    cluster = make_testhosts(["ct200"], names=["ct200-tags"])
+    cluster.write_inventory()
+    run = playbook(
+        "deploy_kimi.yml",
+        cluster.inventory,
+        tags="preflight",
+        extravars={"preflight_context_lengths_file": str(tmp_path / "context-lengths.json")},
+        envvars={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **token_env(TOKEN, tmp_path)},
+    )
+    assert run.rc == 0 and not run.failed_hosts(), run.stdout[-8000:]
+    judged = run.results("Judge every check")["ct200-tags"]
+    assert judged["failures"] == [], judged
+    ran = [
+        (event["event"], event["event_data"])
+        for event in run.events
+        if event["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed")
+    ]
+    # Every task that ran belongs to the preflight play or to the lock plays of the stages,
+    # but for Ansible's check of each role's arguments, which it tags `always` (it reads
+    # variables on the controller and acts on nothing).
+    stray = [
+        (data.get("play"), data.get("role"), data.get("task"))
+        for _, data in ran
+        if (
+            data.get("play") not in LOCK_PLAYS | {"Preflight checks of every GPU host"}
+            or data.get("role") not in (None, "preflight")
+        )
+        and data.get("task_action") != "ansible.builtin.validate_argument_spec"
+    ]
+    assert stray == [], stray
+    assert {data.get("task") for _, data in ran if data.get("role") == "preflight"} >= {
+        "Gather GPU facts",
+        "Judge every check",
+    }
+    # The last stage's release play runs although its stage was not selected: no lock is left.
+    releases = [kind for kind, data in ran if data.get("task") == "Release the per-host lock"]
+    assert len(releases) == len(STAGES) and releases[-1] == "runner_on_ok", releases
+    left = cluster.ssh("ct200-tags", "test -e /var/lib/kimi/lock/lock.json", check=False)
+    assert left.returncode == 1, "the per-host lock was left on the host"
+
+
+class KeyCheckingServer(http.server.BaseHTTPRequestHandler):
+    """/v1/models for one Authorization header; what each request carried is kept."""
+
+    expected = ""
+    seen: ClassVar[list[str | None]] = []
+
+    def do_GET(self):
+        KeyCheckingServer.seen.append(self.headers.get("Authorization"))
+        allowed = not self.expected or self.headers.get("Authorization") == self.expected
+        body = json.dumps({"data": [{"id": "moonshotai/Kimi-K2.6"}]} if allowed else {})
+        self.send_response(200 if allowed and self.path == "/v1/models" else 401)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def models_server():
+    server = http.server.HTTPServer(("127.0.0.1", 0), KeyCheckingServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    KeyCheckingServer.seen = []
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def summary_inventory(tmp_path: Path, host_vars: dict) -> Path:
+    """A host the summary play reads settings of; it is never contacted (debug runs locally)."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "group_vars").symlink_to(REPO / "group_vars")
+    hosts = {"ct200-summary": {"ansible_host": "127.0.0.1", **host_vars}}
+    tree = {"all": {"children": {"gpu_hosts": {"children": {"ct200": {"hosts": hosts}}}}}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(tree))
+    return inventory
+
+
+def run_summary_command(msg: str) -> subprocess.CompletedProcess:
+    """The summary's command line, as a user pastes it into a shell on the host. Tests run as
+    root and this machine has no sudo: the command runs without it."""
+    command = msg.splitlines()[-1].strip()
+    assert command.startswith(("sudo ", "curl ")), msg
+    command = command.removeprefix("sudo ")
+    return subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_deploy_summary_checks_a_keyed_server_without_showing_the_key(
+    playbook, models_server, tmp_path
+):
+    key = "sk-kimi-summary-7f3a 'quoted' #1"  # YAML must quote it in the secrets file
+    # The secrets file as the server role writes it (to_nice_yaml, 0600).
+    secrets_file = tmp_path / "sglang-secrets.yaml"
+    secrets_file.write_text(yaml.safe_dump({"api_key": key}, default_flow_style=False))
+    secrets_file.chmod(0o600)
+    KeyCheckingServer.expected = f"Bearer {key}"
+    key_vars = tmp_path / "key.yml"
+    key_vars.write_text(yaml.safe_dump({"kimi_server_api_key": key}))
+    port = models_server.server_address[1]
+    run = playbook(
+        "playbooks/summary_deploy.yml",
+        summary_inventory(
+            tmp_path,
+            {
+                "kimi_server_host": "0.0.0.0",  # noqa: S104 - a setting, nothing binds here
+                "kimi_server_port": port,
+                "kimi_server_secrets_file": str(secrets_file),
+                # The runtime's Python reads the secrets file: here, this venv's (PyYAML).
+                "kimi_runtime_pythons": {"release": sys.executable, "git": sys.executable},
+            },
+        ),
+        vars_files=[key_vars],
+    )
+    assert run.rc == 0, run.stdout
+    msg = run.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
+    assert f"at http://127.0.0.1:{port}." in msg, msg
+    assert "(the key file is root-only)" in msg and "curl -sS -H @- " in msg, msg
+    checked = run_summary_command(msg)
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["data"][0]["id"] == "moonshotai/Kimi-K2.6"
+    assert KeyCheckingServer.seen == [f"Bearer {key}"]
+    assert key not in run.stdout and key not in msg
+    assert not any(key in json.dumps(event) for event in run.events)
+
+
+def test_deploy_summary_of_a_loopback_server_without_key(playbook, models_server, tmp_path):
+    port = models_server.server_address[1]
+    KeyCheckingServer.expected = ""
+    run = playbook(
+        "playbooks/summary_deploy.yml",
+        summary_inventory(tmp_path, {"kimi_server_port": port, "ansible_user": "ops"}),
+    )
+    assert run.rc == 0, run.stdout
+    msg = run.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
+    assert f"ssh -N -L {port}:127.0.0.1:{port} ops@127.0.0.1" in msg, msg
+    assert "Check it on ct200-summary:" in msg
+    checked = run_summary_command(msg)
+    assert checked.returncode == 0 and "moonshotai/Kimi-K2.6" in checked.stdout, checked
+    assert KeyCheckingServer.seen == [None]
+
+
+def test_benchmark_summary_names_the_results_and_the_report_command(playbook, tmp_path):
+    results = tmp_path / "results"
+    run = playbook(
+        "playbooks/summary_benchmark.yml",
+        summary_inventory(tmp_path, {}),
+        # What the benchmark role sets for every host of its play.
+        extravars={"__benchmark_run_id": "20260102T030405Z", "benchmark_results_dir": str(results)},
+    )
+    assert run.rc == 0, run.stdout
+    msg = run.results("Say where the results are and how to report them")["ct200-summary"]["msg"]
+    assert f"{results}/20260102T030405Z/ct200-summary/" in msg, msg
+    command = msg.splitlines()[-1].strip()
+    assert command.endswith(f"-m analysis report {results}/20260102T030405Z"), msg
+    assert command.startswith(f"cd {REPO} && "), msg
