@@ -3,7 +3,8 @@
 run_benchmark() sends the prompts through the client (benchmark_client.py) at each level and
 writes one level file per level and repeat, with the summary, the server's counters before
 and after, the client's own load, the GPUs' telemetry and the provenance the runtime and
-server stages left on the host. README "Benchmark" describes the file's fields.
+server stages left on the host. docs/results.md, "The level file contract",
+describes the file's fields.
 
 Levels: the closed-loop ones first (c<N>.json, N requests in flight), then the request-rate
 ones (r<R>.json, Poisson arrivals at R requests/s); repeat k >= 2 of a level is

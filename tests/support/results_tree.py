@@ -742,7 +742,7 @@ TEMPLATE = (
 
 
 def check_contract(document: dict, config: str, concurrency: int) -> None:
-    """What the README promises of every c<N>.json: docs/schema/level.schema.json, and what
+    """What docs/results.md promises of every c<N>.json: docs/schema/level.schema.json, and what
     a schema cannot say."""
     assert level_problems(document) == []
     assert document["config"] == config and document["concurrency"] == concurrency
