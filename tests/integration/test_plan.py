@@ -172,6 +172,10 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         assert markdown.count("Contract sglang-0.5.23: passed.") == 3
         assert markdown.count("Contract sglang-0.5.23+pr29907: passed.") == 5
         assert "FAILED" not in markdown and "Not checked" not in markdown
+        # The run ends with what it wrote, printed by a task (ansible-runner and AWX show it).
+        summary = run.results("Say which files the plan wrote")[name]["msg"]
+        assert f"{out / name}/plan.md" in summary and f"{out / name}/plan.json" in summary
+        assert f"Study lock: {out.parent / 'kimi.lock.yml'} (written)" in summary, summary
     # Plan files, and everything ansible-runner wrote (events, artifacts, stdout).
     for written in tmp_path.rglob("*"):
         if written.is_file() and written.name != "hf-token":
