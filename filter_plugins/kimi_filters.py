@@ -182,12 +182,21 @@ def kimi_study_requested(
     selected = known
     needed = [name for name in kimi_needed_repos(selected, definitions) if name in repos]
     weights = {repos[name]["repo_id"]: str(repos[name]["revision"]) for name in needed}
-    datasets = {}
+    datasets: dict[str, str] = {}
+    asked_by: dict[str, str] = {}
     for name in prompt_sets or []:
         spec = prompt_set_definitions.get(name)
         # A set from the user's own file (benchmark_prompt_files) has no hub repository.
         if isinstance(spec, dict) and spec.get("repo") and spec.get("revision"):
-            datasets[str(spec["repo"])] = str(spec["revision"])
+            repo, revision = str(spec["repo"]), str(spec["revision"])
+            if datasets.setdefault(repo, revision) != revision:
+                raise AnsibleFilterError(
+                    f"prompt sets {asked_by[repo]} and {name} ask {repo} at two revisions "
+                    f"({datasets[repo]} and {revision}); the study lock pins one commit a "
+                    "repository. Fix: give both the same revision in "
+                    "kimi_prompt_set_definitions"
+                )
+            asked_by.setdefault(repo, name)
     bases = {kimi_config_base(name) for name in selected}
     on_git = any(
         isinstance(definitions.get(base), dict) and definitions[base].get("runtime") == "git"
@@ -228,17 +237,24 @@ def kimi_lock_pinned(value, study_lock, what: str):
     pins = (study_lock or {}).get("pins") if isinstance(study_lock, dict) else None
     if not isinstance(pins, dict):
         return value
+    entries = (study_lock.get("lock") or {}) if isinstance(study_lock.get("lock"), dict) else {}
+
+    def pinned(section: str, repo, revision):
+        """The lock's commit for repo when the lock was made from this revision, else it."""
+        entry = (entries.get(section) or {}).get(repo) or {}
+        commit = (pins.get(section) or {}).get(repo)
+        fits = revision in (entry.get("requested"), entry.get("revision"))
+        return commit if commit and fits else revision
+
     if what == "repos":
-        locked = pins.get("weights") or {}
         return {
-            name: {**repo, "revision": locked.get(repo.get("repo_id"), repo.get("revision"))}
+            name: {**repo, "revision": pinned("weights", repo.get("repo_id"), repo.get("revision"))}
             for name, repo in value.items()
         }
     if what == "prompt_sets":
-        locked = pins.get("datasets") or {}
         return {
-            name: {**spec, "revision": locked[spec["repo"]]}
-            if isinstance(spec, dict) and spec.get("repo") in locked
+            name: {**spec, "revision": pinned("datasets", spec.get("repo"), spec.get("revision"))}
+            if isinstance(spec, dict) and spec.get("repo")
             else spec
             for name, spec in value.items()
         }

@@ -58,6 +58,11 @@ options:
   recorded_from:
     description: The host the record comes from (O(action=record)).
     type: str
+  machine:
+    description: >-
+      The host's machine architecture (C(platform.machine()), O(action=record)): wheels and
+      their hashes hold for one.
+    type: str
   nvidia_smi_path:
     description: nvidia-smi, asked for C(-q) (O(action=record)).
     type: str
@@ -187,7 +192,7 @@ def record(module: AnsibleModule) -> None:
         record={
             "built_from": p["built_from"],
             "python": p["python_version"],
-            "platform": platform,
+            "platform": {**platform, "machine": p["machine"] or None},
             "recorded_from": p["recorded_from"],
             "hashes": hashes,
             "packages": packages,
@@ -259,6 +264,7 @@ def main() -> None:
             "python_version": {"type": "str"},
             "built_from": {"type": "dict"},
             "recorded_from": {"type": "str"},
+            "machine": {"type": "str"},
             "nvidia_smi_path": {"type": "str", "default": "nvidia-smi"},
             "dest": {"type": "path"},
             "warn": {"type": "bool", "default": False},

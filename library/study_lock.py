@@ -81,6 +81,19 @@ options:
     description: With C(action=record_runtime), replace a set built from another source.
     type: bool
     default: false
+  tolerate_mismatch:
+    description: >-
+      With C(action=read), entries made from other settings are not pinned and are named in
+      C(unresolved) instead of failing (plan.yml without the hub).
+    type: bool
+    default: false
+  runtime_built_from:
+    description: >-
+      With C(action=resolve), what each runtime kind is built from now (C(release) -
+      C(sglang) version); a frozen set built from something else is dropped, as is the git
+      set when the git commit is relocked.
+    type: dict
+    default: {}
   timeout:
     description: Seconds each hub request and each C(git ls-remote) may take.
     type: float
@@ -180,6 +193,8 @@ def main() -> None:
             "record": {"type": "dict"},
             "replace": {"type": "bool", "default": False},
             "timeout": {"type": "float", "default": 60},
+            "tolerate_mismatch": {"type": "bool", "default": False},
+            "runtime_built_from": {"type": "dict", "default": {}},
         },
         required_if=[("action", "record_runtime", ("kind", "record"))],
         supports_check_mode=True,
@@ -192,6 +207,7 @@ def main() -> None:
             )
             module.exit_json(changed=result["recorded"], **result)
         resolvers = {}
+        conflicts: list[str] = []
         if p["action"] == "resolve":
             hub_bounds = (p["endpoint"], p["token"], p["timeout"], 4 * p["timeout"])
             resolvers = {
@@ -202,12 +218,15 @@ def main() -> None:
         result = sync(
             p["path"],
             merge_requested(p["requested"]),
-            known=merge_known(p["known"]),
+            known=merge_known(p["known"], conflicts),
             resolvers=resolvers,
             mode=p["action"],
             update=p["update"],
             check_mode=module.check_mode,
+            tolerate_mismatch=p["tolerate_mismatch"],
+            runtime_built_from=p["runtime_built_from"],
         )
+        result["messages"] = result["messages"] + conflicts
     except LockError as error:
         module.fail_json(msg=str(error))
     # A run's record of what it resolved is its bookkeeping on the controller, as the per-host

@@ -23,9 +23,10 @@ import re
 
 # PEP 503 normalisation; names and versions as PEP 508/440 spell them (bounded).
 _SEPARATORS = re.compile(r"[-_.]+")
-_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
-_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# fullmatch, never `$`: `$` matches before a final newline, which would split a requirement line.
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _NVIDIA_LINE = re.compile(r"^\s*(driver version|cuda version)\s*:\s*(\S.*?)\s*$", re.IGNORECASE)
 
 # pip's own tooling: present in every venv at whatever version ensurepip brought, never frozen.
@@ -47,15 +48,15 @@ def canonical_name(name: str) -> str:
 
 
 def valid_name(name) -> bool:
-    return isinstance(name, str) and bool(_NAME.match(name))
+    return isinstance(name, str) and bool(_NAME.fullmatch(name))
 
 
 def valid_version(version) -> bool:
-    return isinstance(version, str) and bool(_VERSION.match(version))
+    return isinstance(version, str) and bool(_VERSION.fullmatch(version))
 
 
 def valid_sha256(digest) -> bool:
-    return isinstance(digest, str) and bool(_SHA256.match(digest))
+    return isinstance(digest, str) and bool(_SHA256.fullmatch(digest))
 
 
 def _report_sha256(download_info) -> str | None:

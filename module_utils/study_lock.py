@@ -21,6 +21,8 @@ import fcntl
 import os
 import re
 import tempfile
+import time
+import urllib.parse
 
 import yaml
 
@@ -31,11 +33,18 @@ MAX_PACKAGES = 8192
 MAX_TEXT = 1024
 SHA = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+# What pip accepts as a version, and no more: a value that reaches a requirements line.
+VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}")
+PYTHON = re.compile(r"\d+\.\d+(\.\d+)?([a-z]+\d*)?\+?")
+PLATFORM_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 PACKAGE = re.compile(r"[a-z0-9]([a-z0-9-]{0,198}[a-z0-9])?")
 RUNTIME_KINDS = ("release", "git")
+# Beside a frozen set: where its hashes hold (a wheel is per machine architecture and Python).
+PLATFORM_KEYS = ("driver", "driver_cuda", "machine")
 SECTIONS = ("weights", "datasets", "git", "runtime")
 HASH_STATES = ("complete", "partial", "none")
+FLOCK_WAIT_S = 300
 UPDATE_FIX = "ansible-playbook plan.yml -i <your inventory> -e kimi_lock_update=true"
 
 HEADER = """\
@@ -84,6 +93,9 @@ def _example(pattern: re.Pattern) -> str:
     return {
         SHA.pattern: "a 40-character commit SHA",
         SHA256.pattern: "a 64-character sha256",
+        VERSION.pattern: "a package version such as 2.14.1",
+        PYTHON.pattern: "a Python version such as 3.12.3",
+        PLATFORM_VALUE.pattern: "a version or name such as 580.65.06 or x86_64",
         REPO_ID.pattern: "owner/name",
         PACKAGE.pattern: "a package name in PEP 503 form (torch, nvidia-cuda-runtime-cu12)",
     }.get(pattern.pattern, pattern.pattern)
@@ -119,7 +131,24 @@ def _git_entry(entry, where: str) -> dict:
     for key in ("url", "ref"):
         if checked[key].lstrip().startswith("-"):
             raise LockError(f"{where}.{key} begins with '-', which git would take for an option")
+    _no_credentials(checked["url"], where)
     return checked
+
+
+def _no_credentials(url: str, where: str) -> None:
+    """A URL with a user or password in it would put a secret into a file meant to be
+    committed (and into every run.json)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        secret = parts.password or (parts.username and parts.scheme in ("http", "https"))
+    except ValueError:
+        secret = False
+    if secret:
+        raise LockError(
+            f"{where}.url carries credentials (user:password@); the study lock is meant to be "
+            "committed. Fix: drop them from kimi_sglang_git.url and give git a credential "
+            "helper (git config credential.helper) or an SSH key on the hosts"
+        )
 
 
 def check_runtime(entry, where: str) -> dict:
@@ -129,12 +158,14 @@ def check_runtime(entry, where: str) -> dict:
     if not built_from:
         raise LockError(f"{where}.built_from is empty; needed the sglang version or git commit")
     packages = {}
-    for name, item in _mapping(entry.get("packages"), f"{where}.packages", MAX_PACKAGES).items():
-        name = _text(canonical_package(name) if isinstance(name, str) else name, where, PACKAGE)
+    for given, item in _mapping(entry.get("packages"), f"{where}.packages", MAX_PACKAGES).items():
+        name = _text(canonical_package(given) if isinstance(given, str) else given, where, PACKAGE)
+        if name in packages:
+            raise LockError(f"{where}.packages lists {name} twice (as {given!r} too)")
         item = _mapping(item, f"{where}.packages.{name}")
         sha256 = item.get("sha256")
         packages[name] = {
-            "version": _text(item.get("version"), f"{where}.packages.{name}.version"),
+            "version": _text(item.get("version"), f"{where}.packages.{name}.version", VERSION),
             "sha256": None
             if sha256 is None
             else _text(sha256, f"{where}.packages.{name}.sha256", SHA256),
@@ -145,10 +176,12 @@ def check_runtime(entry, where: str) -> dict:
     platform = _mapping(entry.get("platform"), f"{where}.platform")
     return {
         "built_from": _plain(built_from, f"{where}.built_from"),
-        "python": _text(entry.get("python"), f"{where}.python"),
+        "python": _text(entry.get("python"), f"{where}.python", PYTHON),
         "platform": {
-            key: None if platform.get(key) is None else _text(platform[key], f"{where}.{key}")
-            for key in ("driver", "driver_cuda")
+            key: None
+            if platform.get(key) is None
+            else _text(platform[key], f"{where}.platform.{key}", PLATFORM_VALUE)
+            for key in PLATFORM_KEYS
         },
         "recorded_from": _text(
             entry.get("recorded_from", ""), f"{where}.recorded_from", empty_ok=True
@@ -239,20 +272,38 @@ def _content(lock: dict | None) -> dict | None:
     return {key: value for key, value in lock.items() if key != "written_at"}
 
 
+def _unwritable(path: str, error: OSError) -> LockError:
+    return LockError(
+        f"{path} cannot be written ({error.strerror or error}). Needed: a folder this user can "
+        "write. Fix: set kimi_lock_file to such a path (for AWX, one that outlives the job)"
+    )
+
+
 @contextlib.contextmanager
-def locked_folder(path: str):
-    """An exclusive flock on the lock's folder (a folder can be flocked: no extra file)."""
-    folder = os.path.dirname(os.path.abspath(path))
+def locked_folder(path: str, wait_s: float = FLOCK_WAIT_S):
+    """An exclusive flock on a hidden file beside the lock (a writable fd: NFS emulates flock
+    with fcntl locks, which need one), waited for at most wait_s."""
+    folder, name = os.path.split(os.path.abspath(path))
     try:
         os.makedirs(folder, mode=0o755, exist_ok=True)
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(os.path.join(folder, f".{name}.flock"), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
-        raise LockError(
-            f"the folder of {path} cannot be made or opened ({error.strerror}). Fix: set "
-            "kimi_lock_file to a path in a folder this user can write"
-        ) from error
+        raise _unwritable(path, error) from error
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LockError(
+                        f"another run has held {path} for over {wait_s:.0f} s (its flock on "
+                        f"{folder}/.{name}.flock). Fix: wait for it to end, then rerun"
+                    ) from None
+                time.sleep(0.2)
+            except OSError as error:
+                raise _unwritable(path, error) from error
         yield
     finally:
         os.close(fd)
@@ -261,7 +312,10 @@ def locked_folder(path: str):
 def write(path: str, lock: dict) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     lock["written_at"] = utc_now()
-    fd, temporary = tempfile.mkstemp(prefix=".kimi-lock-", dir=folder)
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=".kimi-lock-", dir=folder)
+    except OSError as error:
+        raise _unwritable(path, error) from error
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(dump(lock))
@@ -270,9 +324,11 @@ def write(path: str, lock: dict) -> None:
         # Nothing secret is in it; others reading the study's lock is the point.
         os.chmod(temporary, 0o644)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise _unwritable(path, error) from error
         raise
 
 
@@ -300,21 +356,31 @@ def merge_requested(requests: list) -> dict:
                 "url": _text(source.get("url"), f"git.{name}.url"),
                 "ref": _text(source.get("ref"), f"git.{name}.ref"),
             }
+            _no_credentials(wanted["url"], f"kimi_sglang_git ({name})")
             if merged["git"].setdefault(name, wanted) != wanted:
                 raise LockError(f"two hosts of this run ask different git sources for {name}")
     return merged
 
 
-def merge_known(found: list) -> dict:
+def merge_known(found: list, conflicts: list | None = None) -> dict:
     """One {weights: {repo: commit}, datasets: {repo: commit}, git: {name: commit}} from what
-    every host resolved; the first host's commit stands (the lock holds one)."""
+    every host resolved; the first host's commit stands (the lock holds one), and a host that
+    resolved another one (a branch moved during the run) is added to `conflicts`."""
     merged: dict = {"weights": {}, "datasets": {}, "git": {}}
-    for item in found or []:
+    for index, item in enumerate(found or []):
         item = _mapping(item, "what a host resolved")
         for section in merged:
             for name, commit in _mapping(item.get(section), section).items():
-                if isinstance(name, str) and isinstance(commit, str) and SHA.fullmatch(commit):
-                    merged[section].setdefault(name, commit)
+                if not isinstance(name, str) or not isinstance(commit, str):
+                    continue
+                if not SHA.fullmatch(commit):
+                    continue
+                kept = merged[section].setdefault(name, commit)
+                if kept != commit and conflicts is not None:
+                    conflicts.append(
+                        f"{section} {name}: host {index + 1} of the run used {commit}, an earlier "
+                        f"one {kept} (it moved during the run); the lock keeps {kept}"
+                    )
     return merged
 
 
@@ -351,12 +417,17 @@ def pins(lock: dict | None, requested: dict) -> dict:
     if lock is None:
         return found
     for section in ("weights", "datasets"):
-        for repo in requested.get(section, {}):
-            if repo in lock[section]:
-                found[section][repo] = lock[section][repo]["revision"]
-    for name in requested.get("git", {}):
-        if name in lock["git"]:
-            entry = lock["git"][name]
+        for repo, revision in requested.get(section, {}).items():
+            entry = lock[section].get(repo)
+            if entry and revision in (entry["requested"], entry["revision"]):
+                found[section][repo] = entry["revision"]
+    for name, source in requested.get("git", {}).items():
+        entry = lock["git"].get(name)
+        if (
+            entry
+            and entry["url"] == source["url"]
+            and source["ref"] in (entry["ref"], entry["commit"])
+        ):
             found["git"][name] = {key: entry[key] for key in ("url", "ref", "commit")}
     return found
 
@@ -482,6 +553,8 @@ def sync(
     mode: str = "read",
     update: bool = False,
     check_mode: bool = False,
+    tolerate_mismatch: bool = False,
+    runtime_built_from: dict | None = None,
 ) -> dict:
     """The lock against this run's settings.
 
@@ -490,7 +563,10 @@ def sync(
         fails (the run followed other settings than the lock's).
     mode `resolve` (plan.yml): entries missing or made from other settings are resolved
         (`known` first, then the resolvers); with `update` every entry, and the frozen runtime
-        sets are dropped (the next deploy freezes them anew)."""
+        sets are dropped (the next deploy freezes them anew); so is a frozen set whose source
+        moved (the git commit relocked, or `runtime_built_from` naming another release).
+    `tolerate_mismatch` (a plan without the hub): entries that do not fit are not pinned and
+    are named in `unresolved` instead of failing."""
     resolvers = resolvers or {}
     known = known or {}
     unresolved: list[str] = []
@@ -499,10 +575,11 @@ def sync(
         lock = current or empty_lock()
         if mode in ("read", "record"):
             found = mismatches(lock, requested)
-            if found:
+            if found and not tolerate_mismatch:
                 raise mismatch_error(path, found)
+            unresolved += [f"{line} (plan.yml with the hub locks it)" for line in found]
         if mode == "read":
-            return _answer(path, current, requested, False, [], [])
+            return _answer(path, current, requested, False, [], unresolved)
         if mode == "record":
             wanted = {
                 section: {
@@ -523,10 +600,16 @@ def sync(
             new, changes = resolved_entries(
                 lock, requested, known, resolvers, update, utc_now(), unresolved
             )
-            if update and new["runtime"]:
-                new["runtime"] = {}
+            stale = _stale_runtimes(new, changes, runtime_built_from or {}, update)
+            for kind in stale:
+                del new["runtime"][kind]
                 changes.append(
-                    {"entry": "runtime", "requested": "dropped", "was": None, "now": "dropped"}
+                    {
+                        "entry": f"runtime {kind}",
+                        "requested": "dropped",
+                        "was": None,
+                        "now": "dropped",
+                    }
                 )
         # A record with nothing new writes nothing, not even an empty first lock.
         written = (current is None and (mode == "resolve" or bool(changes))) or (
@@ -535,6 +618,21 @@ def sync(
         if written and not check_mode:
             write(path, new)
         return _answer(path, new, requested, written, changes, unresolved)
+
+
+def _stale_runtimes(lock: dict, changes: list, built_from: dict, update: bool) -> list[str]:
+    """Frozen sets that no longer fit: all on update; the git one when its commit was relocked;
+    one whose built_from differs from what the settings build now."""
+    stale = []
+    for kind, entry in lock["runtime"].items():
+        relocked = kind == "git" and any(c["entry"] == "git sglang" for c in changes)
+        wanted = built_from.get(kind)
+        moved = isinstance(wanted, dict) and any(
+            entry["built_from"].get(key) != value for key, value in wanted.items()
+        )
+        if update or relocked or moved:
+            stale.append(kind)
+    return stale
 
 
 def _answer(

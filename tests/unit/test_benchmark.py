@@ -922,15 +922,18 @@ def test_lossless_threshold_passes_realistic_drift_and_flags_broken_verification
     assert broken["mismatch_rate"] > 0.3
 
 
-def test_role_defaults_pin_every_hub_prompt_set_but_mt_bench():
+def test_the_hub_prompt_sets_are_pinned_but_mt_bench_which_the_study_lock_pins():
     import yaml
 
-    defaults = yaml.safe_load(
-        (Path(__file__).resolve().parents[2] / "roles/benchmark/defaults/main.yml").read_text()
-    )
-    definitions = defaults["benchmark_prompt_set_definitions"]
+    root = Path(__file__).resolve().parents[2]
+    # group_vars/all/benchmark.yml, where the study lock's play reads them too.
+    shared = yaml.safe_load((root / "group_vars/all/benchmark.yml").read_text())
+    defaults = yaml.safe_load((root / "roles/benchmark/defaults/main.yml").read_text())
+    assert defaults["benchmark_prompt_sets"] == "{{ kimi_prompt_sets }}"
+    assert defaults["benchmark_prompt_set_definitions"] == "{{ kimi_prompt_set_definitions }}"
+    definitions = shared["kimi_prompt_set_definitions"]
     # Every set is run by default but the optional long-prompt one (TTFT at length).
-    assert set(defaults["benchmark_prompt_sets"]) == set(definitions) - {"long-32k"}
+    assert set(shared["kimi_prompt_sets"]) == set(definitions) - {"long-32k"}
     for name, spec in definitions.items():
         assert {"repo", "revision", "file", "template"} <= set(spec), name
         assert len(spec["revision"]) == 40 or name == "mt-bench", name
@@ -1204,7 +1207,8 @@ def test_role_defaults_score_gsm8k_and_math500_with_their_own_budgets():
 
     root = Path(__file__).resolve().parents[2]
     defaults = yaml.safe_load((root / "roles/benchmark/defaults/main.yml").read_text())
-    definitions = defaults["benchmark_prompt_set_definitions"]
+    shared = yaml.safe_load((root / "group_vars/all/benchmark.yml").read_text())
+    definitions = shared["kimi_prompt_set_definitions"]
     scored = {name: spec for name, spec in definitions.items() if spec.get("scoring")}
     assert {n: (s["scoring"], s["answer"], s["max_new_tokens"]) for n, s in scored.items()} == {
         "gsm8k": ("gsm8k", "{answer}", 1024),

@@ -136,13 +136,25 @@ def test_the_study_lock_is_asked_for_what_the_configs_and_sets_need():
     assert with_tree["datasets"] == {"openai/gsm8k": "e" * 40}
 
 
+def test_two_prompt_sets_asking_one_dataset_at_two_revisions_fail():
+    sets = {**SETS, "gsm8k-main": {**SETS["gsm8k"], "revision": "main"}}
+    with pytest.raises(AnsibleFilterError, match="gsm8k and gsm8k-main ask openai/gsm8k"):
+        filters.kimi_study_requested(REPOS, ["ar"], DEFINITIONS, ["gsm8k", "gsm8k-main"], sets, GIT)
+
+
 def test_the_lock_pins_replace_what_was_asked_for_and_nothing_else():
     lock = {
+        "lock": {
+            "weights": {"moonshotai/Kimi-K2.6": {"requested": "main", "revision": "a" * 40}},
+            "datasets": {
+                "HuggingFaceH4/mt_bench_prompts": {"requested": "main", "revision": "b" * 40}
+            },
+        },
         "pins": {
             "weights": {"moonshotai/Kimi-K2.6": "a" * 40},
             "datasets": {"HuggingFaceH4/mt_bench_prompts": "b" * 40},
             "git": {"sglang": {"url": GIT["url"], "ref": GIT["ref"], "commit": "c" * 40}},
-        }
+        },
     }
     repos = filters.kimi_lock_pinned(REPOS, lock, "repos")
     assert repos["target"]["revision"] == "a" * 40 and repos["dflash"]["revision"] == "main"
@@ -154,6 +166,9 @@ def test_the_lock_pins_replace_what_was_asked_for_and_nothing_else():
     assert filters.kimi_lock_pinned(REPOS, {}, "repos") == REPOS
     with pytest.raises(AnsibleFilterError, match="one of repos"):
         filters.kimi_lock_pinned(REPOS, lock, "weights")
+    # A set asking another revision of a locked repository keeps its own.
+    other = {"mt-pinned": {**SETS["mt-bench"], "revision": "c" * 40}}
+    assert filters.kimi_lock_pinned(other, lock, "prompt_sets") == other
 
 
 def test_what_a_run_used_comes_from_its_stages_facts():

@@ -129,6 +129,10 @@ def test_frozen_text_has_hashes_only_when_every_package_has_one():
         ([], "non-empty"),
         ({"--index-url": {"version": "1"}}, "no valid name"),
         ({"ok": {"version": "1\n--extra-index-url=x"}}, "no valid name"),
+        # `$` would have matched before the newline.
+        ({"ok": {"version": "1.0\n"}}, "no valid name"),
+        ({"ok\n": {"version": "1.0"}}, "no valid name"),
+        ({"ok": {"version": "1.0", "sha256": "a" * 64 + "\n"}}, "64 hex"),
         ({"ok": "1.0"}, "no valid name"),
         ({"ok": {"version": "1.0", "sha256": "zz"}}, "64 hex"),
     ],
@@ -227,19 +231,24 @@ def test_the_module_records_the_set_with_hashes_and_the_driver(tmp_path):
         "python_version": "3.11.2",
         "built_from": {"commit": "c" * 40, "patches": []},
         "recorded_from": "gitnode",
+        "machine": "x86_64",
         "nvidia_smi_path": str(smi),
     }
     result = run_module("runtime_freeze", args)
     assert result["record"] == {
         "built_from": {"commit": "c" * 40, "patches": []},
         "python": "3.11.2",
-        "platform": {"driver": "580.65.06", "driver_cuda": "13.0"},
+        "platform": {"driver": "580.65.06", "driver_cuda": "13.0", "machine": "x86_64"},
         "recorded_from": "gitnode",
         "hashes": "complete",
         "packages": {"pyyaml": {"version": "6.0.4", "sha256": SHA_A}},
     }
     missing = run_module("runtime_freeze", {**args, "nvidia_smi_path": str(tmp_path / "none")})
-    assert missing["record"]["platform"] == {"driver": None, "driver_cuda": None}
+    assert missing["record"]["platform"] == {
+        "driver": None,
+        "driver_cuda": None,
+        "machine": "x86_64",
+    }
 
 
 def test_the_module_writes_the_frozen_file_and_says_how(tmp_path):

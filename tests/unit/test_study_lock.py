@@ -314,3 +314,106 @@ def test_git_resolver_reads_a_real_repository(tmp_path):
         resolve(f"file://{tmp_path}", "refs/pull/8/head")
     with pytest.raises(sl.LockError, match="failed"):
         resolve(f"file://{tmp_path}/missing", "main")
+
+
+def test_a_plan_without_the_hub_names_what_does_not_fit_and_pins_the_rest(tmp_path):
+    path = str(tmp_path / "kimi.lock.yml")
+    sl.sync(path, requested(), resolvers=Resolvers().table(), mode="resolve")
+    result = sl.sync(path, requested(target=C), mode="read", tolerate_mismatch=True)
+    assert result["pins"]["weights"] == {} and result["pins"]["datasets"] == {MT: B}
+    assert result["unresolved"][0].startswith(f"weights {TARGET}: the lock was made from main")
+
+
+def test_a_frozen_set_whose_source_moved_is_dropped_by_plan(tmp_path):
+    path = str(tmp_path / "kimi.lock.yml")
+    sl.sync(path, requested(), resolvers=Resolvers().table(), mode="resolve")
+    sl.record_runtime(path, "release", runtime_record())
+    git_record = {**runtime_record(), "built_from": {"commit": C, "patches": []}}
+    sl.record_runtime(path, "git", git_record)
+    same = sl.sync(
+        path, requested(), mode="resolve", runtime_built_from={"release": {"sglang": "0.5.23"}}
+    )
+    assert set(same["lock"]["runtime"]) == {"release", "git"} and not same["written"]
+    newer = sl.sync(
+        path, requested(), mode="resolve", runtime_built_from={"release": {"sglang": "0.5.24"}}
+    )
+    assert set(newer["lock"]["runtime"]) == {"git"}
+    # Another ref relocks the git commit, and the git set built from the old one goes.
+    moved = {**GIT, "ref": "refs/pull/30000/head"}
+    relocked = sl.sync(
+        path, requested(git=moved), resolvers=Resolvers((A, B, A)).table(), mode="resolve"
+    )
+    assert relocked["lock"]["runtime"] == {}
+    assert relocked["pins"]["git"]["sglang"]["commit"] == A
+
+
+def test_a_git_url_with_credentials_never_reaches_the_lock(tmp_path):
+    secret = {"url": "https://user:hf_secret@example.invalid/sglang.git", "ref": "main"}
+    with pytest.raises(sl.LockError, match="carries credentials"):
+        sl.merge_requested([requested(git=secret)])
+    path = tmp_path / "kimi.lock.yml"
+    path.write_text(
+        "lock_version: 1\ngit: {sglang: {url: 'https://u:p@h/x.git', ref: r, commit: '"
+        + A
+        + "'}}\n"
+    )
+    with pytest.raises(sl.LockError, match="carries credentials") as error:
+        sl.load(str(path))
+    assert "u:p" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("version", "2.0 --index-url=http://evil", "package version"),
+        ("version", "1.0\n", "package version"),
+        ("python", "3.12.3\n--x", "Python version"),
+    ],
+)
+def test_runtime_values_that_could_reach_a_requirements_line_are_refused(
+    tmp_path, field, value, problem
+):
+    record = runtime_record()
+    if field == "version":
+        record["packages"]["packaging"]["version"] = value
+    else:
+        record[field] = value
+    with pytest.raises(sl.LockError, match=problem):
+        sl.record_runtime(str(tmp_path / "l.yml"), "release", record)
+
+
+def test_two_spellings_of_one_package_are_refused(tmp_path):
+    record = runtime_record()
+    record["packages"]["Foo_Bar"] = {"version": "1"}
+    record["packages"]["foo-bar"] = {"version": "2"}
+    with pytest.raises(sl.LockError, match="lists foo-bar twice"):
+        sl.record_runtime(str(tmp_path / "l.yml"), "release", record)
+
+
+def test_a_lock_held_too_long_or_an_unwritable_folder_fails_with_the_fix(tmp_path):
+    import fcntl
+    import os
+
+    path = str(tmp_path / "kimi.lock.yml")
+    holder = os.open(str(tmp_path / ".kimi.lock.yml.flock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        with (
+            pytest.raises(sl.LockError, match="another run has held"),
+            sl.locked_folder(path, wait_s=0.5),
+        ):
+            pass
+    finally:
+        os.close(holder)
+    with pytest.raises(sl.LockError, match="cannot be written"):
+        sl.record_runtime("/proc/kimi/kimi.lock.yml", "release", runtime_record())
+
+
+def test_hosts_that_resolved_a_branch_to_two_commits_are_named():
+    conflicts: list[str] = []
+    merged = sl.merge_known([{"weights": {TARGET: A}}, {"weights": {TARGET: B}}], conflicts)
+    assert merged["weights"] == {TARGET: A}
+    assert conflicts == [
+        f"weights {TARGET}: host 2 of the run used {B}, an earlier one {A} (it moved during "
+        f"the run); the lock keeps {A}"
+    ]
