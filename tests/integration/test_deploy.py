@@ -398,6 +398,26 @@ def argument(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
+def test_deploy_ends_with_each_hosts_endpoint_and_a_working_curl(cluster, deploy):
+    first = deploy["first"]
+    summary = first.results("Say where the server answers and how to check it")
+    for host in HOSTS:
+        msg = summary[host]["msg"]
+        assert f"at http://{cluster.host(host).address}:30000." in msg, msg
+        command = msg.splitlines()[-1].strip()
+        assert "| curl -sS -H @- http://127.0.0.1:30000/v1/models" in command, msg
+        # Tests run as root on hosts without sudo; the line is otherwise run as printed.
+        answer = cluster.ssh(host, command.removeprefix("sudo "))
+        assert model(MODELS[host])["target"]["repo_id"] in answer.stdout
+    assert API_KEY not in first.stdout
+    assert not any(API_KEY in json.dumps(event) for event in first.events)
+    for host in HOSTS:
+        said = deploy["bench"][host].results("Say where the results are and how to report them")
+        msg = said[host]["msg"]
+        assert f"{deploy['results'][host]}/{host}/" in msg, msg
+        assert msg.rstrip().endswith(f"-m analysis report {deploy['results'][host]}"), msg
+
+
 def test_benchmark_lands_results_for_every_host_config_and_level(deploy):
     for host in HOSTS:
         bench, results = deploy["bench"][host], deploy["results"][host]
