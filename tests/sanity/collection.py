@@ -4,8 +4,8 @@ The kit keeps its modules in library/ and module_utils/ beside the playbooks (an
 Ansible there), while ansible-test works only inside ansible_collections/<namespace>/<name>/.
 build() writes such a copy: plugins/modules from library/, plugins/module_utils from
 module_utils/ and plugins/doc_fragments from doc_fragments/, with the imports and fragment
-names rewritten to the collection's, a galaxy.yml, and tests/sanity/ignore-*.txt from this
-folder. The repository's files are never changed.
+names rewritten to the collection's, a galaxy.yml, and tests/sanity/ignore-*.txt (kept here as
+validate-modules-ignore-*.txt). The repository's files are never changed.
 
     python -m tests.sanity.collection DEST    # prints the collection's root
 """
@@ -140,8 +140,10 @@ def build(dest: Path) -> Path:
     shutil.copy(REPO / "LICENSE", root / "LICENSE")
     sanity = root / "tests" / "sanity"
     sanity.mkdir(parents=True)
-    for ignore in sorted(Path(__file__).parent.glob("ignore-*.txt")):
-        shutil.copy(ignore, sanity / ignore.name)
+    # Kept under another name in the repository: ansible-lint reads tests/sanity/ignore-*.txt
+    # of the kit itself and refuses some ignores that validate-modules allows.
+    for ignore in sorted(Path(__file__).parent.glob("validate-modules-ignore-*.txt")):
+        shutil.copy(ignore, sanity / ignore.name.removeprefix("validate-modules-"))
     return root
 
 
