@@ -191,7 +191,11 @@ def test_a_fresh_host_deploys_the_locked_set_and_a_changed_package_is_named(
     assert {name: frozen["packages"][name]["version"] for name in expected} == expected
     record_a = json.loads(cluster.ssh(recorder, "cat /opt/kimi/runtime/runtime.json").stdout)
     assert frozen["python"] == record_a["release"]["python_version"]
-    assert frozen["platform"] == {"driver": "580.159.04", "driver_cuda": "13.0"}
+    assert frozen["platform"] == {
+        "driver": "580.159.04",
+        "driver_cuda": "13.0",
+        "machine": "x86_64",
+    }
     assert record_a["release"]["platform"] == frozen["platform"]
     set_a = installed_set(cluster, "node-a")
     assert {n: set_a[n] for n in set_a if n not in ("pip", "setuptools", "wheel")} == {

@@ -313,17 +313,39 @@ ENTRY = ["deploy_kimi.yml", "benchmark_kimi.yml", "teardown.yml"]
 STAGES = ["preflight", "weights", "runtime", "tuning", "server", "benchmark", "teardown"]
 
 
-def expand(path: Path, inherited: dict | None = None) -> list[tuple[str, dict]]:
-    """The plays a playbook runs, in order, with the vars its imports hand them."""
+# Modules that run on the controller alone: a play of only these does not act on a host.
+CONTROLLER_ONLY = {"ansible.builtin.debug", "ansible.builtin.set_fact", "ansible.builtin.assert"}
+
+
+def expand(
+    path: Path, inherited: dict | None = None, with_summaries: bool = False
+) -> list[tuple[str, dict]]:
+    """The plays a playbook runs, in order, with the vars its imports hand them; the closing
+    summary plays (only debug and the like: they never act on a host) left out."""
     plays = []
     for entry in yaml.safe_load(path.read_text()):
         imported = entry.get("ansible.builtin.import_playbook") or entry.get("import_playbook")
         given = {**(inherited or {}), **entry.get("vars", {})}
         if imported:
-            plays += expand(path.parent / imported, given)
-        else:
+            plays += expand(path.parent / imported, given, with_summaries)
+        elif with_summaries or not only_on_the_controller(entry):
             plays.append((entry["name"], {**entry.get("vars", {}), **given}))
     return plays
+
+
+def only_on_the_controller(play: dict) -> bool:
+    tasks = [*play.get("pre_tasks", []), *play.get("tasks", []), *play.get("post_tasks", [])]
+    return (
+        bool(tasks) and not play.get("roles") and all(set(task) & CONTROLLER_ONLY for task in tasks)
+    )
+
+
+@pytest.mark.parametrize("playbook", ["deploy_kimi.yml", "benchmark_kimi.yml"])
+def test_the_closing_summaries_come_after_the_release_and_act_on_no_host(playbook):
+    names = [name for name, _ in expand(REPO / playbook, with_summaries=True)]
+    released = len(names) - 1 - names[::-1].index(host_lock.RELEASE_PLAY)
+    assert names[released + 1 :], "a summary closes the run"
+    assert names[: released + 1] == [name for name, _ in expand(REPO / playbook)]
 
 
 @pytest.mark.parametrize("playbook", ENTRY + [f"playbooks/{stage}.yml" for stage in STAGES])
