@@ -10,6 +10,8 @@ Pythons may be 3.10.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -51,6 +53,22 @@ def atomic_write(path: str, data: bytes | str, mode: int = 0o644) -> None:
 def write_json_atomic(path: str, data, mode: int = 0o644) -> None:
     """JSON (indent 1, a final newline) written with atomic_write."""
     atomic_write(path, json.dumps(data, indent=1) + "\n", mode)
+
+
+def flock_within(fd: int, wait_s: float, poll_s: float = 0.05) -> bool:
+    """An exclusive flock on fd, waited for at most wait_s (a blocking flock has no deadline);
+    False when another holder kept it that long."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)
 
 
 def read_json(path: str):

@@ -19,13 +19,11 @@ Standard library only (shipped to hosts, whose Pythons may be 3.10).
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import time
 
-from ansible.module_utils.host_helpers import write_json_atomic
+from ansible.module_utils.host_helpers import flock_within, write_json_atomic
 
 # The names of the plays that take and release the lock (playbooks/lock.yml, unlock.yml);
 # the wiring test finds them by name.
@@ -155,20 +153,11 @@ def guarded(path: str, wait_s: float, create: bool):
         yield
         return
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as err:
-                if err.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() > deadline:
-                    raise LockError(
-                        f"{path}.guard stayed locked for {wait_s:g} s: another run is taking or "
-                        "releasing the lock right now, or hangs while doing so"
-                    ) from None
-                time.sleep(0.05)
+        if not flock_within(fd, wait_s):
+            raise LockError(
+                f"{path}.guard stayed locked for {wait_s:g} s: another run is taking or "
+                "releasing the lock right now, or hangs while doing so"
+            )
         yield
     finally:
         os.close(fd)

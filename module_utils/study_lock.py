@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import os
 import re
 import tempfile
-import time
 import urllib.parse
 
 import yaml
+from ansible.module_utils.host_helpers import flock_within
 
 LOCK_VERSION = 1
 MAX_LOCK_BYTES = 8 << 20
@@ -290,20 +289,15 @@ def locked_folder(path: str, wait_s: float = FLOCK_WAIT_S):
     except OSError as error:
         raise _unwritable(path, error) from error
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise LockError(
-                        f"another run has held {path} for over {wait_s:.0f} s (its flock on "
-                        f"{folder}/.{name}.flock). Fix: wait for it to end, then rerun"
-                    ) from None
-                time.sleep(0.2)
-            except OSError as error:
-                raise _unwritable(path, error) from error
+        try:
+            held = flock_within(fd, wait_s, poll_s=0.2)
+        except OSError as error:
+            raise _unwritable(path, error) from error
+        if not held:
+            raise LockError(
+                f"another run has held {path} for over {wait_s:.0f} s (its flock on "
+                f"{folder}/.{name}.flock). Fix: wait for it to end, then rerun"
+            )
         yield
     finally:
         os.close(fd)
