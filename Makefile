@@ -64,9 +64,10 @@ setup:
 	@cat $(LOCKS) | cmp -s - $(STAMP) 2>/dev/null && exit 0; \
 	if [ -x $(BIN)/python ]; then \
 	  $(BIN)/python -c "$$CHECK_PYTHON" "$(CONTROLLER_PYTHONS)" "Fix: rm -rf $(VENV), then make setup PYTHON=/path/to/python3.1x."; \
+	  $(BIN)/python -m pip --version >/dev/null 2>&1 || { echo "make setup: $(VENV) has no pip (left by a venv that failed to build). Fix: rm -rf $(VENV), then make setup." >&2; exit 1; }; \
 	else \
 	  $(PYTHON) -c "$$CHECK_PYTHON" "$(CONTROLLER_PYTHONS)" "Fix: install one of them (e.g. apt-get install python3.12-venv) and run make setup PYTHON=python3.12, or its path."; \
-	  $(PYTHON) -m venv $(VENV); \
+	  $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make setup: $(PYTHON) -m venv failed (on Debian and Ubuntu its venv module comes apart: python3.X-venv for that Python). Fix: install it, then make setup." >&2; exit 1; }; \
 	fi; \
 	echo "installing $(LOCKS) into $(VENV)"; \
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps $(addprefix --requirement ,$(LOCKS)); \

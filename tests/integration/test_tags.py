@@ -163,7 +163,7 @@ def models_server():
 def summary_inventory(tmp_path: Path, host_vars: dict) -> Path:
     """A host the summary play reads settings of; it is never contacted (debug runs locally)."""
     inventory = tmp_path / "inventory"
-    inventory.mkdir()
+    inventory.mkdir(parents=True)
     (inventory / "group_vars").symlink_to(REPO / "group_vars")
     hosts = {"ct200-summary": {"ansible_host": "127.0.0.1", **host_vars}}
     tree = {"all": {"children": {"gpu_hosts": {"children": {"ct200": {"hosts": hosts}}}}}}
@@ -175,7 +175,9 @@ def run_summary_command(msg: str) -> subprocess.CompletedProcess:
     """The summary's command line, as a user pastes it into a shell on the host. Tests run as
     root and this machine has no sudo: the command runs without it."""
     command = msg.splitlines()[-1].strip()
-    assert command.startswith(("sudo ", "curl ")), msg
+    # curl alone, or the runtime's Python reading the key for it (under sudo when the run
+    # does not connect as root).
+    assert command.startswith(("sudo /", "curl ", "/")), msg
     command = command.removeprefix("sudo ")
     return subprocess.run(
         ["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False
@@ -212,6 +214,8 @@ def test_deploy_summary_checks_a_keyed_server_without_showing_the_key(
     msg = run.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
     assert f"at http://127.0.0.1:{port}." in msg, msg
     assert "(the key file is root-only)" in msg and "curl -sS -H @- " in msg, msg
+    # The run connects as root: no sudo (minimal images have none).
+    assert not msg.splitlines()[-1].strip().startswith("sudo "), msg
     checked = run_summary_command(msg)
     assert checked.returncode == 0, checked.stderr
     assert json.loads(checked.stdout)["data"][0]["id"] == "moonshotai/Kimi-K2.6"
@@ -230,6 +234,32 @@ def test_deploy_summary_of_a_loopback_server_without_key(playbook, models_server
     assert run.rc == 0, run.stdout
     msg = run.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
     assert f"ssh -N -L {port}:127.0.0.1:{port} ops@127.0.0.1" in msg, msg
+    # The tunnel goes the way the run connects: its port and key file too.
+    tunneled = playbook(
+        "playbooks/summary_deploy.yml",
+        summary_inventory(
+            tmp_path / "tunnel",
+            {
+                "kimi_server_port": port,
+                "ansible_user": "ops",
+                "ansible_port": 2222,
+                "ansible_ssh_private_key_file": "/home/ops/.ssh/id ed25519",
+            },
+        ),
+    )
+    said = tunneled.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
+    tunnel = f"ssh -N -L {port}:127.0.0.1:{port} -p 2222 -i '/home/ops/.ssh/id ed25519' ops@"
+    assert tunnel in said, said
+    # A keyed server reached as ops: the root-only key file is read under sudo.
+    key_vars = tmp_path / "key.yml"
+    key_vars.write_text(yaml.safe_dump({"kimi_server_api_key": "sk-kimi-ops-1"}))
+    as_ops = playbook(
+        "playbooks/summary_deploy.yml",
+        summary_inventory(tmp_path / "ops", {"kimi_server_port": port, "ansible_user": "ops"}),
+        vars_files=[key_vars],
+    )
+    line = as_ops.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"].splitlines()[-1].strip()
+    assert line.startswith("sudo /") and "| curl -sS -H @- " in line, line
     assert "Check it on ct200-summary:" in msg
     checked = run_summary_command(msg)
     assert checked.returncode == 0 and "moonshotai/Kimi-K2.6" in checked.stdout, checked
