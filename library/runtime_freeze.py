@@ -122,23 +122,21 @@ from ansible.module_utils import runtime_freeze as rf  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host_helpers import (  # noqa: E402
     CommandFailed,
+    TooLarge,
     atomic_write,
     module_runner,
 )
+from ansible.module_utils.host_helpers import read_bounded as host_read_bounded  # noqa: E402
 
 
 def read_bounded(path: str, limit: int) -> bytes | None:
     """The file's bytes, None when it does not exist; FreezeError past `limit`."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
-    except FileNotFoundError:
-        return None
+        return host_read_bounded(path, limit)
+    except TooLarge as exc:
+        raise rf.FreezeError(str(exc)) from None
     except OSError as exc:
         raise rf.FreezeError(f"{path} cannot be read: {exc}") from None
-    if len(data) > limit:
-        raise rf.FreezeError(f"{path} is larger than {limit} bytes")
-    return data
 
 
 def read_hash_record(path: str) -> dict:

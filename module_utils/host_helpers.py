@@ -71,6 +71,23 @@ def flock_within(fd: int, wait_s: float, poll_s: float = 0.05) -> bool:
             time.sleep(poll_s)
 
 
+class TooLarge(Exception):
+    """A file past the size its reader accepts."""
+
+
+def read_bounded(path: str, limit: int) -> bytes | None:
+    """At most `limit` bytes of a file, None when it does not exist; TooLarge past the limit
+    (never read whole). Other OSErrors reach the caller, whose message names the file's role."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except FileNotFoundError:
+        return None
+    if len(data) > limit:
+        raise TooLarge(f"{path} is larger than {limit} bytes")
+    return data
+
+
 def read_json(path: str):
     """The file's JSON, or None when it is missing, unreadable or not JSON."""
     try:

@@ -23,7 +23,7 @@ import tempfile
 import urllib.parse
 
 import yaml
-from ansible.module_utils.host_helpers import flock_within
+from ansible.module_utils.host_helpers import TooLarge, flock_within, read_bounded
 
 LOCK_VERSION = 1
 MAX_LOCK_BYTES = 8 << 20
@@ -239,14 +239,15 @@ def check_lock(data, path: str) -> dict:
 def load(path: str) -> dict | None:
     """The lock at path, checked, or None when there is none."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_LOCK_BYTES + 1)
-    except FileNotFoundError:
-        return None
+        raw = read_bounded(path, MAX_LOCK_BYTES)
+    except TooLarge:
+        raise LockError(
+            f"{path} is larger than {MAX_LOCK_BYTES >> 20} MiB; it is not a study lock"
+        ) from None
     except OSError as error:
         raise LockError(f"{path} cannot be read: {error.strerror}") from error
-    if len(raw) > MAX_LOCK_BYTES:
-        raise LockError(f"{path} is larger than {MAX_LOCK_BYTES >> 20} MiB; it is not a study lock")
+    if raw is None:
+        return None
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     except (UnicodeDecodeError, yaml.YAMLError) as error:
