@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.hub_server import LocalHub, token_env
+from tests.support.hub_server import LocalHub, add_kimi_repos, token_env
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.preflight, pytest.mark.integration]
@@ -23,21 +23,7 @@ JUDGE = "Judge every check"
 def hub():
     with LocalHub() as hub:
         hub.valid_tokens |= {GOOD, UNAPPROVED}
-        shards = {f"model-{i:05d}-of-00004.safetensors": bytes([i]) * 300_000 for i in range(4)}
-        hub.add_repo(
-            "moonshotai/Kimi-K2.6",
-            {"config.json": (REPO / "models/kimi-k2.6/config.json").read_bytes(), **shards},
-        )
-        hub.add_repo(
-            "z-lab/Kimi-K2.6-DFlash",
-            {"config.json": b"{}", "model.safetensors": b"d" * 200_000},
-            gated=True,
-            approved_tokens={GOOD},
-        )
-        hub.add_repo(
-            "lightseekorg/kimi-k2.6-eagle3.1-mla",
-            {"config.json": b"{}", "model.safetensors": b"e" * 100_000},
-        )
+        add_kimi_repos(hub, {GOOD})
         yield hub
 
 

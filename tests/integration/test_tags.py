@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 import yaml
 
-from tests.support.hub_server import LocalHub, token_env
+from tests.support.hub_server import LocalHub, add_kimi_repos, token_env
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.preflight, pytest.mark.integration]
@@ -71,21 +71,7 @@ def test_list_tags_shows_every_stage_and_the_lock_plays_stay_always():
 def hub():
     with LocalHub() as hub:
         hub.valid_tokens.add(TOKEN)
-        shards = {f"model-{i:05d}-of-00004.safetensors": bytes([i]) * 300_000 for i in range(4)}
-        hub.add_repo(
-            "moonshotai/Kimi-K2.6",
-            {"config.json": (REPO / "models/kimi-k2.6/config.json").read_bytes(), **shards},
-        )
-        hub.add_repo(
-            "z-lab/Kimi-K2.6-DFlash",
-            {"config.json": b"{}", "model.safetensors": b"d" * 200_000},
-            gated=True,
-            approved_tokens={TOKEN},
-        )
-        hub.add_repo(
-            "lightseekorg/kimi-k2.6-eagle3.1-mla",
-            {"config.json": b"{}", "model.safetensors": b"e" * 100_000},
-        )
+        add_kimi_repos(hub, {TOKEN})
         yield hub
 
 

@@ -771,6 +771,24 @@ class StorageRequestHandler(FileRequestHandler):
             self.wfile.write(body)
 
 
+def add_kimi_repos(hub: LocalHub, approved_tokens: set[str]) -> None:
+    """K2.6's target (its real config.json, four small shards), the gated DFlash drafter (open
+    to approved_tokens) and the EAGLE-3 drafter, small enough for a preflight or plan run."""
+    config = Path(__file__).resolve().parents[2] / "models/kimi-k2.6/config.json"
+    shards = {f"model-{i:05d}-of-00004.safetensors": bytes([i]) * 300_000 for i in range(4)}
+    hub.add_repo("moonshotai/Kimi-K2.6", {"config.json": config.read_bytes(), **shards})
+    hub.add_repo(
+        "z-lab/Kimi-K2.6-DFlash",
+        {"config.json": b"{}", "model.safetensors": b"d" * 200_000},
+        gated=True,
+        approved_tokens=approved_tokens,
+    )
+    hub.add_repo(
+        "lightseekorg/kimi-k2.6-eagle3.1-mla",
+        {"config.json": b"{}", "model.safetensors": b"e" * 100_000},
+    )
+
+
 def token_env(token: str, directory: Path) -> dict[str, str]:
     """Environment that hands a token to the kit through a 0600 file, as `hf auth login` does.
 
