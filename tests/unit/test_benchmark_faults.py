@@ -483,13 +483,12 @@ print(json.dumps(run_module("benchmark_lossless", json.loads(sys.argv[1]))))
 
 @pytest.mark.parametrize("answer", [b"[1]", b"not json", b'{"sha": 5}', b"[" * 100_000])
 def test_a_hub_answer_that_is_no_commit_is_a_clear_error(answer):
-    from tests.support.modules import load_module
+    from ansible.module_utils import prompt_sets
 
-    prompts = load_module("benchmark_prompts")
     server = Canned(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(answer) + answer)
     try:
-        with pytest.raises(prompts.PromptError, match="the hub answered no commit"):
-            prompts.resolve(server.url, "org/set", "main", "", 10)
+        with pytest.raises(prompt_sets.PromptError, match="the hub answered no commit"):
+            prompt_sets.resolve(server.url, "org/set", "main", "", 10)
     finally:
         server.close()
 
