@@ -135,6 +135,12 @@ def test_one_batch_at_a_time_goes_through_all_its_tasks_first(playbook, hosts, h
             assert JUDGE in tasks and tasks[-1] == RELEASE, (host, tasks)
     judged = run.results(JUDGE)
     assert all(not judged[host]["failed"] and judged[host]["failures"] == [] for host in HOSTS)
+    # Each batch reads the study lock anew: the second follows the commit the first resolved
+    # and recorded (no lock before this run).
+    read = run.results("Read the study lock")
+    assert read["roll-a"]["exists"] is False, read["roll-a"]
+    pinned = read["roll-b"]["pins"]["weights"]
+    assert set(pinned) == {"moonshotai/Kimi-K2.6"} and len(pinned["moonshotai/Kimi-K2.6"]) == 40
     assert not any(lock_left(hosts, host) for host in HOSTS), "a per-host lock was left"
 
 

@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.rollout import RolloutError, rollout, serial_size
 
@@ -136,3 +137,34 @@ def test_the_filter_hands_over_the_plan_and_turns_errors_into_filter_errors():
         filters["kimi_rollout"](GROUPS, "abc", "gpu_hosts", EVERY_HOST)
     with pytest.raises(AnsibleFilterError, match="must be a list of host names"):
         filters["kimi_rollout"]({**GROUPS, "gpu_hosts": "a1"}, 1, "gpu_hosts", EVERY_HOST)
+
+
+# The wiring of deploy_kimi.yml's rolling play (the lock plays' is in test_host_lock.py).
+
+STAGES = ["preflight", "weights", "runtime", "tuning", "server"]
+
+
+def imports(task: dict) -> str | None:
+    role = task.get("ansible.builtin.import_role")
+    return task.get("ansible.builtin.import_tasks") or (role["name"] if role else None)
+
+
+def test_each_batch_takes_the_lock_goes_through_every_stage_and_releases_it():
+    rolling, summary = yaml.safe_load((REPO / "deploy_kimi.yml").read_text())
+    assert summary["ansible.builtin.import_playbook"] == "playbooks/summary_deploy.yml"
+    assert rolling["become"] == "{{ kimi_become | bool }}"
+    blocks = [task for task in rolling["tasks"] if "block" in task]
+    steps = [[imports(task) for task in block["block"]] for block in blocks]
+    assert steps[0] == ["playbooks/tasks/lock.yml"] and steps[-1] == ["playbooks/tasks/unlock.yml"]
+    assert [[name for name in step if name] for step in steps[1:-1]] == [[s] for s in STAGES]
+    # The lock's blocks carry no stage tag: their tasks are `always`, so --tags or
+    # --skip-tags of any stage still takes and releases the lock.
+    assert [block.get("tags") for block in blocks] == [None, *[[s] for s in STAGES], None]
+    for block in blocks:
+        assert [imports(task) for task in block["rescue"]] == ["playbooks/tasks/rollout_stop.yml"]
+    for name in ("lock.yml", "unlock.yml"):
+        tasks = yaml.safe_load((REPO / "playbooks" / "tasks" / name).read_text())
+        assert all(task.get("tags") == ["always"] for task in tasks), name
+        (play,) = yaml.safe_load((REPO / "playbooks" / name).read_text())
+        assert [imports(task) for task in play["tasks"]] == [f"tasks/{name}"]
+        assert play["become"] == "{{ kimi_become | bool }}"
