@@ -36,6 +36,7 @@ from ansible.module_utils.model_data import (  # noqa: E402
     load_model,
     serving_definitions,
 )
+from ansible.module_utils.rollout import RolloutError, rollout  # noqa: E402
 from ansible.module_utils.serving import (  # noqa: E402
     ServingConfigError,
     ordered_run,
@@ -69,6 +70,10 @@ description:
     repositories' revisions, the prompt sets' dataset revisions, the SGLang git source when a
     config runs on it); C(kimi_lock_pinned) gives kimi_repos, prompt set definitions or the git
     source with the lock's commits in place of what they asked for.
+  - C(kimi_rollout) is deploy_kimi.yml's rolling order (module_utils/rollout.py) from
+    kimi_deploy_serial, the inventory's groups, the play's group and the hosts --limit leaves
+    (hosts, serial batch sizes, batches, rolling); the hosts of a kimi_cluster_* group go in
+    one batch. A bad kimi_deploy_serial fails naming the value and the fix.
 """
 
 PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -353,6 +358,13 @@ def kimi_model_configs(model, models_dir):
     return _model(config_paths, model, str(models_dir))
 
 
+def kimi_rollout(groups, serial, play_group, present) -> dict:
+    try:
+        return rollout(serial, groups, play_group, present)
+    except RolloutError as error:
+        raise AnsibleFilterError(str(error)) from None
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -370,4 +382,5 @@ class FilterModule:
             "kimi_lock_pinned": kimi_lock_pinned,
             "kimi_study_used": kimi_study_used,
             "kimi_example_address": kimi_example_address,
+            "kimi_rollout": kimi_rollout,
         }
