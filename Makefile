@@ -29,7 +29,7 @@ INVENTORIES := $(sort $(wildcard inventory/*/hosts.yml))
 # Python must create the weights stage's venv and run Ansible's pip module (pkg_resources);
 # git for the git runtime, systemd for `systemd-analyze verify` of the server unit, chromium
 # to open the HTML report headless.
-TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools git systemd chromium
+TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools git systemd chromium sudo
 
 CONTRACT_VENV := tests/.state/contract-venv
 

@@ -17,7 +17,13 @@ collapse warning for the hybrid run only.
 
 The b200 host boots systemd as PID 1, as real GPU hosts do: its fabric manager and its server
 are systemd units. The ct200 host runs sshd as PID 1 (a container): the kit's supervisor runs
-its server."""
+its server.
+
+The run connects to the ct200 host as an unprivileged user with passwordless sudo (the test
+hosts' SUDO_USER), so the kit works there through `become`, and to the b200 host as root, where
+it does not escalate: one run proves both, and every check below holds for each. The files that
+must be root-only (the server's environment and secrets files, the per-host lock) are owned by
+root with mode 0600 either way, and the HF token's file is gone once the download ends."""
 
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ from tests.support.hostprep import install_fabricmanager, install_git_source, pr
 from tests.support.hub_server import LocalHub, token_env
 from tests.support.models import model
 from tests.support.results_tree import TEMPLATE, Sim, implied_speedup_range
+from tests.support.testhosts import SUDO_USER
 
 REPO = Path(__file__).resolve().parents[2]
 # The first test carries the whole deploy, benchmark and report (its fixture): about 8 minutes
@@ -55,6 +62,8 @@ HOSTS = ["ct200-a", "b200-a"]
 SYSTEMD_HOST = "b200-a"
 # The hybrid control runs on the systemd host, K2.6 on the other; each model is one run.
 KIMI_HOST, QWEN_HOST = "ct200-a", SYSTEMD_HOST
+# Reached as the test hosts' unprivileged sudo user (ansible_user), the other host as root.
+SUDO_HOST = KIMI_HOST
 MODELS = {KIMI_HOST: "kimi-k2.6", QWEN_HOST: "qwen3.6-27b"}
 RUNS = {KIMI_HOST: "e2e-k26", QWEN_HOST: "e2e-qwen"}
 # The simulator's settings: 5 ms steps, 4 tokens accepted per verify step under speculation,
@@ -122,15 +131,16 @@ def cluster():
             prepare_host(hosts, name, cpufreq=False)
         install_fabricmanager(hosts, "b200-a")
         # Host variables, so each host serves its own model and its simulator plays its own
-        # sweep (extra vars would win over both).
+        # sweep (extra vars would win over both). The K2.6 host is reached as the sudo user.
         hosts.write_inventory(
+            sudo_user_hosts=[SUDO_HOST],
             host_vars={
                 KIMI_HOST: {"kimi_server_environment": host_environment(KIMI_HOST)},
                 QWEN_HOST: {
                     "kimi_model": MODELS[QWEN_HOST],
                     "kimi_server_environment": host_environment(QWEN_HOST),
                 },
-            }
+            },
         )
         yield hosts
     finally:
@@ -393,6 +403,23 @@ def test_deploy_ends_with_a_healthy_server_on_every_host(cluster, deploy):
         assert check["served_model_name"] == name == model(MODELS[host])["target"]["repo_id"]
 
 
+def test_the_sudo_user_deployed_its_host_through_become(cluster, deploy):
+    """The K2.6 host was reached as the sudo user (only Ansible connecting as it leaves its
+    remote temporary folder in its home) and everything the roles wrote there is root's, as on
+    the host reached as root: nothing of the deploy belongs to the user it connected as."""
+    assert deploy["first"].rc == 0, deploy["first"].stdout
+    home = cluster.ssh(SUDO_HOST, f"stat -c '%U %a' /home/{SUDO_USER}/.ansible/tmp").stdout
+    assert home.split() == [SUDO_USER, "700"], home
+    for host in HOSTS:
+        written = "/etc/kimi /opt/kimi /var/lib/kimi /etc/nccl.conf"
+        theirs = cluster.ssh(host, f"find {written} ! -user root -printf '%u %p\\n'").stdout
+        assert not theirs, (host, theirs)
+        # The released lock leaves its root-only folder and flock guard behind.
+        lock = "/var/lib/kimi/lock /var/lib/kimi/lock/lock.json.guard"
+        said = cluster.ssh(host, f"stat -c '%U %a' {lock}").stdout
+        assert said.split() == ["root", "700", "root", "600"], (host, said)
+
+
 def argument(argv: list[str], flag: str) -> str:
     assert flag in argv, (flag, argv)
     return argv[argv.index(flag) + 1]
@@ -406,8 +433,10 @@ def test_deploy_ends_with_each_hosts_endpoint_and_a_working_curl(cluster, deploy
         assert f"at http://{cluster.host(host).address}:30000." in msg, msg
         command = msg.splitlines()[-1].strip()
         assert "| curl -sS -H @- http://127.0.0.1:30000/v1/models" in command, msg
-        # Tests run as root on hosts without sudo; the line is otherwise run as printed.
-        answer = cluster.ssh(host, command.removeprefix("sudo "))
+        # Run as printed, by the user the deploy connected as: the sudo user reads the
+        # root-only key file through sudo, root without it (minimal images have no sudo).
+        assert command.startswith("sudo ") == (host == SUDO_HOST), msg
+        answer = cluster.ssh(host, command, user=SUDO_USER if host == SUDO_HOST else "root")
         assert model(MODELS[host])["target"]["repo_id"] in answer.stdout
     assert API_KEY not in first.stdout
     assert not any(API_KEY in json.dumps(event) for event in first.events)
@@ -687,10 +716,17 @@ def test_no_secret_reaches_a_file_others_can_read(cluster, deploy):
         launch = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
         old = legacy_launch_hash(launch["argv"], launch["environment"], API_KEY)
         secrets["API key"][f"old launch hash ({host})"] = old.encode()
-    # The API key did reach the hosts, and only into root-only files.
+    # The API key did reach the hosts, and only into root-only files, root's also on the host
+    # the run reached as the sudo user; the HF token's file went with the download.
+    root_only = ["/etc/kimi/sglang-secrets.yaml", "/etc/kimi/kimi-sglang.env"]
     for host in HOSTS:
-        mode = cluster.ssh(host, "stat -c %a /etc/kimi/sglang-secrets.yaml").stdout.strip()
-        assert mode == "600", (host, mode)
+        owners = cluster.ssh(host, f"stat -c '%n %U %a' {' '.join(root_only)}").stdout
+        assert owners.split() == [f for path in root_only for f in (path, "root", "600")], (
+            host,
+            owners,
+        )
+        token_file = cluster.ssh(host, "ls /opt/kimi/weights/.kimi/hf-token", check=False)
+        assert token_file.returncode != 0, (host, token_file.stdout)
     controller = [
         *(deploy[name].private_dir for name in ("first", "second")),
         *(run.private_dir for run in deploy["bench"].values()),

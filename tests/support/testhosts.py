@@ -6,6 +6,13 @@ which /etc, /opt, /var, /usr/local, /root, /srv and /home are copy-on-write over
 /run and /dev/shm are private: whatever a role writes stays on that host. Its sshd takes keys
 only. A fake `nvidia-smi` on its PATH replays a GPU capture from tests/fixtures/gpu-hosts/.
 
+Besides root, every host has an unprivileged user, SUDO_USER, with a home under /home, whom the
+run's client key logs in too and who may run anything through sudo without a password: the
+admin account of many real GPU hosts, where root does not log in over SSH. A test connects as
+it (`write_inventory(sudo_user_hosts=...)` sets ansible_user) to prove the kit works through
+`become`. The user, its sudoers file and a line naming the host in /etc/hosts (sudo resolves
+its own host name) are made inside the host, on its own /etc and /home overlays.
+
 PID 1 of a host is one of two (`init`):
 - `sshd` (the default): sshd itself, as in a container; the server role then uses the kit's
   own supervisor.
@@ -94,6 +101,9 @@ DROPPED_CAPABILITIES = (
 # Device nodes a booted host needs; /dev is otherwise a private tmpfs (no real devices).
 DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 INIT_CHOICES = ("sshd", "systemd")
+# The unprivileged user every host has (module docstring); never root's uid.
+SUDO_USER = "kimiops"
+SUDO_TOOLS = ("/usr/bin/sudo", "/usr/sbin/visudo", "/usr/sbin/useradd", "/usr/sbin/usermod")
 
 
 class TestHostError(RuntimeError):
@@ -157,11 +167,11 @@ class TestHost:
         )
         return (result.stdout + result.stderr).strip()
 
-    def ssh_command(self, cluster: TestHostCluster, command: str) -> list[str]:
+    def ssh_command(self, cluster: TestHostCluster, command: str, user: str = "root") -> list[str]:
         return [
             "ssh",
             *cluster.ssh_options(),
-            f"root@{self.address}",
+            f"{user}@{self.address}",
             command,
         ]
 
@@ -227,10 +237,13 @@ class TestHostCluster:
         check: bool = True,
         timeout: float = 60,
         input: str | None = None,
+        user: str = "root",
     ):
         if isinstance(host, str):
             host = self.host(host)
-        return run(host.ssh_command(self, command), check=check, timeout=timeout, input=input)
+        return run(
+            host.ssh_command(self, command, user=user), check=check, timeout=timeout, input=input
+        )
 
     def save(self) -> None:
         (self.root / "state.json").write_text(json.dumps(asdict(self), indent=2))
@@ -349,12 +362,17 @@ class TestHostCluster:
             self.save()
         self._write_client_files()
         self.wait_for_ssh()
+        for host in self.hosts:
+            self.add_sudo_user(host)
 
     def _start_host(self, host: TestHost) -> None:
         hdir = Path(host.state_dir)
         for sub in OVERLAID:
             (hdir / "upper" / sub).mkdir(parents=True)
             (hdir / "work" / sub).mkdir(parents=True)
+        # sshd reads a user's authorized keys as that user: SUDO_USER must reach the file, which
+        # an sshd host sees in this folder (its private host key in it stays 0600).
+        hdir.chmod(0o755)
         (hdir / "tmp").mkdir(mode=0o1777)
         (hdir / "tmp").chmod(0o1777)
         # The fake nvidia-smi and its capture land in the host's own /usr/local.
@@ -523,12 +541,23 @@ class TestHostCluster:
         self.write_inventory()
 
     def write_inventory(
-        self, host_vars: dict[str, dict] | None = None, group_vars: dict | None = None
+        self,
+        host_vars: dict[str, dict] | None = None,
+        group_vars: dict | None = None,
+        sudo_user_hosts: Collection[str] = (),
     ) -> Path:
-        """An inventory shaped like inventory/<profile>/hosts.yml, one group per profile."""
+        """An inventory shaped like inventory/<profile>/hosts.yml, one group per profile. The
+        run connects as root, except to the hosts in sudo_user_hosts: as SUDO_USER there."""
+        unknown = set(sudo_user_hosts) - {host.name for host in self.hosts}
+        if unknown:
+            raise TestHostError(f"sudo_user_hosts names no host of this run: {sorted(unknown)}")
         profiles: dict[str, dict] = {}
         for host in self.hosts:
-            entry = {"ansible_host": host.address, **(host_vars or {}).get(host.name, {})}
+            entry = {
+                "ansible_host": host.address,
+                **({"ansible_user": SUDO_USER} if host.name in sudo_user_hosts else {}),
+                **(host_vars or {}).get(host.name, {}),
+            }
             profiles.setdefault(host.profile, {"hosts": {}})["hosts"][host.name] = entry
         common_args = " ".join(self.ssh_options()[2:])  # all but -i, given separately
         inventory = {
@@ -549,6 +578,18 @@ class TestHostCluster:
         if not link.is_symlink():
             link.symlink_to(REPO / "group_vars")
         return self.inventory
+
+    def add_sudo_user(self, host: TestHost) -> None:
+        """SUDO_USER on a host that accepts SSH, made by root inside it; then checked as the
+        kit uses it: it logs in with the client key and sudo runs as root without a password
+        and without a word on stderr (a warning there would reach every become task)."""
+        self.ssh(host, sudo_user_script(host.name), timeout=30)
+        said = self.ssh(host, "sudo -n id -un", user=SUDO_USER, check=False, timeout=30)
+        if said.returncode != 0 or said.stdout.strip() != "root" or said.stderr.strip():
+            raise TestHostError(
+                f"{host.name}: {SUDO_USER} cannot log in and sudo to root "
+                f"({said.returncode}): {said.stdout.strip()} {said.stderr.strip()}"
+            )
 
     def wait_for_ssh(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -578,6 +619,37 @@ class TestHostCluster:
             run(["ip", "link", "del", host.veth], check=False)
         run(["ip", "link", "del", self.bridge], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def sudoers_entry(user: str) -> str:
+    """/etc/sudoers.d/<user>: anything as anyone, no password (Ansible's become cannot type one)."""
+    return f"{user} ALL=(ALL:ALL) NOPASSWD: ALL\n"
+
+
+def sudo_user_script(hostname: str, user: str = SUDO_USER) -> str:
+    """Shell script that root runs inside a host: the host's name in /etc/hosts, `user` with a
+    home, an unlocked account without password (sshd refuses a locked one when it runs without
+    PAM) and its sudoers file, checked by visudo before sudo reads it. Idempotent."""
+    if not user.isidentifier() or user == "root" or not hostname.replace("-", "").isalnum():
+        raise TestHostError(f"refusing the user {user!r} or host name {hostname!r}")
+    return "\n".join(
+        [
+            "set -eu",
+            # Appended on a line of its own, even to a file that ends without a newline.
+            '[ -z "$(tail -c 1 /etc/hosts)" ] || echo >> /etc/hosts',
+            f"grep -qw -- {hostname} /etc/hosts"
+            f" || printf '127.0.1.1\\t%s\\n' {hostname} >> /etc/hosts",
+            f"id -u {user} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {user}",
+            f"usermod --password '*' {user}",
+            # A name with a dot is skipped by sudo's includedir: the check runs on it first.
+            "new=$(mktemp /etc/sudoers.d/.new.XXXXXX)",
+            f"printf '%s\\n' '{sudoers_entry(user).strip()}' > \"$new\"",
+            'chmod 0440 "$new"',
+            'visudo -cqf "$new"',
+            f'mv "$new" /etc/sudoers.d/{user}',
+            "",
+        ]
+    )
 
 
 def in_namespaces(host: TestHost, extra: list[str], script: str) -> list[str]:
@@ -748,6 +820,8 @@ def check_prerequisites(systemd: bool = False) -> None:
     if os.geteuid() != 0:
         raise TestHostError("test hosts need root (network and mount namespaces)")
     missing = [t for t in ("ip", "unshare", "ssh", "ssh-keygen") if not shutil.which(t)]
+    # The hosts' SUDO_USER: made with this machine's tools, which the hosts share.
+    missing += [t for t in SUDO_TOOLS if not Path(t).exists()]
     if not Path(SSHD).exists():
         missing.append(SSHD)
     if systemd:
@@ -757,8 +831,8 @@ def check_prerequisites(systemd: bool = False) -> None:
                 missing.append(path)
     if missing:
         raise TestHostError(
-            f"missing {', '.join(missing)}: install Debian's openssh-server, openssh-client "
-            "and iproute2 (make test-deps does)"
+            f"missing {', '.join(missing)}: install Debian's openssh-server, openssh-client, "
+            "iproute2 and sudo (make test-deps does)"
         )
 
 
