@@ -66,8 +66,6 @@ def roll(playbook, cluster, hub, tmp_path, host_vars: dict | None = None):
         tags="preflight",
         extravars={
             "kimi_deploy_serial": 1,
-            # Until group_vars/all/connection.yml defines it (the test hosts connect as root).
-            "kimi_become": False,
             # One serving config: less for preflight to plan, the same batches.
             "kimi_serving_configs": ["ar"],
             "preflight_context_lengths_file": f"{tmp_path}/{{{{ inventory_hostname }}}}.json",
@@ -177,7 +175,7 @@ def test_limit_is_applied_before_the_batches_are_cut(playbook, tmp_path):
         local_inventory(tmp_path, {name: {} for name in ["a1", "c2", "b1", "c1", "d1"]}),
         tags="none",
         limit="c2,b1,d1",
-        extravars={"kimi_deploy_serial": 2, "kimi_become": False},
+        extravars={"kimi_deploy_serial": 2},
     )
     assert run.rc == 0, run.stdout[-8000:]
     # Unlimited, the batches would be a1 | c1, c2 | b1, d1.
@@ -200,7 +198,7 @@ def test_an_unreachable_host_stops_the_rollout_before_the_next_batch(playbook, t
         "deploy_kimi.yml",
         local_inventory(tmp_path, {"a1": {}, "u1": unreachable, "b1": {}}),
         tags="none",
-        extravars={"kimi_deploy_serial": 2, "kimi_become": False},
+        extravars={"kimi_deploy_serial": 2},
     )
     assert run.rc != 0
     assert set(run.stats.get("dark", {})) == {"u1"}

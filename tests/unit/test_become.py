@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 # Every playbook whose plays act on the GPU hosts over SSH; each of those plays escalates as
 # kimi_become says. (lock.yml, unlock.yml and deploy_kimi.yml are checked where they are written.)
 GPU_HOST_PLAYBOOKS = [
+    "lock",
+    "unlock",
     "preflight",
     "weights",
     "runtime",
