@@ -37,6 +37,7 @@ from ansible.module_utils.model_data import (  # noqa: E402
     serving_definitions,
 )
 from ansible.module_utils.rollout import RolloutError, rollout  # noqa: E402
+from ansible.module_utils.secret_scrub import Scrubber  # noqa: E402
 from ansible.module_utils.serving import (  # noqa: E402
     ServingConfigError,
     ordered_run,
@@ -74,6 +75,9 @@ description:
     kimi_deploy_serial, the inventory's groups, the play's group and the hosts --limit leaves
     (hosts, serial batch sizes, batches, rolling); the hosts of a kimi_cluster_* group go in
     one batch. A bad kimi_deploy_serial fails naming the value and the fix.
+  - C(kimi_scrub) masks the given secrets (in every form module_utils/secret_scrub.py knows)
+    and secret-shaped values (an C(api_key) assignment, a bearer header) in a text or a list
+    of lines, for a server log's lines that reach a result file.
 """
 
 PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -365,6 +369,14 @@ def kimi_rollout(groups, serial, play_group, present) -> dict:
         raise AnsibleFilterError(str(error)) from None
 
 
+def kimi_scrub(text, secrets):
+    """A server log's text or lines with secrets masked: SGLang logs its API key at start."""
+    scrub = Scrubber([s for s in secrets or [] if isinstance(s, str)])
+    if isinstance(text, str):
+        return scrub(text)
+    return [scrub(str(line)) for line in text or []]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -383,4 +395,5 @@ class FilterModule:
             "kimi_study_used": kimi_study_used,
             "kimi_example_address": kimi_example_address,
             "kimi_rollout": kimi_rollout,
+            "kimi_scrub": kimi_scrub,
         }

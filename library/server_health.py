@@ -25,8 +25,8 @@ description:
     gave up, or it has crashed and been restarted since O(restarts_before) (a crash while
     loading is a problem to show, not to wait out).
   - C(progress) says how long it has waited and the last log line, for the kit's progress
-    callback; C(log_tail) holds the last O(log_lines) lines of the server's log (journal under
-    systemd, the log file under the supervisor).
+    callback; C(log_tail) holds the last O(log_lines) lines of the server's log file (both
+    managers write the server's output there, never to the journal, which would keep the API key SGLang logs).
   - Read-only; supports check mode.
 version_added: "0.1.0"
 options:
@@ -39,7 +39,7 @@ options:
     type: str
     default: ""
   log_file:
-    description: Server log file (supervisor).
+    description: The server's log file (root-only), which the systemd unit and the supervisor write.
     type: path
   phase:
     description: C(load) (wait for the server to answer) or C(generate) (wait for it to generate).
@@ -74,7 +74,7 @@ options:
     default: 40
   command_timeout:
     description:
-      - Seconds one poll's commands (C(systemctl show), C(journalctl)) may take together; a
+      - Seconds one poll's commands (C(systemctl show)) may take together; a
         command still running then is killed with its process group and the poll fails,
         naming it.
     type: float
@@ -150,7 +150,7 @@ import urllib.request  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host_helpers import CommandFailed, module_runner  # noqa: E402
 from ansible.module_utils.server_control import (  # noqa: E402
-    log_tail,
+    file_tail,
     supervisor_status,
     systemd_status,
 )
@@ -203,7 +203,7 @@ def main() -> None:
     )
     p = module.params
 
-    # One poll's commands (systemctl show, journalctl): a hung one fails this poll, naming it,
+    # One poll's commands (systemctl show): a hung one fails this poll, naming it,
     # rather than the task's timeout killing the module and leaving the command behind.
     run = module_runner(module, "server_health", "one poll's commands", 60, "command_timeout")
     try:
@@ -211,7 +211,7 @@ def main() -> None:
             status = systemd_status(run, p["name"])
         else:
             status = supervisor_status(p["pid_file"], p["state_file"])
-        tail = log_tail(run, p["manager"], p["name"], p["log_file"], p["log_lines"])
+        tail = file_tail(p["log_file"], p["log_lines"])
     except CommandFailed as error:
         module.fail_json(msg=str(error))
     now = time.time()

@@ -279,39 +279,13 @@ class Collector:
         return "systemd" if systemd_is_pid1() else "supervisor"
 
     def server_log(self, until: float) -> str:
-        """The journal's window under systemd, the supervisor's log file whole otherwise; the
-        scrubbed text, for the NCCL lines."""
+        """The server's log file whole (both managers write the server's output there) and,
+        under systemd, the unit's journal for the window (systemd's own lines: starts, exits,
+        restarts); the log's scrubbed text, for the NCCL lines."""
         manager = self.manager()
         self.index["manager"] = manager
         if manager == "systemd":
-            journalctl = shutil.which(self.p["journalctl"])
-            if not journalctl:
-                self.note(JOURNAL, "missing", why=f"{self.p['journalctl']} is not on PATH")
-                return ""
-            since = self.index["window"].get("since_epoch")
-            argv = [journalctl, "-u", self.p["unit_name"], "--no-pager", "-o", "short-iso"]
-            if isinstance(since, (int, float)):
-                argv += [f"--since=@{int(since)}"]
-            argv += [f"--until=@{int(until) + 1}"]
-            got = self.run(argv)
-            if got.problem or got.rc != 0:
-                why = got.problem or f"journalctl exited {got.rc}: {got.err[:2000]}"
-                self.note(JOURNAL, "failed", why=self.scrub(why))
-                return ""
-            text = got.out.decode("utf-8", "surrogateescape")
-            if got.cut:
-                text += cut_note(
-                    "the journal",
-                    len(got.out),
-                    self.cap,
-                    "its start kept; journalctl -u on the host has the rest",
-                )
-            return self.write(
-                JOURNAL,
-                text,
-                status="cut" if got.cut else "ok",
-                source=f"journalctl -u {self.p['unit_name']}",
-            )
+            self.unit_journal(until)
         path = self.p["log_file"]
         try:
             data, size, cut = read_capped(path, self.cap)
@@ -321,6 +295,36 @@ class Collector:
         text = data.decode("utf-8", "surrogateescape")
         return self.write(
             SERVER_LOG, text, status="cut" if cut else "ok", source=path, source_bytes=size
+        )
+
+    def unit_journal(self, until: float) -> None:
+        journalctl = shutil.which(self.p["journalctl"])
+        if not journalctl:
+            self.note(JOURNAL, "missing", why=f"{self.p['journalctl']} is not on PATH")
+            return
+        since = self.index["window"].get("since_epoch")
+        argv = [journalctl, "-u", self.p["unit_name"], "--no-pager", "-o", "short-iso"]
+        if isinstance(since, (int, float)):
+            argv += [f"--since=@{int(since)}"]
+        argv += [f"--until=@{int(until) + 1}"]
+        got = self.run(argv)
+        if got.problem or got.rc != 0:
+            why = got.problem or f"journalctl exited {got.rc}: {got.err[:2000]}"
+            self.note(JOURNAL, "failed", why=self.scrub(why))
+            return
+        text = got.out.decode("utf-8", "surrogateescape")
+        if got.cut:
+            text += cut_note(
+                "the journal",
+                len(got.out),
+                self.cap,
+                "its start kept; journalctl -u on the host has the rest",
+            )
+        self.write(
+            JOURNAL,
+            text,
+            status="cut" if got.cut else "ok",
+            source=f"journalctl -u {self.p['unit_name']}",
         )
 
     def nccl(self, log_text: str) -> None:

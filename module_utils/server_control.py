@@ -125,8 +125,3 @@ def file_tail(path: str, lines: int) -> list[str]:
         return [f"(no log at {path}: {error.strerror})"]
 
 
-def log_tail(run, manager: str, unit: str, log_file: str, lines: int) -> list[str]:
-    if manager == "systemd":
-        rc, out, err = run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"])
-        return out.splitlines() if rc == 0 else [f"(journalctl failed: {err.strip()})"]
-    return file_tail(log_file, lines)

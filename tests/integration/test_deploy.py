@@ -738,6 +738,14 @@ def test_no_secret_reaches_a_file_others_can_read(cluster, deploy):
     leaks, read = scan(controller + hosts, secrets, exclude=[deploy["secrets"]])
     assert read > 200, f"only {read} files were read: the scan looked in the wrong places"
     assert not leaks, "\n".join(map(str, leaks))
+    # The server logged its resolved arguments, the API key among them, as SGLang does: into
+    # its root-only log file on both hosts, never into the systemd host's journal.
+    for host in HOSTS:
+        logged = cluster.ssh(host, f"grep -c -F -e {API_KEY} /var/log/kimi/sglang.log").stdout
+        assert int(logged) > 0, host
+    journal = cluster.ssh(SYSTEMD_HOST, "journalctl --no-pager -o cat", timeout=60).stdout
+    assert "Started kimi-sglang.service" in journal
+    assert API_KEY not in journal
     # What lives only inside the hosts (their own /run: pid files, the systemd journal).
     for host in HOSTS:
         found = cluster.ssh(
@@ -771,10 +779,11 @@ def test_each_config_brings_back_its_debug_files_and_the_bundle_holds_no_secret(
     secrets = {"HF token": derived_forms(TOKEN), "API key": derived_forms(API_KEY)}
     for host in HOSTS:
         results = deploy["results"][host]
-        log = "journal.txt.gz" if host == SYSTEMD_HOST else "server.log.gz"
+        # Both managers write the server's log file; the unit's journal holds systemd's lines.
+        log = {"server.log.gz", "journal.txt.gz"} if host == SYSTEMD_HOST else {"server.log.gz"}
         for config in CONFIGS[host]:
             debug = results / host / config / "debug"
-            assert {p.name for p in debug.iterdir()} == DEBUG_FILES | {log}, (host, config)
+            assert {p.name for p in debug.iterdir()} == DEBUG_FILES | log, (host, config)
             collected = json.loads((debug / "collected.json").read_text())
             assert collected["kind"] == "kimi.benchmark_debug", collected
             # The log holds the server's start, read from the file or the unit's journal.
@@ -806,7 +815,7 @@ def test_each_config_brings_back_its_debug_files_and_the_bundle_holds_no_secret(
             archive.extractall(unpacked, filter="data")
         names = {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*") if p.is_file()}
         for config in CONFIGS[host]:
-            for name in DEBUG_FILES | {log}:
+            for name in DEBUG_FILES | log:
                 assert f"{results.name}/{host}/{config}/debug/{name}" in names, (config, name)
         for member in list(unpacked.rglob("*.gz")):
             member.with_suffix("").write_bytes(gzip.decompress(member.read_bytes()))

@@ -1728,8 +1728,18 @@ def ddtree_row(resolved: dict, table_text: str) -> tuple[float, float]:
     return step_ms, accept
 
 
+def log_server_args(resolved: dict) -> None:
+    """What SGLang's engine logs first (`logger.info(f"{server_args=}")`, the ServerArgs
+    dataclass' repr): every resolved argument, the API key among them in the clear, into
+    whatever takes the server's output. The kit must keep that output root-only."""
+    shown = ", ".join(f"{name}={value!r}" for name, value in resolved.items())
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[{stamp}] server_args=ServerArgs({shown})", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    log_server_args(args["resolved"])
     if os.environ.get("SGLANG_SIM_CRASH_ON_START") == "1":
         print("simulated crash on start", file=sys.stderr)
         return 1
