@@ -211,3 +211,23 @@ def test_an_unreachable_host_stops_the_rollout_before_the_next_batch(playbook, t
     assert run.results(RELEASE)["a1"]["failed"] is False
     assert "b1" not in run.results("Take the per-host lock")
     assert not (tmp_path / "locks" / "b1" / "lock.json").exists()
+
+
+def test_kimi_deploy_serial_in_the_inventory_stops_before_any_host_is_touched(playbook, tmp_path):
+    """Ansible cuts the batches without inventory variables: set there, the value would make
+    the whole fleet one batch while the play believed it rolled. The run stops first."""
+    folder = local_inventory(tmp_path, {name: {} for name in ["a1", "b1", "d1"]})
+    tree = yaml.safe_load((folder / "hosts.yml").read_text())
+    tree["all"]["vars"]["kimi_deploy_serial"] = 1
+    (folder / "hosts.yml").write_text(yaml.safe_dump(tree, sort_keys=False))
+    run = playbook("deploy_kimi.yml", folder, tags="none")
+    assert run.rc != 0
+    stopped = run.results("Stop when kimi_deploy_serial comes from the inventory")
+    said = next(iter(stopped.values()))
+    assert said["failed"], run.stdout[-8000:]
+    assert "this run would deploy 3 hosts at once" in said["msg"], said
+    assert "-e kimi_deploy_serial=1" in said["msg"], said
+    assert "Take the per-host lock" not in {
+        event.get("event_data", {}).get("task") for event in run.events
+    }
+    assert not (tmp_path / "locks").exists()

@@ -51,8 +51,9 @@ def test_plan_never_escalates_on_the_controller():
 
 
 def test_kimi_become_follows_the_user_each_host_is_reached_as(tmp_path):
-    """root and an unset user: no sudo (minimal images have none); any other user: sudo; an
-    explicit kimi_become wins either way. Templated per host within one play."""
+    """root: no sudo (minimal images have none); any other user: sudo; an unset user is the
+    controller's own (ssh logs in as it), the legacy ansible_ssh_user counts too; an explicit
+    kimi_become wins either way. Templated per host within one play."""
     inventory = tmp_path / "inventory"
     inventory.mkdir()
     (inventory / "group_vars").symlink_to(REPO / "group_vars")
@@ -60,6 +61,7 @@ def test_kimi_become_follows_the_user_each_host_is_reached_as(tmp_path):
     hosts = {
         "as-root": {**local, "ansible_user": "root"},
         "as-nobody-set": local,
+        "as-legacy-root": {**local, "ansible_ssh_user": "root"},
         "as-ops": {**local, "ansible_user": "ops"},
         "as-ops-told-not-to": {**local, "ansible_user": "ops", "kimi_become": False},
         "as-root-told-to": {**local, "ansible_user": "root", "kimi_become": "true"},
@@ -85,12 +87,14 @@ def test_kimi_become_follows_the_user_each_host_is_reached_as(tmp_path):
         )
     )
     (tmp_path / "runner").mkdir()
-    run = run_playbook(str(playbook), inventory, tmp_path / "runner")
+    # The controller's user, which ssh logs in as when nothing names one.
+    run = run_playbook(str(playbook), inventory, tmp_path / "runner", envvars={"USER": "alice"})
     assert run.rc == 0, run.stdout
     said = {host: result["msg"] for host, result in run.results("Escalates").items()}
     assert said == {
         "as-root": False,
-        "as-nobody-set": False,
+        "as-nobody-set": True,
+        "as-legacy-root": False,
         "as-ops": True,
         "as-ops-told-not-to": False,
         "as-root-told-to": True,
