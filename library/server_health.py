@@ -26,7 +26,8 @@ description:
     loading is a problem to show, not to wait out).
   - C(progress) says how long it has waited and the last log line, for the kit's progress
     callback; C(log_tail) holds the last O(log_lines) lines of the server's log file (both
-    managers write the server's output there, never to the journal, which would keep the API key SGLang logs).
+    managers write the server's output there, never to the journal, which would keep the API
+    key SGLang logs), with secrets masked.
   - Read-only; supports check mode.
 version_added: "0.1.0"
 options:
@@ -149,6 +150,7 @@ import urllib.request  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host_helpers import CommandFailed, module_runner  # noqa: E402
+from ansible.module_utils.secret_scrub import Scrubber  # noqa: E402
 from ansible.module_utils.server_control import (  # noqa: E402
     file_tail,
     supervisor_status,
@@ -211,7 +213,10 @@ def main() -> None:
             status = systemd_status(run, p["name"])
         else:
             status = supervisor_status(p["pid_file"], p["state_file"])
-        tail = file_tail(p["log_file"], p["log_lines"])
+        # SGLang logs its resolved arguments, the API key among them; the file keeps the lines
+        # of earlier launches too, whose key no_log would not know.
+        scrub = Scrubber([p["api_key"]])
+        tail = [scrub(line) for line in file_tail(p["log_file"], p["log_lines"])]
     except CommandFailed as error:
         module.fail_json(msg=str(error))
     now = time.time()

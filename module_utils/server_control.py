@@ -123,5 +123,3 @@ def file_tail(path: str, lines: int) -> list[str]:
             return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
     except OSError as error:
         return [f"(no log at {path}: {error.strerror})"]
-
-

@@ -960,3 +960,27 @@ def test_vocabulary_comes_from_the_served_folders_config(tmp_path):
     assert sglang_sim.input_ids_error([999], 1000) is None
     assert "outside" in sglang_sim.input_ids_error([1000], 1000)
     assert sglang_sim.vocab_size_of(tmp_path / "missing") == sglang_sim.VOCAB
+
+
+def test_the_health_polls_log_tail_masks_the_api_keys_sglang_logged(tmp_path):
+    """SGLang logs its resolved arguments, the API key among them, and the log file keeps the
+    lines of earlier launches, whose (rotated) key no_log would not know: both are masked."""
+    from tests.support.modules import run_module
+
+    key, old = "sk-health-tail-7d2e91", "sk-rotated-away-5b8c03"
+    process = subprocess.Popen(["sleep", "30"])
+    try:
+        args = health_args(tmp_path, process, "http://127.0.0.1:9", api_key=key)
+        (tmp_path / "sglang.log").write_text(
+            f"[2026-12-01 10:00:00] server_args=ServerArgs(tp_size=8, api_key='{old}')\n"
+            f"[2026-12-01 11:00:00] server_args=ServerArgs(tp_size=8, api_key='{key}')\n"
+            f"[2026-12-01 11:00:05] key {key} in a line of its own\n"
+        )
+        said = run_module("server_health", args)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    tail = "\n".join(said["log_tail"])
+    assert len(said["log_tail"]) == 3
+    assert key not in tail and old not in tail, tail
+    assert tail.count("api_key='********'") == 2, tail
