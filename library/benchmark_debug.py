@@ -20,9 +20,10 @@ description:
   - O(phase=start), after the server started and before the first level, writes
     C(nvidia-smi-q-start.txt) (C(nvidia-smi -q)).
   - O(phase=end), after the last level or the failure, writes C(nvidia-smi-q-end.txt);
-    C(server.log.gz), the server's log file whole (gzip; the unit and the supervisor both
-    write it), and under systemd C(journal.txt.gz), C(journalctl -u) of the unit for the
-    window (systemd's lines about the unit); C(nccl.txt), the log's
+    C(server.log.gz), the server's log file from where it ended at O(phase=begin) (gzip; the
+    unit and the supervisor both write it, every launch after the last; all of it when it
+    was rotated or truncated since), and under systemd C(journal.txt.gz), C(journalctl -u)
+    of the unit for the window (systemd's lines about the unit); C(nccl.txt), the log's
     C(NCCL INFO) and C(NCCL WARN) lines; C(dmesg.txt), the kernel lines with C(Xid) or C(NVRM)
     (a denied C(dmesg) is recorded in it, never a failure); C(runtime.json) and
     C(launch.json), the runtime and launch records.

@@ -61,22 +61,31 @@ def cut_note(what: str, size: int, cap: int, how: str) -> str:
     )
 
 
-def read_capped(path: str, cap: int) -> tuple[bytes, int, bool]:
+def read_capped(path: str, cap: int, since: dict | None = None) -> tuple[bytes, int, bool]:
     """(bytes, size, cut) of a regular file: whole when within cap, else its first quarter and
     its last three quarters of cap, each cut at a line's edge (no half line, and so no half of
-    a secret that a later scrub would miss). OSError for what is not a regular file."""
+    a secret that a later scrub would miss). `since` ({device, inode, offset}, what
+    log_position saw) reads only what was appended after it, when the file is still that
+    file and no shorter (else it was rotated or truncated, and all of it is new). OSError for
+    what is not a regular file."""
     # Non-blocking: a FIFO put where the log was expected must not hang the collector.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise OSError(f"{path} is not a regular file")
-        size = info.st_size
+        start = 0
+        if since and (since.get("device"), since.get("inode")) == (info.st_dev, info.st_ino):
+            offset = since.get("offset")
+            if isinstance(offset, int) and 0 <= offset <= info.st_size:
+                start = offset
+        handle.seek(start)
+        size = info.st_size - start
         if size <= cap:
             return handle.read(cap), size, False
         head = handle.read(int(cap * HEAD_SHARE))
         head = head[: head.rfind(b"\n") + 1]
-        handle.seek(size - (cap - int(cap * HEAD_SHARE)))
+        handle.seek(info.st_size - (cap - int(cap * HEAD_SHARE)))
         tail = handle.read()
         tail = tail[tail.find(b"\n") + 1 :]
     note = cut_note(
@@ -92,6 +101,18 @@ def read_capped(path: str, cap: int) -> tuple[bytes, int, bool]:
 class Capture:
     def __init__(self, rc=None, out=b"", err="", cut=False, problem=""):
         self.rc, self.out, self.err, self.cut, self.problem = rc, out, err, cut, problem
+
+
+def log_position(path: str) -> dict | None:
+    """Where the server's log ends now ({device, inode, offset}), so that the config's end
+    reads only its own lines: the file keeps every earlier launch's. None without a file."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return {"device": info.st_dev, "inode": info.st_ino, "offset": info.st_size}
 
 
 def capture(argv: list[str], timeout_s: float, cap: int) -> Capture:
@@ -216,7 +237,11 @@ class Collector:
 
     def begin(self) -> dict:
         prepare_dest(self.dest)
-        self.index = {"files": {}, "window": {"since": utc(self.now()), "since_epoch": self.now()}}
+        window = {"since": utc(self.now()), "since_epoch": self.now()}
+        position = log_position(self.p["log_file"])
+        if position is not None:
+            window["log_from"] = position
+        self.index = {"files": {}, "window": window}
         return self.finish("begin")
 
     def start(self) -> dict:
@@ -279,7 +304,8 @@ class Collector:
         return "systemd" if systemd_is_pid1() else "supervisor"
 
     def server_log(self, until: float) -> str:
-        """The server's log file whole (both managers write the server's output there) and,
+        """The server's log file from where it ended at the config's begin (both managers
+        write the server's output there, each launch after the last) and,
         under systemd, the unit's journal for the window (systemd's own lines: starts, exits,
         restarts); the log's scrubbed text, for the NCCL lines."""
         manager = self.manager()
@@ -287,8 +313,10 @@ class Collector:
         if manager == "systemd":
             self.unit_journal(until)
         path = self.p["log_file"]
+        since = self.index["window"].get("log_from")
+        since = since if isinstance(since, dict) else None
         try:
-            data, size, cut = read_capped(path, self.cap)
+            data, size, cut = read_capped(path, self.cap, since)
         except OSError as error:
             self.note(SERVER_LOG, "missing", why=f"{path}: {error.strerror or error}")
             return ""

@@ -128,7 +128,16 @@ def params(host, **over) -> dict:
 
 
 def all_phases(host, **over) -> dict:
-    for phase in ("begin", "start", "end"):
+    """The three phases, with what the log file holds written during the config (the end
+    reads only what the server wrote after the begin)."""
+    log = host["log"]
+    written = log.read_bytes() if log.is_file() and not log.is_symlink() else None
+    if written is not None:
+        log.write_bytes(b"")
+    index = collect(params(host, phase="begin", **over))
+    if written is not None:
+        log.write_bytes(written)
+    for phase in ("start", "end"):
         index = collect(params(host, phase=phase, **over))
     return index
 
@@ -340,3 +349,39 @@ def test_scrubber_finds_patterns_deep_in_one_long_line_and_in_any_case():
     out = scrub(text)
     assert out == f"{filler} api_key={MASK} {filler} Authorization: Bearer {MASK} {MASK}"
     assert scrub.count == 3
+
+
+def run_config(host, during, **over) -> str:
+    """begin, then `during(log)` (what the config's server wrote), start and end: the text of
+    the server.log.gz the config brought back."""
+    collect(params(host, phase="begin", **over))
+    during(host["log"])
+    collect(params(host, phase="start", **over))
+    collect(params(host, phase="end", **over))
+    return text_of(host["dest"] / "server.log.gz")
+
+
+def test_a_config_brings_back_only_the_log_lines_written_since_its_begin(host):
+    """The log file keeps every launch's lines (each config restarts the server): a config's
+    file starts where the log ended at its begin."""
+
+    def appended(log):
+        with log.open("a") as handle:
+            handle.write("this config's launch: NCCL INFO Bootstrap : Using eth0\n")
+
+    text = run_config(host, appended)
+    assert text == "this config's launch: NCCL INFO Bootstrap : Using eth0\n"
+    assert "NCCL INFO Bootstrap" in text_of(host["dest"] / "nccl.txt")
+
+
+@pytest.mark.parametrize("how", ["rotated", "truncated"])
+def test_a_rotated_or_truncated_log_is_new_whole(host, how):
+    """Rotated away (another file at the path) or cut to less than it was: everything in the
+    file is from this config's window."""
+
+    def replaced(log):
+        if how == "rotated":
+            log.rename(log.with_suffix(".log.1"))
+        log.write_text("after rotation\n")
+
+    assert run_config(host, replaced) == "after rotation\n"
