@@ -786,8 +786,13 @@ def test_each_config_brings_back_its_debug_files_and_the_bundle_holds_no_secret(
             assert {p.name for p in debug.iterdir()} == DEBUG_FILES | log, (host, config)
             collected = json.loads((debug / "collected.json").read_text())
             assert collected["kind"] == "kimi.benchmark_debug", collected
-            # The log holds the server's start, read from the file or the unit's journal.
-            assert b"serving on" in gzip.decompress((debug / log).read_bytes()), (host, config)
+            # The config's own lines: its server's start, and not the launch of another config.
+            text = gzip.decompress((debug / "server.log.gz").read_bytes()).decode()
+            assert text.count("serving on") == 1, (host, config)
+            if host == SYSTEMD_HOST:
+                # The unit's journal for the window: systemd's lines, none of the server's.
+                journal = gzip.decompress((debug / "journal.txt.gz").read_bytes()).decode()
+                assert "kimi-sglang" in journal and "server_args=" not in journal, (host, config)
             assert "Driver Version" in (debug / "nvidia-smi-q-end.txt").read_text()
         bundle = tmp_path / f"{host}.tar.gz"
         packed = subprocess.run(
