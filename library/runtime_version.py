@@ -64,6 +64,13 @@ options:
     description: Versions of the kind kept, the active one and the rollback target among them.
     type: int
     default: 2
+  update_record:
+    description: >-
+      O(action=switch) also sets the kind's entry of O(state_dir)/runtime.json to the record
+      the runtime stage left in the version's folder (C(kimi-runtime.json)), for a switch made
+      outside the runtime stage.
+    type: bool
+    default: false
   host:
     description: The host, as the failure of O(action=rollback) names it.
     type: str
@@ -139,7 +146,9 @@ def act(module: AnsibleModule) -> dict:
         if bool(p["name"]) == bool(p["path"]):
             raise rv.VersionError("switch needs one of name and path")
         name = p["name"] or rv.name_of(p["versions_dir"], p["path"], p["kind"])
-        return rv.switch(*locate(p), p["kind"], name, p["keep"], check)
+        return rv.switch(
+            *locate(p), p["kind"], name, p["keep"], check, update_record=p["update_record"]
+        )
     if p["action"] == "rollback":
         result = rv.rollback(*locate(p), p["kind"], p["inputs"], p["keep"], check)
         if result["target"] is None:
@@ -171,6 +180,7 @@ def main() -> None:
             "path": {"type": "path"},
             "keep": {"type": "int", "default": 2},
             "host": {"type": "str", "default": "this host"},
+            "update_record": {"type": "bool", "default": False},
         },
         required_if=[("action", action, needed) for action, needed in REQUIRED.items()],
         supports_check_mode=True,

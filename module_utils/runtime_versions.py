@@ -33,8 +33,12 @@ HISTORY_FORMAT = 1
 # Activations kept per kind: enough to roll back through, small enough to read at once.
 HISTORY_MAX = 20
 HISTORY_MAX_BYTES = 64 * 1024
-# launch.json of the server stage, read for the runtime folder of the previous launch.
+# launch.json of the server stage, read for the runtime folder of the previous launch; the
+# runtime stage's runtime.json and each version's own record of itself (VERSION_RECORD).
 LAUNCH_RECORD_MAX_BYTES = 1024 * 1024
+RUNTIME_RECORD_MAX_BYTES = 4 * 1024 * 1024
+RUNTIME_RECORD = "runtime.json"
+VERSION_RECORD = "kimi-runtime.json"
 MAX_PATH_CHARS = 4096
 
 
@@ -289,9 +293,11 @@ def switch(
     keep: int = 2,
     check: bool = False,
     at: str | None = None,
+    update_record: bool = False,
 ) -> dict:
     """Points link at version name (built), migrating a real venv found there first; records
-    the activation and prunes to keep versions. changed when the link or a folder changed."""
+    the activation and prunes to keep versions; with update_record, runtime.json's entry too.
+    changed when the link, a folder or runtime.json changed."""
     if keep < 1:
         raise VersionError(f"keep must be 1 or more, not {keep}")
     folder = version_dir(versions_dir, name, check_kind(kind))
@@ -317,8 +323,9 @@ def switch(
     removed = prune(versions_dir, kind, history, name, keep, check)
     if (changed or removed) and not check:
         write_history(state_dir, history)
+    recorded = update_record and restore_record(state_dir, kind, folder, check)
     return {
-        "changed": bool(changed or removed),
+        "changed": bool(changed or removed or recorded),
         "active": name,
         "dir": folder,
         "previous": previous,
@@ -348,6 +355,31 @@ def rollback(
         return {"changed": False, "target": None, "name": planned["name"], **planned}
     result = switch(link, versions_dir, state_dir, kind, target, keep, check, at)
     return {**result, "target": target, "name": planned["name"]}
+
+
+def read_record(path: str):
+    """A JSON object the kit wrote (runtime.json, a version's record), bounded; None when it
+    is missing or not an object (then it is written anew, never trusted)."""
+    try:
+        data = read_bounded(path, RUNTIME_RECORD_MAX_BYTES)
+        record = json.loads(data.decode("utf-8")) if data is not None else None
+    except (OSError, TooLarge, UnicodeDecodeError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def restore_record(state_dir: str, kind: str, folder: str, check: bool = False) -> bool:
+    """runtime.json's entry for kind becomes what the runtime stage recorded in the version's
+    folder (null when it holds none, an unversioned one): after a switch the server stage makes,
+    the benchmark's provenance names the runtime that runs. Whether runtime.json changed."""
+    path = os.path.join(state_dir, RUNTIME_RECORD)
+    current = read_record(path) or {}
+    wanted = {**current, check_kind(kind): read_record(os.path.join(folder, VERSION_RECORD))}
+    if wanted == current:
+        return False
+    if not check:
+        write_json_atomic(path, wanted)
+    return True
 
 
 def recorded_runtime(path: str, versions_dir: str, kind: str | None = None) -> dict:

@@ -336,3 +336,30 @@ def test_the_module_switches_by_path_and_check_mode_changes_nothing(host):
     assert_unchanged(run_module("runtime_version", params))
     refused = run_module("runtime_version", {**params, "path": "/etc"})
     assert refused["failed"] and "is not a runtime version under" in refused["msg"]
+
+
+def test_a_switch_outside_the_runtime_stage_puts_the_versions_record_into_runtime_json(host):
+    a, b = build(host, name(INPUTS_A)), build(host, name(INPUTS_B))
+    with open(os.path.join(a, rv.VERSION_RECORD), "w") as handle:
+        json.dump({"version": "0.5.23", "runtime_dir": a}, handle)
+    runtime_json = os.path.join(host["state_dir"], rv.RUNTIME_RECORD)
+    with open(runtime_json, "w") as handle:
+        json.dump({"release": {"version": "0.5.24", "runtime_dir": b}, "git": None}, handle)
+    switch(host, name(INPUTS_B))
+    back = switch(host, name(INPUTS_A), update_record=True)
+    assert back["changed"]
+    with open(runtime_json) as handle:
+        restored = json.load(handle)
+    assert restored == {"release": {"version": "0.5.23", "runtime_dir": a}, "git": None}
+    assert switch(host, name(INPUTS_A), update_record=True)["changed"] is False
+    # A version without its own record (as an unversioned one is): its entry says nothing
+    # rather than naming another runtime.
+    switch(host, name(INPUTS_B), update_record=True)
+    with open(runtime_json) as handle:
+        assert json.load(handle)["release"] is None
+    # A runtime.json that is not an object is written anew, not trusted.
+    with open(runtime_json, "w") as handle:
+        handle.write("[1, 2]")
+    assert switch(host, name(INPUTS_A), update_record=True)["changed"]
+    with open(runtime_json) as handle:
+        assert json.load(handle) == {"release": {"version": "0.5.23", "runtime_dir": a}}
