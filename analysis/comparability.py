@@ -118,6 +118,9 @@ ORDER = (
 # property of the measurement, and a model folder's contents are compared as its weights'
 # repository and revision (the path flags show those instead of the path).
 IGNORED_FLAGS = {"--host", "--port", "--dist-init-addr"}
+# The runtime version's folder the kit puts in the launch environment (so that a switch
+# restarts the server): a local path, whose contents are compared as the runtime's packages.
+IGNORED_ENVIRONMENT = {"KIMI_RUNTIME_DIR"}
 WEIGHT_FLAGS = {"--model-path": "target", "--speculative-draft-model-path": "drafter"}
 SECRET_FLAGS = {"--api-key", "--config"}  # --config: the kit's root-only file with the key
 ATTENTION_BACKEND = re.compile(r"^--(?:[a-z0-9]+-)*attention-backend$")
@@ -411,6 +414,8 @@ def _level_facts(found: Facts, level) -> None:
         if key not in seen and len(seen) < MAX_DISTINCT:
             seen[key] = launch_flags(argv, kind, repos)
         environment = launch.get("environment")
+        if isinstance(environment, dict):
+            environment = {k: v for k, v in environment.items() if k not in IGNORED_ENVIRONMENT}
         key = canonical(environment)
         seen = found.environment.setdefault(config, {})
         if key not in seen and len(seen) < MAX_DISTINCT:

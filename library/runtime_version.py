@@ -71,6 +71,12 @@ options:
       outside the runtime stage.
     type: bool
     default: false
+  require_target:
+    description:
+      - With O(action=rollback), fail when the kind has no version to go back to; false
+        returns C(target) null instead (the role goes back where it can, kind by kind).
+    type: bool
+    default: true
   host:
     description: The host, as the failure of O(action=rollback) names it.
     type: str
@@ -151,7 +157,7 @@ def act(module: AnsibleModule) -> dict:
         )
     if p["action"] == "rollback":
         result = rv.rollback(*locate(p), p["kind"], p["inputs"], p["keep"], check)
-        if result["target"] is None:
+        if result["target"] is None and p["require_target"]:
             history = ", ".join(e["name"] for e in result["history"]) or "none"
             module.fail_json(
                 msg=f"no previous runtime on {p['host']}: the {p['kind']} runtime has no version "
@@ -180,6 +186,7 @@ def main() -> None:
             "path": {"type": "path"},
             "keep": {"type": "int", "default": 2},
             "host": {"type": "str", "default": "this host"},
+            "require_target": {"type": "bool", "default": True},
             "update_record": {"type": "bool", "default": False},
         },
         required_if=[("action", action, needed) for action, needed in REQUIRED.items()],

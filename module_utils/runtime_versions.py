@@ -14,6 +14,7 @@ every name in it or given to a switch must be a version folder directly under ve
 from __future__ import annotations
 
 import datetime
+import errno
 import hashlib
 import json
 import os
@@ -116,9 +117,13 @@ def parse_history(data: bytes, path: str) -> dict:
     )
     try:
         history = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise VersionError(f"{path} is not JSON ({error}). {fix}") from None
-    if not isinstance(history, dict) or history.get("format") != HISTORY_FORMAT:
+    if (
+        not isinstance(history, dict)
+        or type(history.get("format")) is not int
+        or (history["format"] != HISTORY_FORMAT)
+    ):
         raise VersionError(f"{path} is not a runtime history of format {HISTORY_FORMAT}. {fix}")
     kinds = history.get("kinds")
     if not isinstance(kinds, dict) or not set(kinds) <= set(KINDS):
@@ -207,7 +212,20 @@ def migrate(link: str, versions_dir: str, kind: str) -> str:
             f"exists too. Fix: move one of them aside by hand; the kit deletes neither"
         )
     os.makedirs(os.path.dirname(dest), mode=0o755, exist_ok=True)
-    shutil.move(link, dest)
+    try:
+        # A rename only: a copy across filesystems would take minutes while the running
+        # server's files were deleted from under it, and the link would be missing meanwhile.
+        os.rename(link, dest)
+    except OSError as error:
+        if error.errno not in (errno.EXDEV, errno.EBUSY):
+            raise
+        why = "another filesystem" if error.errno == errno.EXDEV else "a mount point"
+        raise VersionError(
+            f"{link} (a venv of an earlier kit) cannot be renamed to {dest}: "
+            f"{error.strerror} ({why}). "
+            "Fix: set kimi_runtime_versions_dir to a folder on the same filesystem as "
+            f"{link}, or move {link} there by hand and link it back"
+        ) from None
     return name
 
 
@@ -246,11 +264,20 @@ def prune_candidates(versions_dir: str, kind: str, history: dict, keep_names: se
     return sorted(names, key=lambda name: order.get(name, -1))
 
 
-def prune(versions_dir: str, kind: str, history: dict, active: str, keep: int, check: bool):
+def prune(
+    versions_dir: str,
+    kind: str,
+    history: dict,
+    active: str,
+    keep: int,
+    check: bool,
+    also_keep: set[str] | frozenset[str] = frozenset(),
+):
     """Removes versions of kind beyond keep: never the active one, never the rollback target,
-    never an unversioned one (nothing could rebuild it). The names removed."""
+    never one in also_keep (the version the link pointed at before: a server may still run
+    on it), never an unversioned one (nothing could rebuild it). The names removed."""
     target = rollback_target(history, kind, active, versions_dir)
-    kept = {active} | ({target} if target else set())
+    kept = {active} | ({target} if target else set()) | set(also_keep)
     candidates = prune_candidates(versions_dir, kind, history, kept)
     room = max(keep - len(kept), 0)
     doomed = candidates[: max(len(candidates) - room, 0)]
@@ -264,7 +291,8 @@ def prune(versions_dir: str, kind: str, history: dict, active: str, keep: int, c
 
 
 def now_text() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # timezone.utc, not datetime.UTC: hosts may run Python 3.10.
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
 
 
 def plan(link: str, versions_dir: str, state_dir: str, kind: str, inputs: dict) -> dict:
@@ -315,12 +343,18 @@ def switch(
         activated(history, kind, migrated, at)
         active = migrated
     previous = active
+    # A history moved aside (or lost) no longer names the active version: it goes back in, so
+    # that it stays the rollback target and is not pruned.
+    if active and active != name and active not in {e["name"] for e in history["kinds"][kind]}:
+        activated(history, kind, active, at)
     changed = migrated is not None or state != "link" or active != name
     if changed:
         if not check:
             point(link, folder)
         activated(history, kind, name, at)
-    removed = prune(versions_dir, kind, history, name, keep, check)
+    removed = prune(
+        versions_dir, kind, history, name, keep, check, {previous} if previous else set()
+    )
     if (changed or removed) and not check:
         write_history(state_dir, history)
     recorded = update_record and restore_record(state_dir, kind, folder, check)
@@ -363,7 +397,7 @@ def read_record(path: str):
     try:
         data = read_bounded(path, RUNTIME_RECORD_MAX_BYTES)
         record = json.loads(data.decode("utf-8")) if data is not None else None
-    except (OSError, TooLarge, UnicodeDecodeError, ValueError):
+    except (OSError, TooLarge, UnicodeDecodeError, ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
 
@@ -386,11 +420,11 @@ def recorded_runtime(path: str, versions_dir: str, kind: str | None = None) -> d
     """The runtime folder the launch record at path names (runtime_dir), when it is a version
     under versions_dir: {runtime_dir, name}, both None when there is none or the record is
     unreadable (the previous launch then is not known)."""
-    nothing = {"runtime_dir": None, "name": None}
+    nothing = {"runtime_dir": None, "name": None, "built": False}
     try:
         data = read_bounded(path, LAUNCH_RECORD_MAX_BYTES)
         record = json.loads(data.decode("utf-8")) if data is not None else None
-    except (OSError, TooLarge, UnicodeDecodeError, ValueError):
+    except (OSError, TooLarge, UnicodeDecodeError, ValueError, RecursionError):
         return nothing
     folder = record.get("runtime_dir") if isinstance(record, dict) else None
     if not isinstance(folder, str):
@@ -399,4 +433,5 @@ def recorded_runtime(path: str, versions_dir: str, kind: str | None = None) -> d
         name = name_of(versions_dir, folder, kind)
     except VersionError:
         return nothing
-    return {"runtime_dir": version_dir(versions_dir, name, kind), "name": name}
+    folder = version_dir(versions_dir, name, kind)
+    return {"runtime_dir": folder, "name": name, "built": is_built(folder)}

@@ -180,5 +180,8 @@ def test_a_rollback_without_a_previous_runtime_fails_clearly(playbook, cluster, 
     cluster.ssh(HOST, "rm -f /opt/kimi/runtime/versions.json")
     refused = deploy(playbook, cluster, wheels, GOOD, kimi_runtime_rollback=True)
     assert refused.rc != 0
-    message = refused.results("Go back to the previous runtime")[HOST]["msg"]
-    assert message.startswith(f"no previous runtime on {HOST}: the release runtime")
+    assert refused.results("Say where the rollback went")[HOST]["msg"].startswith(
+        "The release runtime has no version to go back to: it stays as it is."
+    )
+    message = refused.results("Stop when no runtime had a version to go back to")[HOST]["msg"]
+    assert message.startswith(f"No previous runtime on {HOST}: no runtime (release) has"), message

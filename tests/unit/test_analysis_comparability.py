@@ -188,6 +188,18 @@ def test_an_nccl_variable_is_one_warning_and_secrets_are_compared_masked(tmp_pat
         assert secret_a not in text and secret_b not in text
 
 
+def test_the_runtime_versions_folder_in_the_launch_environment_is_no_difference(tmp_path):
+    """KIMI_RUNTIME_DIR names the runtime version's folder (a local path; the runtime itself
+    is compared as its packages): another folder, or a run from before it existed, is none."""
+    a = run(tmp_path, "a", launch_environment={"NCCL_ALGO": "ring"})
+    b = run(
+        tmp_path,
+        "b",
+        launch_environment={"NCCL_ALGO": "ring", "KIMI_RUNTIME_DIR": "/opt/kimi/runtimes/r-1"},
+    )
+    assert check(a, b) == []
+
+
 def test_other_gpus_an_attention_backend_and_another_model_are_expected(tmp_path):
     configs = {"ar": Sim(), "dflash": Sim(step_ms=26.0, accept=5.0)}
     a = run(tmp_path, "a", configs=configs, launch_args=("--attention-backend", "flashinfer"))

@@ -82,12 +82,16 @@ def test_switch_points_the_link_atomically_and_a_second_switch_changes_nothing(h
     assert switch(host, a, at="t2")["changed"] is False
     assert history_names(host) == [a]
     # While the link moves to b, a reader always finds one python or the other, never none.
-    seen, stop = set(), threading.Event()
+    seen, stop, errors = set(), threading.Event(), []
 
     def read():
         while not stop.is_set():
-            with open(os.path.join(host["link"], "bin", "python")) as handle:
-                seen.add(handle.read())
+            try:
+                with open(os.path.join(host["link"], "bin", "python")) as handle:
+                    seen.add(handle.read())
+            except OSError as error:
+                errors.append(error)
+                return
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -97,6 +101,7 @@ def test_switch_points_the_link_atomically_and_a_second_switch_changes_nothing(h
     finally:
         stop.set()
         reader.join()
+    assert not errors, errors
     assert seen <= {a, b} and a in seen
     switched = switch(host, b, at="t9")
     assert switched["changed"] and switched["previous"] == a
@@ -253,6 +258,8 @@ def test_a_real_venv_at_the_link_is_kept_as_the_rollback_target(host):
         (b"{not json", "is not JSON"),
         (b"[]", "is not a runtime history"),
         (b'{"format": 2, "kinds": {}}', "is not a runtime history"),
+        (b'{"format": true, "kinds": {}}', "is not a runtime history"),
+        (b"[" * 30000, "is not JSON"),
         (b'{"format": 1, "kinds": {"other": []}}', "kinds must map"),
         (b'{"format": 1, "kinds": {"release": {}}}', "must be a list of at most"),
         (b'{"format": 1, "kinds": {"release": [1]}}', "an entry without name and at"),
@@ -300,8 +307,13 @@ def test_the_launch_records_runtime_is_read_bounded_and_confined(host, tmp_path)
     assert rv.recorded_runtime(str(record), host["versions_dir"], "release") == {
         "runtime_dir": a,
         "name": name(INPUTS_A),
+        "built": True,
     }
-    nothing = {"runtime_dir": None, "name": None}
+    # A version since removed is named, and said not to be there: no rollback can go to it.
+    gone = os.path.join(host["versions_dir"], name(INPUTS_B))
+    record.write_text(json.dumps({"runtime_dir": gone}))
+    assert rv.recorded_runtime(str(record), host["versions_dir"], "release")["built"] is False
+    nothing = {"runtime_dir": None, "name": None, "built": False}
     for content in (
         json.dumps({"runtime_dir": "/etc"}),
         json.dumps({"runtime_dir": os.path.join(host["versions_dir"], "..", "state")}),
@@ -309,6 +321,7 @@ def test_the_launch_records_runtime_is_read_bounded_and_confined(host, tmp_path)
         json.dumps({"argv": ["x"]}),
         "[1]",
         "not json",
+        "[" * 30000,
         " " * (rv.LAUNCH_RECORD_MAX_BYTES + 1),
     ):
         record.write_text(content)
@@ -363,3 +376,23 @@ def test_a_switch_outside_the_runtime_stage_puts_the_versions_record_into_runtim
     assert switch(host, name(INPUTS_A), update_record=True)["changed"]
     with open(runtime_json) as handle:
         assert json.load(handle) == {"release": {"version": "0.5.23", "runtime_dir": a}}
+
+
+def test_pruning_keeps_the_version_the_server_may_still_run_even_with_the_history_lost(host):
+    """b serves; versions.json is moved aside (what its refusal tells users to do); a switch
+    to c must keep b (what the link pointed at: the server runs on it until its restart) and
+    name it the rollback target, whatever older version the folder holds."""
+    a, b, c = name(INPUTS_A), name(INPUTS_B), name({**INPUTS_A, "python": "3.12.3"})
+    build(host, a)
+    build(host, b)
+    switch(host, a, at="t1")
+    switch(host, b, at="t2")
+    build(host, c)
+    os.rename(
+        os.path.join(host["state_dir"], rv.HISTORY_FILE),
+        os.path.join(host["state_dir"], "versions.json.aside"),
+    )
+    switched = switch(host, c, keep=2, at="t3")
+    assert switched["previous"] == b and switched["rollback_target"] == b
+    assert switched["removed"] == [a]
+    assert sorted(os.listdir(host["versions_dir"])) == sorted([b, c])
