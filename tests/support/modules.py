@@ -1,8 +1,10 @@
-"""Runs a custom module from library/ in-process, as Ansible would, and returns its result."""
+"""Runs a custom module from library/ in-process, as Ansible would, and returns its result;
+loads the kit's filter plugins for tests of them."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -20,6 +22,25 @@ def load_module(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_filters():
+    """filter_plugins/kimi_filters.py as a module, to call its filters directly."""
+    spec = importlib.util.spec_from_file_location(
+        "kimi_filters", REPO / "filter_plugins" / "kimi_filters.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def add_filter_plugins() -> None:
+    """The kit's filters known to Ansible's plugin loader, for templates a test renders."""
+    from ansible.plugins.loader import add_all_plugin_dirs, init_plugin_loader
+
+    init_plugin_loader()
+    add_all_plugin_dirs(str(REPO / "filter_plugins"))
 
 
 def run_module(name: str, args: dict, check_mode: bool = False) -> dict:

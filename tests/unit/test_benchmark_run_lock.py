@@ -5,11 +5,12 @@ roles/benchmark/tasks/main.yml, then written as the role writes run.json."""
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from pathlib import Path
 
 import yaml
+
+from tests.support.modules import add_filter_plugins
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "roles" / "benchmark" / "tasks" / "main.yml"
@@ -81,14 +82,6 @@ STUDY_LOCK = {
 }
 
 
-@functools.cache
-def load_filters() -> None:
-    from ansible.plugins.loader import add_all_plugin_dirs, init_plugin_loader
-
-    init_plugin_loader()
-    add_all_plugin_dirs(str(REPO / "filter_plugins"))
-
-
 def trusted(value):
     """The role's own YAML, trusted as templates, as ansible-playbook trusts it."""
     from ansible.template import trust_as_template
@@ -124,7 +117,7 @@ def written_lock(variables: dict):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
-    load_filters()
+    add_filter_plugins()
     record = {"lock": run_records()[0]["lock"]}
     templar = Templar(
         loader=DataLoader(), variables={**variables, "__benchmark_run_record": trusted(record)}

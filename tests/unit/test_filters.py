@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from tests.support.models import definitions
+from tests.support.modules import load_filters
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def load_filters():
-    spec = importlib.util.spec_from_file_location(
-        "kimi_filters", REPO / "filter_plugins" / "kimi_filters.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 filters = load_filters()

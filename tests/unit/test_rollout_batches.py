@@ -3,13 +3,14 @@ every stage together, in what order, and what a bad kimi_deploy_serial says."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.rollout import RolloutError, rollout, serial_size
+
+from tests.support.modules import load_filters
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,15 +28,6 @@ EVERY_HOST = GROUPS["all"]
 
 def plan(serial, groups=GROUPS, present=EVERY_HOST) -> dict:
     return rollout(serial, groups, "gpu_hosts", present)
-
-
-def load_filters():
-    spec = importlib.util.spec_from_file_location(
-        "kimi_filters", REPO / "filter_plugins" / "kimi_filters.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_unset_is_one_batch_in_inventory_order():

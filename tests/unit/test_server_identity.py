@@ -9,7 +9,6 @@ supervisor, then the kit's own kimi_supervise.py), with every path in a temporar
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
@@ -23,7 +22,7 @@ import pytest
 import yaml
 from ansible.module_utils import server_identity
 
-from tests.support.modules import run_module
+from tests.support.modules import add_filter_plugins, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "server"
@@ -38,19 +37,11 @@ LEGACY_EXPRESSION = (
 )
 
 
-@functools.cache
-def load_filters() -> None:
-    from ansible.plugins.loader import add_all_plugin_dirs, init_plugin_loader
-
-    init_plugin_loader()
-    add_all_plugin_dirs(str(REPO / "filter_plugins"))
-
-
 def templar(variables: dict):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
 
-    load_filters()
+    add_filter_plugins()
     return Templar(loader=DataLoader(), variables=variables)
 
 
@@ -135,6 +126,8 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
         "server_config_dir": "/etc/kimi",
         "server_state_dir": "/var/lib/kimi/server",
         "server_log_file": "/var/log/kimi/sglang.log",
+        "server_log_rotate_size": "1G",
+        "server_log_rotate_keep": 4,
         "server_bin_dir": "/opt/kimi/bin",
         "server_restart_delay_s": 10,
         "server_restart_max": 3,
@@ -149,7 +142,10 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
         if "ansible.builtin.set_fact" in task:
             variables.update(templar(variables).template(task["ansible.builtin.set_fact"]))
     files = {}
-    for task in role_tasks("main.yml"):
+    # main.yml, then what it includes to start the server on its runtime folder.
+    variables["__server_runtime_dir_wanted"] = "/opt/kimi/runtimes/release-0123456789ab"
+    tasks = role_tasks("main.yml") + role_tasks("runtime_dir.yml") + role_tasks("start.yml")
+    for task in tasks:
         scope = {**variables, **task.get("vars", {})}
         if "ansible.builtin.set_fact" in task:
             variables.update(templar(scope).template(task["ansible.builtin.set_fact"]))

@@ -123,14 +123,11 @@ def test_api_key_goes_to_the_secrets_file_not_the_command_line():
 
 
 def test_systemd_and_environment_file_quoting():
-    import importlib.util
     import shlex
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "filter_plugins" / "kimi_filters.py"
-    spec = importlib.util.spec_from_file_location("kimi_filters", path)
-    filters = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(filters)
+    from tests.support.modules import load_filters
+
+    filters = load_filters()
     line = filters.systemd_exec_line(
         ["/v/bin/python", "-m", "x", "--a", "two words", "50%", "$HOME"]
     )
@@ -519,15 +516,12 @@ def test_model_args_follow_the_kit_model_flags_and_leave_k26_unchanged():
 
 
 def test_name_filters_wrap_the_one_parser():
-    import importlib.util
-    from pathlib import Path
 
     from ansible.errors import AnsibleFilterError
 
-    path = Path(__file__).resolve().parents[2] / "filter_plugins" / "kimi_filters.py"
-    spec = importlib.util.spec_from_file_location("kimi_filters_names", path)
-    filters = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(filters)
+    from tests.support.modules import load_filters
+
+    filters = load_filters()
     assert filters.kimi_config_base("ddtree-tp4-b32") == "ddtree"
     assert filters.kimi_config_name_parts("ddtree-tp4-b32") == {
         "base": "ddtree",
