@@ -60,10 +60,16 @@ class Supervisor:
         self.restart_times: list[float] = []
         self.state: dict = {"supervisor_pid": os.getpid(), "restarts": 0, "last_exit": None}
 
+    def open_log(self):
+        """The log, for appending; created root-only: the server's first lines carry its API
+        key (SGLang logs its resolved arguments)."""
+        fd = os.open(self.spec["log_file"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        return os.fdopen(fd, "ab")
+
     def log(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        with open(self.spec["log_file"], "a", encoding="utf-8") as handle:
-            handle.write(f"[{stamp}] [kimi-supervise] {message}\n")
+        with self.open_log() as handle:
+            handle.write(f"[{stamp}] [kimi-supervise] {message}\n".encode())
 
     def write_state(self, status: str, **extra) -> None:
         self.state.update(status=status, updated_at=time.time(), **extra)
@@ -92,7 +98,7 @@ class Supervisor:
             self.child = None
             return
         self.state["config_hash"] = environment.get(CONFIG_HASH_KEY, "")
-        log = open(self.spec["log_file"], "ab")  # noqa: SIM115 - the child keeps it open
+        log = self.open_log()  # the child keeps it open
         try:
             self.child = subprocess.Popen(
                 self.spec["argv"],
