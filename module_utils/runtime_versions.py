@@ -391,11 +391,11 @@ def rollback(
     return {**result, "target": target, "name": planned["name"]}
 
 
-def read_record(path: str):
-    """A JSON object the kit wrote (runtime.json, a version's record), bounded; None when it
-    is missing or not an object (then it is written anew, never trusted)."""
+def read_record(path: str, limit: int = RUNTIME_RECORD_MAX_BYTES):
+    """A JSON object the kit wrote (runtime.json, a version's record, launch.json), at most
+    limit bytes; None when it is missing, unreadable or not an object (never trusted)."""
     try:
-        data = read_bounded(path, RUNTIME_RECORD_MAX_BYTES)
+        data = read_bounded(path, limit)
         record = json.loads(data.decode("utf-8")) if data is not None else None
     except (OSError, TooLarge, UnicodeDecodeError, ValueError, RecursionError):
         return None
@@ -418,15 +418,11 @@ def restore_record(state_dir: str, kind: str, folder: str, check: bool = False) 
 
 def recorded_runtime(path: str, versions_dir: str, kind: str | None = None) -> dict:
     """The runtime folder the launch record at path names (runtime_dir), when it is a version
-    under versions_dir: {runtime_dir, name}, both None when there is none or the record is
-    unreadable (the previous launch then is not known)."""
+    under versions_dir: {runtime_dir, name, built}, None, None and False when there is none or
+    the record is unreadable (the previous launch then is not known)."""
     nothing = {"runtime_dir": None, "name": None, "built": False}
-    try:
-        data = read_bounded(path, LAUNCH_RECORD_MAX_BYTES)
-        record = json.loads(data.decode("utf-8")) if data is not None else None
-    except (OSError, TooLarge, UnicodeDecodeError, ValueError, RecursionError):
-        return nothing
-    folder = record.get("runtime_dir") if isinstance(record, dict) else None
+    record = read_record(path, LAUNCH_RECORD_MAX_BYTES)
+    folder = record.get("runtime_dir") if record is not None else None
     if not isinstance(folder, str):
         return nothing
     try:
