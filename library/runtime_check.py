@@ -22,6 +22,11 @@ description:
   - With O(fail_on_mismatch) (the default) it fails, naming each package with what is installed
     and what is required, when a requirement is not met, C(pip check) is not clean, the version
     differs from O(expect_version), or the import fails.
+  - With O(check_env) it also runs C(python -m sglang.check_env) in the environment under its
+    own deadline (O(check_env_timeout)) and records what it printed (bounded, anything shaped
+    like a secret masked) as C(check_env), beside C(kernels), the versions of the packages that
+    carry the GPU kernels (sglang-kernel or sgl-kernel, flashinfer, FlashMLA, torch, triton).
+    A check_env that fails or hangs is recorded, never a mismatch.
   - Read-only; supports check mode.
 version_added: "0.1.0"
 options:
@@ -72,6 +77,16 @@ options:
       which kills only the module.
     type: float
     default: 420
+  check_env:
+    description: Run C(python -m sglang.check_env) and record its output (see above).
+    type: bool
+    default: false
+  check_env_timeout:
+    description: >-
+      Seconds C(python -m sglang.check_env) may take (it imports torch and initialises CUDA);
+      at the deadline it is killed with its process group and recorded as timed out.
+    type: float
+    default: 180
 author:
   - kimi-deploy-kit maintainers (!UNKNOWN)
 """
@@ -96,7 +111,8 @@ mismatches:
   elements: str
 ansible_facts:
   description: The record under O(fact_name)
-    (python, package, version, import_version, requirements, packages, pip_check, source).
+    (python, package, version, import_version, requirements, packages, kernels, pip_check,
+    source, and check_env when asked for).
   returned: always
   type: dict
 drift:
@@ -119,12 +135,15 @@ import_seconds:
 import inspect  # noqa: E402
 import json  # noqa: E402
 
-from ansible.module_utils import runtime_freeze, runtime_probe  # noqa: E402
+from ansible.module_utils import runtime_freeze, runtime_probe, runtime_report  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host_helpers import (  # noqa: E402
     CommandFailed,
+    command_environment,
     marked_json,
+    module_deadline,
     module_runner,
+    run_with_deadline,
 )
 
 
@@ -145,6 +164,8 @@ def main() -> None:
             "fact_name": {"type": "str", "default": "kimi_runtime"},
             "fail_on_mismatch": {"type": "bool", "default": True},
             "timeout": {"type": "float", "default": 420},
+            "check_env": {"type": "bool", "default": False},
+            "check_env_timeout": {"type": "float", "default": 180},
         },
         supports_check_mode=True,
     )
@@ -219,6 +240,9 @@ def main() -> None:
                 + runtime_freeze.drift_line(drift)
             )
     record["package"] = p["package"]
+    record["kernels"] = runtime_report.kernel_versions(record["packages"])
+    if p["check_env"]:
+        record["check_env"] = check_env(module, p["python"])
     # Timing varies run to run; kept out of the record so that writing it stays idempotent.
     import_seconds = record.pop("import_seconds")
     record["ok"] = not mismatches
@@ -247,6 +271,24 @@ def main() -> None:
         import_seconds=import_seconds,
         ansible_facts=facts,
     )
+
+
+def check_env(module, python: str) -> dict:
+    """runtime_report's check_env record of one run, under its own deadline: a report, so a
+    failure is written down instead of failing the module."""
+    timeout = module_deadline(module, "python -m sglang.check_env", 180, "check_env_timeout")
+    argv = [python, "-m", runtime_report.CHECK_ENV_MODULE]
+    try:
+        rc, out, err = run_with_deadline(
+            argv,
+            timeout,
+            env=command_environment(),
+            max_output_bytes=4 << 20,
+            what=f"runtime_check's check_env_timeout={timeout:g}s",
+        )
+    except CommandFailed as exc:
+        return runtime_report.check_env_record(None, "", "", error=str(exc))
+    return runtime_report.check_env_record(rc, out, err)
 
 
 if __name__ == "__main__":

@@ -139,6 +139,8 @@ def package_files(version: str, ddtree: bool = False) -> dict[str, bytes]:
         "sglang/version.py": f'__version__ = "{version}"\n'.encode(),
         "sglang/launch_server.py": LAUNCH.encode(),
         "sglang/simulator.py": (REPO / "tests/support/sglang_sim.py").read_bytes(),
+        # What `python -m sglang.check_env` prints, from the test host's own tools.
+        "sglang/check_env.py": (REPO / "tests/support/sim_check_env.py").read_bytes(),
         "sglang/sglang_args.py": (REPO / "module_utils/sglang_args.py").read_bytes(),
         "sglang/sglang-0.5.23-args.json": (
             REPO / "tests/contract/sglang-0.5.23-args.json"

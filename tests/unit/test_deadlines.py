@@ -262,6 +262,29 @@ def test_runtime_check_fails_naming_a_pip_check_that_hangs(hangs):
 
 
 @pytest.mark.runtime
+def test_runtime_check_records_a_check_env_that_hangs_and_goes_on(hangs):
+    """check_env is a report: at its own deadline it is killed with its group and written down
+    as timed out, and the module still answers with the rest of the record."""
+    python = hangs.program("python", hang_only_for=["-m", "sglang.check_env"])
+    args = {
+        "python": python,
+        "package": "pip",
+        "import_name": "pip",
+        "check_env": True,
+        "check_env_timeout": DEADLINE_S,
+        "fail_on_mismatch": False,
+    }
+    result, elapsed, survivors = timed("runtime_check", args, hangs)
+    # The probe and pip check run first (a real Python each, under a second on a quiet core).
+    assert_killed_in_time(elapsed, survivors, DEADLINE_S + 4)
+    assert not result.get("failed"), result
+    record = result["ansible_facts"]["kimi_runtime"]["check_env"]
+    assert record["ok"] is False and record["rc"] is None and record["output"] == ""
+    assert f"`{python} -m sglang.check_env` did not finish within" in record["error"]
+    assert "check_env_timeout=1.5s" in record["error"]
+
+
+@pytest.mark.runtime
 def test_launch_check_kills_a_runtime_that_ignores_the_probes_own_alarm(hangs):
     python = hangs.program("python")
     args = {"python": python, "argv": [python, "-m", "sglang.launch_server"], "timeout": 1}
