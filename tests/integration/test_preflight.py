@@ -96,11 +96,15 @@ def full_run(hosts, hub, tmp_path_factory):
         hosts.inventory,
         private,
         extravars={
-            "preflight_context_lengths_file": f"{private}/context/{{{{ inventory_hostname }}}}.json"
+            "preflight_context_lengths_file": f"{private}/context/{{{{ inventory_hostname }}}}.json",
+            "preflight_controller_record_file": (
+                f"{private}/records/{{{{ inventory_hostname }}}}/preflight.json"
+            ),
         },
         envvars={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **token_env(GOOD, secrets)},
     )
     run.context_dir = private / "context"
+    run.records_dir = private / "records"
     return run
 
 
@@ -116,6 +120,28 @@ def test_healthy_hosts_pass(full_run):
     resolved = revisions["ansible_facts"]["preflight_resolved_revisions"]
     assert set(resolved) == {"target", "dflash", "eagle3"}
     assert all(len(sha) == 40 for sha in resolved.values())
+
+
+def test_the_verdict_and_compute_capability_are_recorded_passed_or_not(full_run, hosts):
+    """preflight.json on the host (for the support bundle) and on the controller, for a host
+    that passed and one that failed: the GPUs' compute capability, every check's verdict."""
+    for host, passed, capability in (
+        ("ct200-ok", True, "12.0"),
+        ("b200-ok", True, "10.0"),
+        ("ct200-fa3", False, "12.0"),
+    ):
+        on_host = json.loads(hosts.ssh(host, "cat /var/lib/kimi/preflight.json").stdout)
+        on_controller = json.loads((full_run.records_dir / host / "preflight.json").read_text())
+        assert on_host == on_controller
+        assert on_host["kind"] == "kimi.preflight" and on_host["passed"] is passed, on_host
+        assert on_host["compute_capability"] == capability
+        assert {d["compute_capability"] for d in on_host["gpus"]["devices"]} == {capability}
+        assert len(on_host["gpus"]["devices"]) == on_host["gpus"]["count"] == 8
+        assert {f["check"] for f in on_host["findings"]} >= {"gpu_count", "compute_capability"}
+    failed = json.loads((full_run.records_dir / "ct200-fa3" / "preflight.json").read_text())
+    assert any("fa3 does not run on compute capability 12.0" in m for m in failed["failures"])
+    facts = full_run.results("Keep the GPUs' compute capability as a fact")["ct200-ok"]
+    assert facts["ansible_facts"]["preflight_compute_capability"] == "12.0"
 
 
 def test_too_few_gpus(full_run):
