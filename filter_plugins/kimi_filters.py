@@ -40,6 +40,7 @@ from ansible.module_utils.rollout import RolloutError, rollout  # noqa: E402
 from ansible.module_utils.secret_scrub import Scrubber  # noqa: E402
 from ansible.module_utils.serving import (  # noqa: E402
     ServingConfigError,
+    ddtree_rules,
     ordered_run,
     parse_config_name,
 )
@@ -78,6 +79,8 @@ description:
   - C(kimi_scrub) masks the given secrets (in every form module_utils/secret_scrub.py knows)
     and secret-shaped values (an C(api_key) assignment, a bearer header) in a text or a list
     of lines, for a server log's lines that reach a result file.
+  - C(kimi_ddtree_rules) says whether the study runs DDTree's SGLang at the commit the kit's
+    DDTree rules (the contract overlay) were read at: drift, both commits, the files to re-read.
 """
 
 PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -377,6 +380,27 @@ def kimi_scrub(text, secrets):
     return [scrub(str(line)) for line in text or []]
 
 
+# The overlay is the kit's own file: read bounded, as every file a filter opens.
+MAX_OVERLAY_BYTES = 1 << 20
+
+
+def kimi_ddtree_rules(overlay_path, locked, git) -> dict:
+    """module_utils/serving.py ddtree_rules() for the overlay file at overlay_path: whether the
+    study runs DDTree's SGLang at the commit the kit's rules were read at."""
+    try:
+        with open(str(overlay_path), "rb") as handle:
+            data = handle.read(MAX_OVERLAY_BYTES + 1)
+        if len(data) > MAX_OVERLAY_BYTES:
+            raise ValueError(f"larger than {MAX_OVERLAY_BYTES} bytes")
+        overlay = yaml.safe_load(data)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        raise AnsibleFilterError(
+            f"kimi_ddtree_rules: cannot read the DDTree overlay {overlay_path}: {error}. Fix: "
+            "run from a whole checkout of the kit (tests/contract/ holds it)."
+        ) from None
+    return ddtree_rules(overlay, locked, git)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -396,4 +420,5 @@ class FilterModule:
             "kimi_example_address": kimi_example_address,
             "kimi_rollout": kimi_rollout,
             "kimi_scrub": kimi_scrub,
+            "kimi_ddtree_rules": kimi_ddtree_rules,
         }

@@ -443,6 +443,82 @@ def load_contracts(spec: dict | None, settings: dict) -> dict:
     return contracts
 
 
+# Where the kit's DDTree rules live: the overlay (what the pull request adds to the release's
+# parser, and its launch rules) and the README that cites each rule's source.
+DDTREE_RULE_FILES = ("tests/contract/sglang-pr29907-overlay.json", "tests/contract/README.md")
+SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def ddtree_rules(overlay, locked: dict | None, git: dict | None) -> dict:
+    """Whether the kit's DDTree rules were read at the commit this study runs.
+
+    overlay: the overlay's JSON (its sources.commit_read is the commit the rules were read
+    at; applies_to.ref the ref they were made for). locked: the study lock's pin of the git
+    source ({url, ref, commit}) or None. git: kimi_sglang_git ({url, ref}). The pull request
+    moves: a newer head may rename a flag or drop a rule, and the plan's contract check would
+    still pass on rules that no longer hold. drift is True when the commit the study runs is
+    known and is not the one read, None when it is not known yet (no lock entry, a ref that is
+    no commit), False when they are the same."""
+
+    def field(value, key):
+        return value.get(key) if isinstance(value, dict) else None
+
+    read_at = field(field(overlay, "sources"), "commit_read")
+    read_at = read_at if isinstance(read_at, str) and SHA.match(read_at) else None
+    made_for = field(field(overlay, "applies_to"), "ref")
+    made_for = made_for if isinstance(made_for, str) else None
+    git = git if isinstance(git, dict) else {}
+    ref = str(git.get("ref") or "")
+    commit = field(locked, "commit")
+    commit = commit if isinstance(commit, str) and SHA.match(commit) else None
+    if commit is None and SHA.match(ref):
+        commit = ref
+    files = ", ".join(DDTREE_RULE_FILES)
+    record = {
+        "read_at": read_at,
+        "made_for_ref": made_for,
+        "ref": ref or None,
+        "commit": commit,
+        "files": list(DDTREE_RULE_FILES),
+    }
+    if read_at is None:
+        return {
+            **record,
+            "drift": None,
+            "message": f"The kit's DDTree rules name no commit they were read at ({files}).",
+        }
+    if commit is None:
+        return {
+            **record,
+            "drift": None,
+            "message": (
+                f"The kit's DDTree rules were read at {read_at}; the commit {ref} resolves to is "
+                "not in the study lock yet (plan.yml resolves it when github.com answers), so "
+                "whether they still hold is unknown. The canary stage runs every DDTree config "
+                "on the hosts before the download."
+            ),
+        }
+    if commit == read_at:
+        return {
+            **record,
+            "drift": False,
+            "message": (
+                f"The kit's DDTree rules were read at {read_at}, the commit this study runs."
+            ),
+        }
+    return {
+        **record,
+        "drift": True,
+        "message": (
+            f"DDTree's SGLang runs at commit {commit} ({ref}), but the kit's DDTree rules were "
+            f"read at {read_at}: the pull request moved since. Re-read it at {commit} and update "
+            f"{files} (flags, environment knobs, launch rules); until then the plan checks the "
+            "launch commands against rules that may no longer hold, and the canary stage (run "
+            "by deploy_kimi.yml before the download) is the check that they still do."
+        ),
+    }
+
+
 def _overlay_ref(path) -> str | None:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     return ((data.get("applies_to") or {}).get("ref")) if isinstance(data, dict) else None

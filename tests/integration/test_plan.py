@@ -64,6 +64,8 @@ ADDED_BY_MODEL_DATA = {
     # The study lock (issue 20) came later; listed here so the old plans still compare.
     *(f"/study_lock/{key}" for key in ("path", "exists", "pins", "missing", "unresolved")),
     "/study_lock",
+    # Whether DDTree's rules were read at the commit the study runs (issue 30).
+    "/ddtree_rules",
     *(
         f"/serving_configs/{config}/{field}"
         for config in ("ar", "eagle3", "dflash", "ddtree", "dflash-tree-backend")
@@ -166,6 +168,19 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         assert {re.sub(r"\[\d+\]", "[]", field) for field in added} <= ADDED_BY_MODEL_DATA, added
         markdown = (out / name / "plan.md").read_text()
         assert f"# Deploy plan for {name} ({profile})" in markdown
+        # The tests' DDTree ref is a local repository's: its commit is not the one the kit's
+        # rules were read at, and the plan says so with both commits and the files to re-read.
+        rules = plan["ddtree_rules"]
+        locked = plan["study_lock"]["pins"]["git"]["sglang"]["commit"]
+        assert rules["drift"] is True and rules["commit"] == locked != rules["read_at"]
+        assert rules["read_at"] == "93e9850e430035f8a363fd881a6a0c5436b95108"
+        assert rules["files"] == [
+            "tests/contract/sglang-pr29907-overlay.json", "tests/contract/README.md"
+        ]  # fmt: skip
+        assert "**DDTree rules read at another commit.** " + rules["message"] in markdown
+        assert locked in rules["message"] and rules["read_at"] in rules["message"]
+        said = run.results("Say when the kit's DDTree rules were read at another commit")
+        assert said[name]["msg"] == rules["message"]
         assert "| ddtree | dflash |" in markdown
         assert "| dflash-tree-backend | dflash |" in markdown
         assert "dflash-tree-backend (git+" in markdown

@@ -578,3 +578,54 @@ def test_bad_context_lengths_fail_naming_the_variable(value):
         render_all(DEFINITIONS, ["ar"], {**SETTINGS, "context_length": value})
     with pytest.raises(ServingConfigError, match=r"ar: context_length"):
         render_all(DEFINITIONS, ["ar"], {**SETTINGS, "context_lengths": {"ar": value}})
+
+
+READ_AT = "93e9850e430035f8a363fd881a6a0c5436b95108"
+OVERLAY = {
+    "sources": {"commit_read": READ_AT},
+    "applies_to": {
+        "url": "https://github.com/sgl-project/sglang.git",
+        "ref": "refs/pull/29907/head",
+    },
+}
+PR_GIT = {"url": "https://github.com/sgl-project/sglang.git", "ref": "refs/pull/29907/head"}
+
+
+def test_ddtree_rules_drift_names_both_commits_and_the_files():
+    from ansible.module_utils.serving import DDTREE_RULE_FILES, ddtree_rules
+
+    moved = "1" * 40
+    drift = ddtree_rules(OVERLAY, {**PR_GIT, "commit": moved}, PR_GIT)
+    assert drift["drift"] is True and drift["commit"] == moved and drift["read_at"] == READ_AT
+    assert moved in drift["message"] and READ_AT in drift["message"]
+    assert all(name in drift["message"] for name in DDTREE_RULE_FILES)
+    assert "canary" in drift["message"]
+    same = ddtree_rules(OVERLAY, {**PR_GIT, "commit": READ_AT}, PR_GIT)
+    assert same["drift"] is False and READ_AT in same["message"]
+    # A ref pinned by SHA is its own commit, lock or not.
+    assert ddtree_rules(OVERLAY, None, {**PR_GIT, "ref": READ_AT})["drift"] is False
+    assert ddtree_rules(OVERLAY, None, {**PR_GIT, "ref": moved})["drift"] is True
+    # Not resolved yet (offline plan): unknown, said so.
+    unknown = ddtree_rules(OVERLAY, None, PR_GIT)
+    assert unknown["drift"] is None and "not in the study lock yet" in unknown["message"]
+
+
+@pytest.mark.parametrize(
+    "overlay, locked",
+    [
+        (None, None),
+        ({"sources": {"commit_read": "not-a-sha"}}, {"commit": "1" * 40}),
+        ({"sources": []}, {"commit": 12}),
+        ({"sources": "x", "applies_to": 3}, {"commit": "1" * 40}),
+        (OVERLAY, {"commit": "../../etc"}),
+        (OVERLAY, ["1" * 40]),
+    ],
+)
+def test_ddtree_rules_reads_hostile_values_as_unknown(overlay, locked):
+    from ansible.module_utils.serving import ddtree_rules
+
+    try:
+        result = ddtree_rules(overlay, locked, PR_GIT)
+    except (AttributeError, TypeError) as error:  # pragma: no cover - the failure it guards
+        pytest.fail(f"ddtree_rules raised {error!r}")
+    assert result["drift"] is None
