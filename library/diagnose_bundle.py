@@ -96,12 +96,12 @@ hosts:
   description: Per host - state, why and the items per state.
   returned: when step is bundle
   type: dict
-unreachable:
+unreachable_hosts:
   description: Hosts that could not be reached.
   returned: when step is bundle
   type: list
   elements: str
-failed:
+failed_hosts:
   description: Hosts whose collection failed (the index says why).
   returned: when step is bundle
   type: list

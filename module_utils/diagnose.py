@@ -618,7 +618,8 @@ class Collection:
         if got.timed_out or got.rc is None:
             body += f"\n[kimi diagnose: {details['why']}]\n"
         if not body.strip():
-            return self.record(name, shown, status, started, **details)
+            # It ran: say so in the member too (pgrep finding no process is an answer).
+            body = f"[kimi diagnose: `{shown}` printed nothing (exit {got.rc})]\n"
         return self.add(name, body, shown, status, started, **details)
 
     def env(self) -> dict:
@@ -1130,6 +1131,7 @@ def build_bundle(
             h: {k: e[k] for k in ("state", "why", "counts") if k in e}
             for h, e in index_hosts.items()
         },
-        "unreachable": index["unreachable"],
-        "failed": index["failed"],
+        # Not `unreachable` or `failed`: Ansible reads those keys of a result as its state.
+        "unreachable_hosts": index["unreachable"],
+        "failed_hosts": index["failed"],
     }

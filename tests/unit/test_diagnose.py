@@ -537,7 +537,7 @@ def test_a_host_without_an_outcome_is_failed_and_an_archive_outside_staging_refu
         [],
         1 << 20,
     )
-    assert done["failed"] == ["a", "b"]
+    assert done["failed_hosts"] == ["a", "b"]
     assert "staging folder" in done["hosts"]["a"]["why"]
     assert "no outcome recorded" in done["hosts"]["b"]["why"]
 
@@ -576,3 +576,30 @@ def test_the_controller_scrub_catches_what_a_host_let_through(tmp_path):
     got, left_out, found = read_host_archive(str(archive), 1 << 20, scrub)
     assert got == [("server/sglang.log", b"Authorization: Bearer ********\n")]
     assert left_out == [] and found == {} and scrub.count >= 1
+
+
+# -- the playbook's wiring -------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_diagnose_yml_escalates_stops_on_example_hosts_and_takes_no_lock():
+    """It acts on the GPU hosts as every play there does (kimi_become), stops on a shipped
+    example host before any connection, and takes no per-host lock: it only reads, and must
+    run while a deploy holds one or after one failed."""
+    import yaml
+
+    (play,) = yaml.safe_load((REPO / "diagnose.yml").read_text())
+    assert play["hosts"] == "gpu_hosts" and play["become"] == "{{ kimi_become | bool }}"
+    assert play["gather_facts"] is False  # a broken host may not answer the setup module
+    assert [t["ansible.builtin.import_tasks"] for t in play["pre_tasks"]] == [
+        "playbooks/tasks/example_hosts.yml"
+    ]
+    assert play["roles"] == [{"role": "diagnose"}]
+    assert "import_playbook" not in json.dumps(play)
+    assert (
+        "diagnose.yml"
+        in (REPO / "Makefile").read_text().split("ROOT_PLAYBOOKS :=")[1].split("\n")[0]
+    )
+    lock_tasks = yaml.safe_load((REPO / "playbooks/tasks/lock.yml").read_text())
+    assert lock_tasks[0]["ansible.builtin.import_tasks"] == "example_hosts.yml"
