@@ -13,6 +13,8 @@ their unkeyed digests and base64 forms, and file names made of them:
   fault), no runtime, the server's log a FIFO, a dmesg that prints without end, a launch record
   that is not JSON, the canary logs folder a link to /etc.
 - `diag-gone`: in the inventory, nothing at its address.
+- `diag-nopython`: the good host again under another name, with a Python that does not exist:
+  its collection fails as a whole.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pytest
 import yaml
 
 from tests.support.ansible_run import run_playbook
+from tests.support.diagnose_plant import SCRUBBED_SOURCES, SECRET_NAMED_LOG, forms, planted
 from tests.support.hostprep import install_fabricmanager
 from tests.support.secret_scan import derived_forms, scan
 
@@ -39,6 +42,7 @@ pytestmark = [pytest.mark.diagnose, pytest.mark.integration]
 GOOD = "diag-good"
 BROKEN = "diag-broken"
 GONE = "diag-gone"
+NOPYTHON = "diag-nopython"
 API_KEY = "sk-diag-ctrl-7f3a9b2c4d5e6f"
 HF_TOKEN = "hf_CtrlTokenAbCdEfGhIjKlMnOpQrStUvWx12"
 HOST_KEY = "hostonly-key-0e1d2c3b4a5968"
@@ -61,22 +65,10 @@ NOT_OURS = (
 )
 
 
-def forms(secret: str) -> list[str]:
-    raw = secret.encode()
-    return [
-        secret,
-        hashlib.sha256(raw).hexdigest(),
-        hashlib.md5(raw).hexdigest(),  # noqa: S324 - a leak form to plant, not a use
-        hashlib.sha1(raw).hexdigest(),  # noqa: S324
-        base64.b64encode(raw).decode(),
-        base64.b64encode(b"Bearer " + raw).decode(),
-    ]
-
-
-def planted() -> str:
-    """Every secret in every form, each on a line of its own, not all of them secret-shaped
-    (the host-only key matches no pattern: only knowing it masks it)."""
-    return "".join(f"seen {form} here\n" for s in SECRETS.values() for form in forms(s))
+def planted_all() -> str:
+    """Every secret in every form (the host-only key matches no pattern: only knowing it masks
+    it)."""
+    return planted(SECRETS.values())
 
 
 def record(**extra) -> str:
@@ -84,7 +76,7 @@ def record(**extra) -> str:
         {
             "argv": ["python", "-m", "sglang.launch_server", "--api-key", API_KEY],
             "environment": {"HF_TOKEN": HF_TOKEN, "NOTE": f"rotated from {HOST_KEY}"},
-            "note": planted(),
+            "note": planted_all(),
             **extra,
         },
         indent=1,
@@ -131,7 +123,7 @@ def unpack(cluster, host: str, entries: list[tuple]) -> None:
 
 
 def good_host_files() -> list[tuple]:
-    planted_sh = planted().replace("'", "")
+    planted_sh = planted_all().replace("'", "")
     python = FAKE_PYTHON.format(hf=HF_TOKEN).replace(
         "#!/bin/sh\n", f"#!/bin/sh\nPLANTED='{planted_sh}'\n", 1
     )
@@ -139,7 +131,7 @@ def good_host_files() -> list[tuple]:
         f"server_args=ServerArgs(model_path='/opt/kimi/weights/x', api_key='{API_KEY}')\n"
         + "".join(f"[2026-01-01] INFO step {n}\n" for n in range(2000))
         + f"Authorization: Bearer {API_KEY}\nHF_TOKEN={HF_TOKEN}\n"
-        + planted()
+        + planted_all()
     )
     dmesg = "#!/bin/sh\n" + "".join(
         f"echo '[ 12.5] NVRM: Xid (PCI:0000:17:00): 79, pid=4242, {form}'\n"
@@ -170,7 +162,7 @@ def good_host_files() -> list[tuple]:
         # A token file an interrupted weights run left behind: the only place HOST_TOKEN is
         # named, so only reading it masks it.
         ("/opt/kimi/weights/.kimi/hf-token", "file", HOST_TOKEN + "\n", 0o600),
-        ("/opt/kimi/canary/logs/dflash.log", "file", "canary start\n" + planted(), 0o600),
+        ("/opt/kimi/canary/logs/dflash.log", "file", "canary start\n" + planted_all(), 0o600),
         (f"/opt/kimi/canary/logs/{API_KEY}.log", "file", "named after the key\n", 0o600),
         ("/opt/kimi/canary/logs/evil.log", "link", "/etc/shadow", 0o777),
         ("/opt/kimi/canary/logs/up.log", "link", "../../../../etc/passwd", 0o777),
@@ -250,8 +242,11 @@ def seeded(cluster, tmp_path_factory):
     inventory = cluster.write_inventory(sudo_user_hosts=[BROKEN])
     data = yaml.safe_load(inventory.read_text())
     gone = cluster.subnet.rsplit(".", 1)[0] + ".250"
-    data["all"]["children"]["gpu_hosts"]["children"]["ct200"]["hosts"][GONE] = {
-        "ansible_host": gone
+    hosts = data["all"]["children"]["gpu_hosts"]["children"]["ct200"]["hosts"]
+    hosts[GONE] = {"ansible_host": gone}
+    hosts[NOPYTHON] = {
+        "ansible_host": cluster.host(GOOD).address,
+        "ansible_python_interpreter": "/nonexistent/python3",
     }
     inventory.write_text(yaml.safe_dump(data, sort_keys=False))
     folder = tmp_path_factory.mktemp("diagnose")
@@ -310,11 +305,12 @@ def host_items(members: dict[str, bytes], run: str, host: str) -> dict[str, dict
 def test_the_bundle_names_every_host_and_the_play_succeeds(first, cluster):
     run, bundle = first
     assert run.rc == 0 and not run.failed_hosts(), run.stdout[-6000:]
-    print(f"\ndiagnose.yml over 3 hosts took {run.seconds:.1f} s")
+    print(f"\ndiagnose.yml over 4 hosts took {run.seconds:.1f} s")
     where = run.results(WHERE)
     assert len(where) == 1
     message = next(iter(where.values()))["msg"]
-    assert str(bundle) in message and "Unreachable: diag-gone" in message
+    assert str(bundle) in message and "Unreachable: diag-gone." in message
+    assert "Collection failed: diag-nopython" in message
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o600
     assert stat.S_IMODE(bundle.parent.stat().st_mode) == 0o700
     members = bundle_members(bundle)
@@ -328,8 +324,10 @@ def test_the_bundle_names_every_host_and_the_play_succeeds(first, cluster):
         GOOD: "collected",
         BROKEN: "collected",
         GONE: "unreachable",
+        NOPYTHON: "failed",
     }
-    assert index["unreachable"] == [GONE] and index["failed"] == []
+    assert index["unreachable"] == [GONE] and index["failed"] == [NOPYTHON]
+    assert "interpreter '/nonexistent/python3' was not found" in index["hosts"][NOPYTHON]["why"]
     assert "No route to host" in index["hosts"][GONE]["why"]
     # The work folders went, and the controller's staging folder with them.
     assert work_folders(cluster) == []
@@ -355,25 +353,7 @@ def test_every_source_of_the_good_host_is_there_scrubbed_not_dropped(first):
     _, bundle = first
     members = bundle_members(bundle)
     top = f"first/{GOOD}"
-    masked = [
-        "records/launch.json",
-        "records/api-check.json",
-        "records/runtime.json",
-        "records/versions.json",
-        "results/canary.json",
-        "results/preflight.json",
-        "tuning/tuning-state.json",
-        "tuning/acs-report.json",
-        "nccl/nccl.conf",
-        "server/sglang.log",
-        "server/sglang-secrets.yaml",
-        "server/kimi-sglang.env",
-        "canary/logs/dflash.log",
-        "runtime/release/pip-freeze.txt",
-        "runtime/release/check-env.txt",
-        "kernel/dmesg-nvrm-xid.txt",
-        "disk/du-opt-kimi.txt",
-    ]
+    masked = [*SCRUBBED_SOURCES, "disk/du-opt-kimi.txt"]
     for name in masked:
         assert MASK in members[f"{top}/{name}"], name
     plain = [
@@ -384,7 +364,7 @@ def test_every_source_of_the_good_host_is_there_scrubbed_not_dropped(first):
         "services/nvidia-fabricmanager.txt",
         "services/nv-fabricmanager-version.txt",
         "disk/statvfs.json",
-        "canary/logs/________.log",
+        SECRET_NAMED_LOG,
     ]
     for name in plain:
         assert members[f"{top}/{name}"].strip(), name

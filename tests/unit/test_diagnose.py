@@ -6,8 +6,6 @@ a link in a collected folder is never followed."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import json
 import os
@@ -32,6 +30,7 @@ from ansible.module_utils.diagnose import (
 )
 from ansible.module_utils.secret_scrub import Scrubber
 
+from tests.support.diagnose_plant import SCRUBBED_SOURCES, SECRET_NAMED_LOG, forms, planted
 from tests.support.modules import marked_processes, run_module
 from tests.support.secret_scan import derived_forms, scan
 
@@ -52,23 +51,6 @@ subprocess.Popen([sys.executable, "-c",
     {marker!r}])
 time.sleep(60)
 """
-
-
-def forms(secret: str) -> list[str]:
-    """What a careless writer would leave: the secret and what anyone derives from it."""
-    raw = secret.encode()
-    return [
-        secret,
-        hashlib.sha256(raw).hexdigest(),
-        hashlib.md5(raw).hexdigest(),  # noqa: S324 - a leak form to plant, not a use
-        hashlib.sha1(raw).hexdigest(),  # noqa: S324
-        base64.b64encode(raw).decode(),
-        base64.b64encode(b"Bearer " + raw).decode(),
-    ]
-
-
-def planted(*secrets: str) -> str:
-    return "".join(f"line with {form} in it\n" for secret in secrets for form in forms(secret))
 
 
 def program(folder: Path, name: str, body: str) -> str:
@@ -331,7 +313,7 @@ def test_every_secret_is_scrubbed_from_every_source_and_file_name(tmp_path):
     Path(p["env_file"]).write_text(
         f'HF_TOKEN="{HF_TOKEN}"\nKIMI_SERVER_API_KEY="{API_KEY}"\nNCCL_P2P_DISABLE="1"\n'
     )
-    Path(p["log_file"]).write_text(f"server_args api_key='{API_KEY}'\n" + planted(*ALL))
+    Path(p["log_file"]).write_text(f"server_args api_key='{API_KEY}'\n" + planted(ALL))
     for folder in ("server", "runtime", "canary/logs"):
         (root / folder).mkdir(parents=True)
     record = {"argv": ["--api-key", API_KEY], "environment": {"HF_TOKEN": HF_TOKEN}}
@@ -345,16 +327,16 @@ def test_every_secret_is_scrubbed_from_every_source_and_file_name(tmp_path):
         Path(p["tuning_state"]),
         Path(p["acs_report"]),
     ):
-        path.write_text(json.dumps({**record, "note": planted(*ALL)}))
+        path.write_text(json.dumps({**record, "note": planted(ALL)}))
     Path(p["nccl_conf"]).write_text("NCCL_P2P_DISABLE=1\n" + "".join(f"# {s}\n" for s in ALL))
-    (root / "canary" / "logs" / "dflash.log").write_text(planted(*ALL))
+    (root / "canary" / "logs" / "dflash.log").write_text(planted(ALL))
     (root / "canary" / "logs" / f"{API_KEY}.log").write_text("named after the key\n")
     (root / HOST_TOKEN).mkdir()  # du names it
     fake_python = program(
         tmp_path,
         "python",
         "#!/bin/sh\n"
-        f"printf 'pkg @ https://u:{HF_TOKEN}@host/p.whl\\n{planted(*ALL)}' | sed 's/^/ /'\n",
+        f"printf 'pkg @ https://u:{HF_TOKEN}@host/p.whl\\n{planted(ALL)}' | sed 's/^/ /'\n",
     )
     p["pythons"] = {"release": fake_python}
     p["dmesg"] = program(
@@ -365,29 +347,11 @@ def test_every_secret_is_scrubbed_from_every_source_and_file_name(tmp_path):
     )
     result = collect(p)
     got = members(result["archive"])
-    expected = {
-        "records/launch.json",
-        "records/api-check.json",
-        "records/runtime.json",
-        "records/versions.json",
-        "results/canary.json",
-        "results/preflight.json",
-        "tuning/tuning-state.json",
-        "tuning/acs-report.json",
-        "nccl/nccl.conf",
-        "server/sglang.log",
-        "server/sglang-secrets.yaml",
-        "server/kimi-sglang.env",
-        "canary/logs/dflash.log",
-        "canary/logs/________.log",
-        "runtime/release/pip-freeze.txt",
-        "runtime/release/check-env.txt",
-        "kernel/dmesg-nvrm-xid.txt",
-        "disk/du-" + safe_part(str(root).strip("/").replace("/", "-")) + ".txt",
-    }
+    du = "disk/du-" + safe_part(str(root).strip("/").replace("/", "-")) + ".txt"
+    expected = {*SCRUBBED_SOURCES, SECRET_NAMED_LOG, du}
     assert expected <= set(got), expected - set(got)
     # Scrubbed, not dropped: each source is there with its secrets masked.
-    for name in expected - {"canary/logs/________.log"}:
+    for name in expected - {SECRET_NAMED_LOG}:
         assert b"********" in got[name], name
     assert b"NCCL_P2P_DISABLE" in got["nccl/nccl.conf"]
     assert got["server/sglang-secrets.yaml"] == b"api_key: ********\n"
