@@ -569,18 +569,18 @@ class Collection:
         filters the output's text (dmesg's NVRM lines)."""
         started = self.clock()
         shown = " ".join(argv)
-        tool = os.path.basename(argv[0])
         binary = self.resolve(argv[0])
         if binary is None:
             status = ABSENT if optional else MISSING
             return self.record(name, shown, status, started, why=f"{argv[0]} is not on this host")
-        if tool in self.hung:
+        # By its path: the release and git runtimes' pythons share a name.
+        if binary in self.hung:
             return self.record(
                 name,
                 shown,
                 NOT_RUN,
                 started,
-                why=f"{tool} hung earlier in this collection; not run again (it would hang "
+                why=f"{argv[0]} hung earlier in this collection; not run again (it would hang "
                 "the same way)",
             )
         left = self.left()
@@ -597,7 +597,7 @@ class Collection:
         body = text + (f"\n--- stderr ---\n{err}\n" if err else "")
         details: dict = {"rc": got.rc}
         if got.timed_out:
-            self.hung.add(tool)
+            self.hung.add(binary)
             status = TIMED_OUT
             details["why"] = (
                 f"did not finish within {budget:.3g} s and was killed with its process group"
@@ -645,8 +645,10 @@ class Collection:
                 self.kernel,
                 self.services,
                 self.gpus,
-                self.disk,
+                # The runtimes before du: what a deadline that runs out leaves out should be
+                # the least telling.
                 self.runtimes,
+                self.disk,
             ):
                 try:
                     step()
@@ -679,7 +681,8 @@ class Collection:
             "seconds": round(self.clock() - self.started, 3),
             "masked_values": self.scrub.count,
             "secrets_from": self.secret_sources,
-            "notes": self.notes,
+            # Notes name paths, which a secret may be part of.
+            "notes": [self.scrub(note) for note in self.notes],
         }
 
     def manifest(self) -> bytes:
@@ -818,6 +821,10 @@ class Collection:
 
     def runtimes(self) -> None:
         p = self.p
+        # check_env asks CUDA: on a GPU that hung nvidia-smi it hangs the same way, so it gets
+        # the command deadline then, not its own longer one.
+        smi_hung = self.resolve(p["nvidia_smi"]) in self.hung
+        check_env_s = p["command_timeout"] if smi_hung else p["check_env_timeout"]
         for kind, python in sorted(p["pythons"].items()):
             folder = f"runtime/{safe_part(kind)}"
             started = self.clock()
@@ -834,7 +841,7 @@ class Collection:
             self.command(
                 f"{folder}/check-env.txt",
                 [python, "-m", "sglang.check_env"],
-                timeout=p["check_env_timeout"],
+                timeout=check_env_s,
             )
 
 

@@ -187,6 +187,45 @@ def test_a_hung_command_is_killed_at_its_deadline_and_not_run_again(tmp_path):
     assert second["status"] == "not_run" and "hung earlier" in second["why"]
 
 
+def test_after_a_hung_gpu_check_env_gets_the_command_deadline_and_pythons_count_apart(tmp_path):
+    """check_env asks CUDA, which hangs where nvidia-smi hung: it gets the command deadline,
+    not its own. A python that hung is not run again; another one of the same name is."""
+    marker = f"diag-hang-{uuid.uuid4().hex}"
+    body = HANG.format(python=sys.executable, marker=marker)
+    hang = program(tmp_path, "hang", body)
+    for kind in ("release", "git"):
+        (tmp_path / kind).mkdir()
+    # The release python hangs in check_env only, and then again in anything after it.
+    release = f'#!/bin/sh\ncase "$*" in *check_env*) exec {hang};; *) echo fine;; esac\n'
+    run = Collection(
+        params(
+            tmp_path,
+            nvidia_smi=program(tmp_path, "nvidia-smi", body),
+            pythons={
+                "git": program(tmp_path / "git", "python", body),
+                "release": program(tmp_path / "release", "python", release),
+            },
+            command_timeout=1,
+            check_env_timeout=60,
+        )
+    )
+    run.learn_secrets()
+    started = time.monotonic()
+    run.gpus()
+    run.runtimes()
+    assert time.monotonic() - started < 2 * (1 + MARGIN_S)
+    assert marked_processes(marker) == []
+    by_name = {item["name"]: item for item in run.items}
+    # The git python hung in pip freeze: its check_env is not run.
+    assert by_name["runtime/git/pip-freeze.txt"]["status"] == "timed_out"
+    assert by_name["runtime/git/check-env.txt"]["status"] == "not_run"
+    # The release python, of the same name, runs; its check_env hangs and is killed at the
+    # command deadline (1 s), not check_env's (60 s).
+    assert by_name["runtime/release/pip-freeze.txt"]["status"] == "ok"
+    check_env = by_name["runtime/release/check-env.txt"]
+    assert check_env["status"] == "timed_out" and check_env["seconds"] < 1 + MARGIN_S
+
+
 def test_the_collections_deadline_stops_what_is_left(tmp_path):
     marker = f"diag-hang-{uuid.uuid4().hex}"
     body = HANG.format(python=sys.executable, marker=marker)
