@@ -23,7 +23,7 @@ UV_VERSION := 0.13.9
 # uv keeps the versions the existing lock holds; `make lock UV_FLAGS=--upgrade` moves them.
 UV_COMPILE = pip compile --quiet --universal --python-version $(firstword $(CONTROLLER_PYTHONS)) \
   --fork-strategy fewest --generate-hashes --no-build --custom-compile-command 'make lock' $(UV_FLAGS)
-ROOT_PLAYBOOKS := deploy_kimi.yml benchmark_kimi.yml plan.yml teardown.yml
+ROOT_PLAYBOOKS := deploy_kimi.yml benchmark_kimi.yml plan.yml teardown.yml diagnose.yml
 INVENTORIES := $(sort $(wildcard inventory/*/hosts.yml))
 # Debian packages the tests need: sshd and ip(8) build the namespace test hosts, whose
 # Python must create the weights stage's venv and run Ansible's pip module (pkg_resources);

@@ -99,8 +99,9 @@ def read_capped(path: str, cap: int, since: dict | None = None) -> tuple[bytes, 
 
 
 class Capture:
-    def __init__(self, rc=None, out=b"", err="", cut=False, problem=""):
+    def __init__(self, rc=None, out=b"", err="", cut=False, problem="", timed_out=False):
         self.rc, self.out, self.err, self.cut, self.problem = rc, out, err, cut, problem
+        self.timed_out = timed_out
 
 
 def log_position(path: str) -> dict | None:
@@ -115,11 +116,12 @@ def log_position(path: str) -> dict | None:
     return {"device": info.st_dev, "inode": info.st_ino, "offset": info.st_size}
 
 
-def capture(argv: list[str], timeout_s: float, cap: int) -> Capture:
-    """argv's output, at most cap bytes of it (more: the command is killed and the head kept),
-    within timeout_s (past it: killed with its whole process group). Never raises: what went
-    wrong is the problem."""
-    env = command_environment()
+def capture(argv: list[str], timeout_s: float, cap: int, env: dict | None = None) -> Capture:
+    """argv's output, at most cap bytes of it (more on stdout or on stderr: the command is
+    killed and the head kept), within timeout_s (past it: killed with its whole process
+    group). Never raises: what went wrong is the problem. `env` replaces the module's
+    command environment (module_utils/diagnose.py points HOME at its work folder)."""
+    env = dict(command_environment() if env is None else env)
     env["LC_ALL"] = "C"
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
@@ -136,7 +138,8 @@ def capture(argv: list[str], timeout_s: float, cap: int) -> Capture:
         deadline = time.monotonic() + max(timeout_s, 0)
         cut = timed_out = False
         while proc.poll() is None:
-            if os.fstat(out.fileno()).st_size > cap:
+            # stderr too: a command that floods it would fill the host's temporary folder.
+            if os.fstat(out.fileno()).st_size > cap or os.fstat(err.fileno()).st_size > cap:
                 cut = True
             elif time.monotonic() > deadline:
                 timed_out = True
@@ -165,6 +168,7 @@ def capture(argv: list[str], timeout_s: float, cap: int) -> Capture:
             err.read(64 << 10).decode("utf-8", "replace").strip(),
             cut,
             problem,
+            timed_out,
         )
 
 
