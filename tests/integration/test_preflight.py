@@ -96,7 +96,9 @@ def full_run(hosts, hub, tmp_path_factory):
         hosts.inventory,
         private,
         extravars={
-            "preflight_context_lengths_file": f"{private}/context/{{{{ inventory_hostname }}}}.json",
+            "preflight_context_lengths_file": (
+                f"{private}/context/{{{{ inventory_hostname }}}}.json"
+            ),
             "preflight_controller_record_file": (
                 f"{private}/records/{{{{ inventory_hostname }}}}/preflight.json"
             ),
