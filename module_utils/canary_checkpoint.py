@@ -624,6 +624,10 @@ def _hybrid_target(config: dict, source: str, tp: int) -> tuple[dict, list, dict
         raise cfg.error("full_attention_interval", interval, "the period of layer_types")
     heads = cfg.integer("num_attention_heads", MAX_HEADS)
     kv_heads = cfg.integer("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise cfg.error(
+            "num_key_value_heads", kv_heads, f"a divisor of num_attention_heads ({heads})"
+        )
     head_dim = cfg.integer("head_dim", MAX_WIDTH)
     gate = cfg.config.get("attn_output_gate", True)
     if not isinstance(gate, bool):
@@ -808,8 +812,11 @@ def _spread(ids: list[int], real_low: int, real_high: int, low: int, high: int) 
 
 def _target(target_dir: str) -> dict:
     """The tiny target's config and its real dimensions, from the stamp this module wrote."""
-    stamp = _read_json(os.path.join(target_dir, STAMP), "stamp of a tiny target", STAMP_MAX_BYTES)
-    config = _read_json(os.path.join(target_dir, CONFIG), "tiny target's config.json")
+    try:
+        stamp = _read_json(os.path.join(target_dir, STAMP), "stamp", STAMP_MAX_BYTES)
+        config = _read_json(os.path.join(target_dir, CONFIG), "tiny target's config.json")
+    except CheckpointError:
+        stamp = config = None
     if not (
         isinstance(stamp, dict)
         and stamp.get("kind") == "target"
@@ -1146,6 +1153,19 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def _confined(path: str, folder: str) -> str:
+    """The file to read for path: itself, or where its symlink points when that is inside
+    folder; a link that leaves folder is refused."""
+    resolved = os.path.realpath(path)
+    if not _inside(resolved, os.path.realpath(folder)):
+        raise _error(
+            f"{path}, a symlink to {resolved}, outside {folder}",
+            "every file of the source inside its folder",
+            f"replace the link with the file itself, or remove {path}",
+        )
+    return resolved
+
+
 def _source_files(source_dir: str) -> list[tuple[str, str]]:
     """(relative name, path to read) of every small file of the repository to copy: all but
     weights, their indexes, config.json (the tiny one replaces it) and hidden entries (a hub
@@ -1169,13 +1189,7 @@ def _source_files(source_dir: str) -> list[tuple[str, str]]:
             rel = os.path.relpath(full, source_dir)
             if entry.startswith(".") or rel == CONFIG or entry.endswith(WEIGHT_SUFFIXES):
                 continue
-            resolved = os.path.realpath(full)
-            if not _inside(resolved, real_root):
-                raise _error(
-                    f"{full}, a symlink to {resolved}, outside {source_dir}",
-                    "every file of the source inside its folder",
-                    f"replace the link with the file itself, or remove {full}",
-                )
+            resolved = _confined(full, source_dir)
             info = os.stat(resolved)
             if not stat.S_ISREG(info.st_mode):
                 raise _error(f"{full}, not a regular file", "regular files only", f"remove {full}")
@@ -1223,7 +1237,7 @@ def plan(kind: str, source_dir: str, target_dir: str | None, tp_size: int) -> di
         raise _error(f"tp_size {tp_size!r}", f"an integer from 1 to {MAX_TP}", "set tp_size")
     source_dir = _check_path("source_dir", source_dir)
     source = os.path.join(source_dir, CONFIG)
-    config = _read_json(source, "repository's config.json")
+    config = _read_json(_confined(source, source_dir), "repository's config.json")
     try:
         if kind == "target":
             if not isinstance(config, dict):
