@@ -81,6 +81,7 @@ from ansible.module_utils.capacity import (
     Fields,
     ignored,
 )
+from ansible.module_utils.host_helpers import file_sha256
 
 # Bumped whenever the bytes written for the same inputs change (a test pins a digest).
 GENERATOR_VERSION = 1
@@ -310,6 +311,20 @@ def _biased(specs: list, name: str, out: int, inp) -> None:
     shape = [out, *inp] if isinstance(inp, list) else [out, inp]
     specs.append((f"{name}.weight", "BF16", shape, "weight"))
     specs.append((f"{name}.bias", "BF16", [out], "zeros"))
+
+
+def _vit_blocks(specs: list, prefix: str, depth: int, width: int, mlp: int, names) -> None:
+    """ViT blocks as MoonViT and Qwen3-VL store them: two LayerNorms, a fused QKV and an
+    output projection, a two-layer MLP, every linear with a bias; names in that order."""
+    norm_a, norm_b, qkv, proj, fc_in, fc_out = names
+    for block in range(depth):
+        b = f"{prefix}.{block}"
+        _layer_norm(specs, f"{b}.{norm_a}", width)
+        _layer_norm(specs, f"{b}.{norm_b}", width)
+        _biased(specs, f"{b}.{qkv}", 3 * width, width)
+        _biased(specs, f"{b}.{proj}", width, width)
+        _biased(specs, f"{b}.{fc_in}", mlp, width)
+        _biased(specs, f"{b}.{fc_out}", width, mlp)
 
 
 class _Checks:
@@ -588,14 +603,8 @@ def _moonvit(top: Fields, tiny: _Scaled, t_hidden: int, checks: _Checks) -> list
     specs: list = []
     _biased(specs, "vision_tower.patch_embed.proj", t_width, [3, patch, patch])
     _weight(specs, "vision_tower.patch_embed.pos_emb", [pos_h, pos_w, t_width])
-    for block in range(t_depth):
-        b = f"vision_tower.encoder.blocks.{block}"
-        _layer_norm(specs, f"{b}.norm0", t_width)
-        _layer_norm(specs, f"{b}.norm1", t_width)
-        _biased(specs, f"{b}.wqkv", 3 * t_width, t_width)
-        _biased(specs, f"{b}.wo", t_width, t_width)
-        _biased(specs, f"{b}.mlp.fc0", t_mlp, t_width)
-        _biased(specs, f"{b}.mlp.fc1", t_width, t_mlp)
+    names = ("norm0", "norm1", "wqkv", "wo", "mlp.fc0", "mlp.fc1")
+    _vit_blocks(specs, "vision_tower.encoder.blocks", t_depth, t_width, t_mlp, names)
     _layer_norm(specs, "vision_tower.encoder.final_layernorm", t_width)
     _layer_norm(specs, "mm_projector.pre_norm", t_width)
     _biased(specs, "mm_projector.proj.0", merged, merged)
@@ -768,14 +777,8 @@ def _qwen_vision(top: Fields, tiny: _Scaled, t_hidden: int, checks: _Checks) -> 
     specs: list = []
     _biased(specs, f"{v}.patch_embed.proj", t_width, [channels, temporal, patch, patch])
     _weight(specs, f"{v}.pos_embed", [positions, t_width])
-    for block in range(t_depth):
-        b = f"{v}.blocks.{block}"
-        _layer_norm(specs, f"{b}.norm1", t_width)
-        _layer_norm(specs, f"{b}.norm2", t_width)
-        _biased(specs, f"{b}.attn.qkv", 3 * t_width, t_width)
-        _biased(specs, f"{b}.attn.proj", t_width, t_width)
-        _biased(specs, f"{b}.mlp.linear_fc1", t_mlp, t_width)
-        _biased(specs, f"{b}.mlp.linear_fc2", t_width, t_mlp)
+    names = ("norm1", "norm2", "attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2")
+    _vit_blocks(specs, f"{v}.blocks", t_depth, t_width, t_mlp, names)
     _layer_norm(specs, f"{v}.merger.norm", t_width)
     _biased(specs, f"{v}.merger.linear_fc1", merged, merged)
     _biased(specs, f"{v}.merger.linear_fc2", t_hidden, merged)
@@ -1218,13 +1221,6 @@ def _file_chunks(path: str):
             yield chunk
 
 
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    for chunk in _file_chunks(path):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
 # ---------------------------------------------------------------------------------------------
 # The module's work
 
@@ -1359,7 +1355,7 @@ def generate(
         "tp_size": tp_size,
         "source_config_sha256": made["source_config_sha256"],
         "target": made["target"],
-        "copied": [[rel, _file_sha256(path)] for rel, path in copies],
+        "copied": [[rel, file_sha256(path)] for rel, path in copies],
     }
     stamp_path = os.path.join(dest_dir, STAMP)
     old = None
