@@ -279,11 +279,13 @@ def _read_json(path: str, what: str, limit: int = CONFIG_MAX_BYTES):
 # Tensor specifications: (name, dtype, shape, fill)
 
 
-def _linear(specs: list, name: str, module: str, out: int, inp: int, quant: dict | None) -> None:
-    """One Linear module's weight: BF16, or compressed-tensors pack-quantized when the config
-    quantizes it (module is the name SGLang matches against the ignore list)."""
+def _linear(specs: list, prefix: str, module: str, out: int, inp: int, quant: dict | None) -> None:
+    """One Linear module's weight, stored as prefix + module: BF16, or compressed-tensors
+    pack-quantized when the config quantizes it (SGLang matches module, without the
+    checkpoint's language_model. prefix, against the ignore list)."""
+    name = f"{prefix}{module}"
     if quant is None or ignored(module, quant["ignore"]):
-        _weight(specs, f"{name}", [out, inp])
+        _weight(specs, name, [out, inp])
         return
     bits, group = quant["bits"], quant["group"]
     # pack_to_int32 (compressors/pack_quantized/helpers.py): each row's values, 32 // bits to
@@ -291,6 +293,13 @@ def _linear(specs: list, name: str, module: str, out: int, inp: int, quant: dict
     specs.append((f"{name}.weight_packed", "I32", [out, math.ceil(inp * bits / 32)], "packed"))
     specs.append((f"{name}.weight_scale", "BF16", [out, inp // group], "scale"))
     specs.append((f"{name}.weight_shape", "I32", [2], ("int32", [out, inp])))
+
+
+def _mlp(specs: list, prefix: str, module: str, width: int, hidden: int, quant: dict | None):
+    """A gated MLP (or one expert): gate_proj and up_proj [width, hidden], down_proj."""
+    for proj in ("gate_proj", "up_proj"):
+        _linear(specs, prefix, f"{module}.{proj}", width, hidden, quant)
+    _linear(specs, prefix, f"{module}.down_proj", hidden, width, quant)
 
 
 def _weight(specs: list, name: str, shape: list[int]) -> None:
@@ -475,76 +484,36 @@ def _mla_target(config: dict, source: str, tp: int) -> tuple[dict, list, dict]:
     specs: list = []
     _weight(specs, f"{prefix}model.embed_tokens", [vocab, t_hidden])
     if not tied:
-        _linear(specs, f"{prefix}lm_head", "lm_head", vocab, t_hidden, quant)
+        _linear(specs, prefix, "lm_head", vocab, t_hidden, quant)
     _norm(specs, f"{prefix}model.norm", t_hidden)
     for layer in range(t_layers):
         base = f"model.layers.{layer}"
-        name = f"{prefix}{base}"
-        _norm(specs, f"{name}.input_layernorm", t_hidden)
-        _norm(specs, f"{name}.post_attention_layernorm", t_hidden)
+        _norm(specs, f"{prefix}{base}.input_layernorm", t_hidden)
+        _norm(specs, f"{prefix}{base}.post_attention_layernorm", t_hidden)
         attn = f"{base}.self_attn"
+        q_out = heads * (nope + rope)
         if t_q_rank is not None:
-            _linear(
-                specs, f"{prefix}{attn}.q_a_proj", f"{attn}.q_a_proj", t_q_rank, t_hidden, quant
-            )
+            _linear(specs, prefix, f"{attn}.q_a_proj", t_q_rank, t_hidden, quant)
             _norm(specs, f"{prefix}{attn}.q_a_layernorm", t_q_rank)
-            _linear(
-                specs,
-                f"{prefix}{attn}.q_b_proj",
-                f"{attn}.q_b_proj",
-                heads * (nope + rope),
-                t_q_rank,
-                quant,
-            )
+            _linear(specs, prefix, f"{attn}.q_b_proj", q_out, t_q_rank, quant)
         else:
-            _linear(
-                specs,
-                f"{prefix}{attn}.q_proj",
-                f"{attn}.q_proj",
-                heads * (nope + rope),
-                t_hidden,
-                quant,
-            )
-        _linear(
-            specs,
-            f"{prefix}{attn}.kv_a_proj_with_mqa",
-            f"{attn}.kv_a_proj_with_mqa",
-            kv_rank + rope,
-            t_hidden,
-            quant,
-        )
+            _linear(specs, prefix, f"{attn}.q_proj", q_out, t_hidden, quant)
+        _linear(specs, prefix, f"{attn}.kv_a_proj_with_mqa", kv_rank + rope, t_hidden, quant)
         _norm(specs, f"{prefix}{attn}.kv_a_layernorm", kv_rank)
-        _linear(
-            specs,
-            f"{prefix}{attn}.kv_b_proj",
-            f"{attn}.kv_b_proj",
-            heads * (nope + v_dim),
-            kv_rank,
-            quant,
-        )
-        _linear(specs, f"{prefix}{attn}.o_proj", f"{attn}.o_proj", t_hidden, heads * v_dim, quant)
+        _linear(specs, prefix, f"{attn}.kv_b_proj", heads * (nope + v_dim), kv_rank, quant)
+        _linear(specs, prefix, f"{attn}.o_proj", t_hidden, heads * v_dim, quant)
         mlp = f"{base}.mlp"
         if layer < dense:
-            for proj in ("gate_proj", "up_proj"):
-                _linear(specs, f"{prefix}{mlp}.{proj}", f"{mlp}.{proj}", t_inter, t_hidden, quant)
-            _linear(specs, f"{prefix}{mlp}.down_proj", f"{mlp}.down_proj", t_hidden, t_inter, quant)
+            _mlp(specs, prefix, mlp, t_inter, t_hidden, quant)
             continue
         _weight(specs, f"{prefix}{mlp}.gate", [t_experts, t_hidden])
         if topk_method == "noaux_tc":
-            specs.append(
-                (f"{prefix}{mlp}.gate.e_score_correction_bias", "F32", [t_experts], "zeros")
-            )
+            bias = f"{prefix}{mlp}.gate.e_score_correction_bias"
+            specs.append((bias, "F32", [t_experts], "zeros"))
         for expert in range(t_experts):
-            e = f"{mlp}.experts.{expert}"
-            for proj in ("gate_proj", "up_proj"):
-                _linear(specs, f"{prefix}{e}.{proj}", f"{e}.{proj}", moe_width, t_hidden, quant)
-            _linear(specs, f"{prefix}{e}.down_proj", f"{e}.down_proj", t_hidden, moe_width, quant)
+            _mlp(specs, prefix, f"{mlp}.experts.{expert}", moe_width, t_hidden, quant)
         if shared:
-            width = moe_width * shared
-            s = f"{mlp}.shared_experts"
-            for proj in ("gate_proj", "up_proj"):
-                _linear(specs, f"{prefix}{s}.{proj}", f"{s}.{proj}", width, t_hidden, quant)
-            _linear(specs, f"{prefix}{s}.down_proj", f"{s}.down_proj", t_hidden, width, quant)
+            _mlp(specs, prefix, f"{mlp}.shared_experts", moe_width * shared, t_hidden, quant)
     if nested:
         specs += _moonvit(top, tiny, t_hidden, checks)
     real = {"hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab}
@@ -700,9 +669,7 @@ def _hybrid_target(config: dict, source: str, tp: int) -> tuple[dict, list, dict
     def mlp_and_norms(name: str) -> None:
         _norm(specs, f"{name}.input_layernorm", t_hidden, "zeros")
         _norm(specs, f"{name}.post_attention_layernorm", t_hidden, "zeros")
-        for proj in ("gate_proj", "up_proj"):
-            _weight(specs, f"{name}.mlp.{proj}", [t_inter, t_hidden])
-        _weight(specs, f"{name}.mlp.down_proj", [t_hidden, t_inter])
+        _mlp(specs, "", f"{name}.mlp", t_inter, t_hidden, None)
 
     for layer, kind in enumerate(t_types):
         name = f"{p}layers.{layer}"
@@ -942,9 +909,7 @@ def _dflash(config: dict, source: str, tp: int, target: dict) -> tuple[dict, lis
         _weight(specs, f"{name}.self_attn.o_proj", [t_hidden, heads * head_dim])
         _norm(specs, f"{name}.self_attn.q_norm", head_dim)
         _norm(specs, f"{name}.self_attn.k_norm", head_dim)
-        for proj in ("gate_proj", "up_proj"):
-            _weight(specs, f"{name}.mlp.{proj}", [t_inter, t_hidden])
-        _weight(specs, f"{name}.mlp.down_proj", [t_hidden, t_inter])
+        _mlp(specs, "", f"{name}.mlp", t_inter, t_hidden, None)
     _norm(specs, "norm", t_hidden)
     _weight(specs, "fc", [t_hidden, len(t_ids) * t_hidden])
     _norm(specs, "hidden_norm", t_hidden)
@@ -1023,9 +988,7 @@ def _eagle3(config: dict, source: str, tp: int, target: dict) -> tuple[dict, lis
     _norm(specs, f"{attn}.kv_a_layernorm", kv_rank)
     _weight(specs, f"{attn}.kv_b_proj", [heads * (nope + v_dim), kv_rank])
     _weight(specs, f"{attn}.o_proj", [t_hidden, heads * v_dim])
-    for proj in ("gate_proj", "up_proj"):
-        _weight(specs, f"layers.0.mlp.{proj}", [t_inter, t_hidden])
-    _weight(specs, "layers.0.mlp.down_proj", [t_hidden, t_inter])
+    _mlp(specs, "", "layers.0.mlp", t_inter, t_hidden, None)
     for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
         _norm(specs, f"layers.0.{norm}", t_hidden)
     _weight(specs, "fc", [t_hidden, count * t_hidden])
