@@ -367,11 +367,14 @@ def text_config(config: dict) -> dict:
     return config.get("text_config") or config
 
 
-def _ignored(name: str, patterns: list[str]) -> bool:
-    """compressed-tensors `ignore`: module names, or `re:` regular expressions."""
+def ignored(name: str, patterns: list[str]) -> bool:
+    """Whether compressed-tensors' `ignore` list leaves module `name` unquantized, as SGLang
+    0.5.23 decides it (layers/quantization/compressed_tensors/utils.py,
+    check_equal_or_regex_match): a `re:` pattern matches from the start of the name
+    (re.match, not a full match), a plain name matches the name or a dotted suffix of it."""
     for pattern in patterns:
         if pattern.startswith("re:"):
-            if re.fullmatch(pattern[3:], name):
+            if re.match(pattern[3:], name):
                 return True
         elif name == pattern or name.endswith("." + pattern):
             return True
@@ -390,7 +393,7 @@ def routed_expert_bytes_per_weight(cfg: dict) -> float:
             "(Kimi K2.6's INT4 experts) or none"
         )
     expert_weight = "model.layers.1.mlp.experts.0.gate_proj"
-    if _ignored(expert_weight, quant.get("ignore", [])):
+    if ignored(expert_weight, quant.get("ignore", [])):
         return BF16
     groups = list(quant.get("config_groups", {}).values())
     if not groups:
