@@ -60,6 +60,7 @@ from ansible.module_utils.host_helpers import (
     run_with_deadline,
 )
 from ansible.module_utils.secret_scrub import Scrubber
+from ansible.module_utils.serving import is_secret_name
 
 KIND = "kimi.canary"
 SCHEMA_VERSION = 1
@@ -89,7 +90,6 @@ WEIGHT_PATTERNS = (
     "*.safetensors.index.json",
 )
 CONFIG_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,127}$")
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|PROXY|AUTH", re.IGNORECASE)
 
 
 class CanaryError(Exception):
@@ -453,7 +453,38 @@ def runtime_dir(argv: list[str]) -> str:
 
 
 def masked_environment(environment: dict) -> dict:
-    return {k: (MASK if SECRET_NAME.search(k) else v) for k, v in sorted(environment.items())}
+    """The environment as plans and records show it (serving.py masked()'s rule)."""
+    return {k: (MASK if is_secret_name(k) else v) for k, v in sorted(environment.items())}
+
+
+def launches(configs: list[dict], extra: dict) -> dict:
+    """The canary launches of serving_render's unmasked configs: per config its name, base,
+    runtime kind, TP size, argv and environment (plus extra[name], kimi_canary_environment)
+    with secret values masked, and apart from them, by name, the secret entries themselves."""
+    if not isinstance(configs, list) or not isinstance(extra or {}, dict):
+        raise CanaryError("launches needs serving_render's configs and a mapping of environments")
+    shown, secrets = [], {}
+    for config in configs:
+        name = check_name(config.get("name"))
+        added = (extra or {}).get(name) or {}
+        if not isinstance(added, dict):
+            raise CanaryError(
+                f"kimi_canary_environment[{name!r}] must map names to strings, got "
+                f"{type(added).__name__}"
+            )
+        environment = {**config["environment"], **{str(k): str(v) for k, v in added.items()}}
+        shown.append(
+            {
+                "name": name,
+                "base": config["base"],
+                "runtime_kind": config["runtime_kind"],
+                "tp_size": config["tp_size"],
+                "argv": list(config["argv"]),
+                "environment": masked_environment(environment),
+            }
+        )
+        secrets[name] = {k: v for k, v in environment.items() if is_secret_name(k)}
+    return {"launches": shown, "secret_environment": secrets}
 
 
 def identity(config: dict, checkpoints: dict, gpus: dict) -> str:
@@ -915,10 +946,28 @@ def write_record(path: str, record: dict, previous: dict | None) -> tuple[dict, 
     return record, True
 
 
+def line(name: str, entry: dict) -> str:
+    """One config's outcome, as the stage and the deploy's summary print it."""
+    if entry["state"] == "ok":
+        return (
+            f"{name}: ok, ready after {entry['seconds_to_ready']:g} s "
+            f"({entry['seconds']:g} s in all)"
+        )
+    if entry["state"] == "skipped":
+        return f"{name}: skipped: {entry['reason']}"
+    said = entry["first_error"] or entry["reason"] or "no error line in the log"
+    return f"{name}: failed ({entry['failure']}): {said}. Hint: {entry['hint']} Log: {entry['log']}"
+
+
 def summary(record: dict) -> dict:
-    """Per host, for the deploy's end: how many passed, each failure with its hint."""
+    """Per host, for the deploy's end: how many passed, each failure with its hint, and a line
+    per config."""
     configs = record["configs"]
     return {
+        "lines": [
+            f"Canary: {len(record['passed'])} of {len(configs)} serving configs passed.",
+            *(line(name, entry) for name, entry in configs.items()),
+        ],
         "passed": len(record["passed"]),
         "total": len(configs),
         "failures": [
