@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -55,7 +56,7 @@ from ansible.module_utils.host_helpers import (
     TooLarge,
     atomic_write,
     command_environment,
-    kill_process_group,
+    group_members,
     read_bounded,
     run_with_deadline,
 )
@@ -568,8 +569,18 @@ def open_log(path: str) -> int:
 
 
 def stop(process: subprocess.Popen, grace_s: float) -> int | None:
-    """The whole process group: SIGTERM, SIGKILL after grace_s; the exit status."""
-    kill_process_group(process.pid, grace_s=grace_s)
+    """The whole process group: SIGTERM, then SIGKILL to what is left after grace_s; the exit
+    status. The leader is reaped while waiting (host_helpers.kill_process_group would count our
+    own unreaped child as alive for the whole grace)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None and not group_members(process.pid):
+            break
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)
     return process.returncode

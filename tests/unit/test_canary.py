@@ -436,3 +436,28 @@ def test_secrets_in_the_log_never_reach_the_record(runtime, tmp_path):
             assert value not in written, form
     # The log itself keeps what the server wrote, in its root-only file.
     assert API_KEY in Path(result["log"]).read_text()
+
+
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+subprocess.Popen([sys.executable, "-c", child, "stubborn-child"])
+time.sleep(600)
+"""
+
+
+def test_a_server_that_ignores_sigterm_is_killed_with_its_children_after_the_grace(
+    runtime, tmp_path
+):
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text(STUBBORN)
+    given = spec(runtime, tmp_path, timeout=2)
+    given["config"]["argv"] = [sys.executable, str(stubborn), "--port", str(given["port"])]
+    started = time.monotonic()
+    result = canary.run_one(given)
+    assert (result["state"], result["failure"]) == ("failed", "never_ready"), result
+    # The deadline, the grace (2 s), then SIGKILL to the whole group.
+    assert time.monotonic() - started < 2 + 2 + 6
+    time.sleep(0.5)
+    assert not leftovers(str(stubborn)) and not leftovers("stubborn-child")
