@@ -953,7 +953,8 @@ def write_record(path: str, record: dict, previous: dict | None) -> tuple[dict, 
     stands and whether it was written. An unchanged one keeps its times."""
     if previous is not None and comparable(previous) == comparable(record):
         return previous, False
-    atomic_write(path, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o644)
+    # Keys in the record's own order: configs as the run takes them.
+    atomic_write(path, json.dumps(record, indent=1) + "\n", 0o644)
     return record, True
 
 
@@ -966,7 +967,7 @@ def line(name: str, entry: dict) -> str:
         )
     if entry["state"] == "skipped":
         return f"{name}: skipped: {entry['reason']}"
-    said = entry["first_error"] or entry["reason"] or "no error line in the log"
+    said = (entry["first_error"] or entry["reason"] or "no error line in the log").rstrip(".")
     return f"{name}: failed ({entry['failure']}): {said}. Hint: {entry['hint']} Log: {entry['log']}"
 
 
