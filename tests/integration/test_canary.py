@@ -124,10 +124,13 @@ def runs(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
     second = run("second")
     # canary-bad alone, the canary made optional: it warns and the download goes on.
     optional = run("optional", limit=BAD, kimi_canary_required=False)
+    # The stage turned off: it says so and touches nothing.
+    off = run("off", tags="canary", limit=GOOD, kimi_canary=False)
     return {
         "first": first,
         "second": second,
         "optional": optional,
+        "off": off,
         "state": state,
         "bad_weights_after_first": weights_after_first,
     }
@@ -277,6 +280,15 @@ def test_an_optional_canary_warns_and_the_download_goes_on(cluster, runs):
     assert "config.json" in weights
 
 
+def test_kimi_canary_false_skips_the_stage(runs):
+    off = runs["off"]
+    assert off.rc == 0, off.stdout[-4000:]
+    said = off.results("Say that the canary is off")[GOOD]["msg"]
+    assert said.startswith("The canary is off (kimi_canary: false)")
+    assert not off.results("Run the canary of each config that must run")
+    off.assert_unchanged()
+
+
 def test_no_secret_reaches_the_canary_records_or_logs(cluster, runs):
     from tests.support.secret_scan import scan
 
@@ -288,7 +300,7 @@ def test_no_secret_reaches_the_canary_records_or_logs(cluster, runs):
     assert read > 20 and not leaks, "\n".join(map(str, leaks))
     for folder in canary:
         assert TOKEN.encode() not in (folder / "canary.json").read_bytes()
-    for name in ("first", "second", "optional"):
+    for name in ("first", "second", "optional", "off"):
         assert TOKEN not in runs[name].stdout
 
 

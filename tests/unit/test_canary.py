@@ -461,3 +461,73 @@ def test_a_server_that_ignores_sigterm_is_killed_with_its_children_after_the_gra
     assert time.monotonic() - started < 2 + 2 + 6
     time.sleep(0.5)
     assert not leftovers(str(stubborn)) and not leftovers("stubborn-child")
+
+
+# --- the module ---------------------------------------------------------------------------
+
+
+def test_the_module_plans_records_and_sees_the_running_server(tmp_path, monkeypatch):
+    """canary_serve as the role calls it: plan (identities from nvidia-smi's GPUs, the kit's
+    supervised server seen running), run with a skip reason, record; a second record of the
+    same outcome writes nothing; the launches filter keeps secrets apart."""
+    from tests.support.modules import load_filters, run_module
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\necho 'GPU-00000000-0000-0000-0000-000000000000, 580.159.04, 12.0'\n"
+        "echo 'GPU-00000000-0000-0000-0000-000000000001, 580.159.04, 12.0'\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    # A supervisor that runs: this process stands in for it.
+    pid_file, state_file = tmp_path / "kimi-sglang.pid", tmp_path / "kimi-sglang.state.json"
+    pid_file.write_text(str(os.getpid()))
+    state_file.write_text(json.dumps({"supervisor_pid": os.getpid(), "status": "running"}))
+    rendered = [
+        {**launch("ar"), "base": "ar", "runtime_kind": "release", "tp_size": 8},
+        {**launch("dflash", HTTPS_PROXY="http://u:pw@proxy"), "base": "dflash",
+         "runtime_kind": "release", "tp_size": 8},
+    ]  # fmt: skip
+    split = load_filters().kimi_canary_launches(rendered, {"ar": {"SGLANG_SIM_X": "1"}})
+    launches = split["launches"]
+    assert launches[0]["environment"] == {"SGLANG_SIM_X": "1"}
+    assert launches[1]["environment"] == {"HTTPS_PROXY": "********"}
+    assert split["secret_environment"] == {"ar": {}, "dflash": {"HTTPS_PROXY": "http://u:pw@proxy"}}
+    record = str(tmp_path / "canary.json")
+    server = {"manager": "supervisor", "name": "kimi-sglang", "pid_file": str(pid_file),
+              "state_file": str(state_file)}  # fmt: skip
+    planned = run_module(
+        "canary_serve", {"action": "plan", "record": record, "configs": launches, "server": server}
+    )
+    assert not planned.get("failed"), planned
+    assert planned["to_run"] == ["ar", "dflash"] and planned["server_active"] is True
+    assert planned["gpus"] == {"count": 2, "driver": "580.159.04", "compute_capability": "12.0"}
+    entries = {}
+    for config in launches:
+        ran = run_module(
+            "canary_serve",
+            {
+                "action": "run",
+                "record": record,
+                "config": config,
+                "identity": planned["identities"][config["name"]],
+                "log_dir": str(tmp_path / "logs"),
+                "skip_reason": "the kit's server (kimi-sglang, running) holds the GPUs",
+            },
+        )
+        assert ran["changed"] is False and ran["entry"]["state"] == "skipped", ran
+        entries[config["name"]] = ran["entry"]
+    facts = {"host": "h", "profile": "ct200", "model": "kimi-k2.6"}
+    args = {"action": "record", "record": record, "names": ["ar", "dflash"], "results": entries,
+            "facts": facts}  # fmt: skip
+    written = run_module("canary_serve", args)
+    assert written["changed"] is True and written["canary"]["skipped"] == ["ar", "dflash"]
+    assert written["summary"]["lines"][1].startswith("ar: skipped: the kit's server")
+    assert run_module("canary_serve", {**args, "results": {}})["changed"] is False
+    assert "pw@proxy" not in Path(record).read_text()
+    # Skipped is not passed: the next plan runs both again.
+    assert run_module("canary_serve", {"action": "plan", "record": record, "configs": launches})[
+        "to_run"
+    ] == ["ar", "dflash"]
