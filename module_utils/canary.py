@@ -681,20 +681,7 @@ def run_one(spec: dict) -> dict:
     host, port = spec["host"], int(spec["port"])
     scrub = Scrubber([*spec.get("secrets", []), *spec.get("secret_environment", {}).values()])
     started = time.monotonic()
-    entry = {
-        "state": "failed",
-        "seconds_to_ready": None,
-        "seconds": 0.0,
-        "first_error": None,
-        "failure": None,
-        "hint": None,
-        "log": log,
-        "identity": spec["identity"],
-        "reason": None,
-        "generate": None,
-        "chat": None,
-        "finished_at": None,
-    }
+    entry = blank_entry(spec["identity"], log)
     context = {
         "compute_capability": spec.get("compute_capability"),
         "capabilities": spec.get("capabilities"),
@@ -766,9 +753,10 @@ def run_one(spec: dict) -> dict:
     return finish(state, detail)
 
 
-def skipped(identity_: str, log: str, reason: str) -> dict:
+def blank_entry(identity_: str, log: str) -> dict:
+    """A config's record entry before anything is known of it (failed until it passes)."""
     return {
-        "state": "skipped",
+        "state": "failed",
         "seconds_to_ready": None,
         "seconds": 0.0,
         "first_error": None,
@@ -776,9 +764,18 @@ def skipped(identity_: str, log: str, reason: str) -> dict:
         "hint": None,
         "log": log,
         "identity": identity_,
-        "reason": reason,
+        "reason": None,
         "generate": None,
         "chat": None,
+        "finished_at": None,
+    }
+
+
+def skipped(identity_: str, log: str, reason: str) -> dict:
+    return {
+        **blank_entry(identity_, log),
+        "state": "skipped",
+        "reason": reason,
         "finished_at": now(),
     }
 

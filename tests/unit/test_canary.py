@@ -314,6 +314,18 @@ def spec(runtime, tmp_path, name="ar", timeout=30.0, argv_extra=(), **environmen
     }
 
 
+def run_script(runtime, tmp_path, source: str, timeout: float) -> tuple[dict, float, Path]:
+    """A canary of a script standing in for the server: its entry, how long it took, the
+    script (whose path marks its processes)."""
+    script = tmp_path / "server.py"
+    script.write_text(source)
+    given = spec(runtime, tmp_path, timeout=timeout)
+    given["config"]["argv"] = [sys.executable, str(script), "--port", str(given["port"])]
+    started = time.monotonic()
+    result = canary.run_one(given)
+    return result, time.monotonic() - started, script
+
+
 def leftovers(marker: str) -> list[str]:
     """Processes still running whose command line holds marker (a test's own folder)."""
     found = []
@@ -371,13 +383,8 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[-1])), H).serve_forev
 def test_a_server_that_hangs_on_generate_fails_within_the_deadline(runtime, tmp_path):
     """Healthy, then /generate never answers: the request is cut at what is left of the
     deadline and the process group killed."""
-    hanging = tmp_path / "hanging.py"
-    hanging.write_text(HANGING)
-    given = spec(runtime, tmp_path, timeout=4)
-    given["config"]["argv"] = [sys.executable, str(hanging), "--port", str(given["port"])]
-    started = time.monotonic()
-    result = canary.run_one(given)
-    assert time.monotonic() - started < 15
+    result, seconds, hanging = run_script(runtime, tmp_path, HANGING, timeout=4)
+    assert seconds < 15
     assert (result["state"], result["failure"]) == ("failed", "not_generating"), result
     assert result["reason"].startswith("/generate: POST /generate: no whole answer within")
     assert result["seconds_to_ready"] is not None
@@ -414,8 +421,7 @@ def test_secrets_in_the_log_never_reach_the_record(runtime, tmp_path):
     """A config whose failure line carries the API key and the HF token (as SGLang's own lines
     can: it logs its ServerArgs, api_key included): neither, nor any unkeyed hash or base64 of
     them, is in the entry or the record written from it."""
-    fail = tmp_path / "fail.py"
-    fail.write_text(
+    source = (
         "import sys\n"
         f"print(\"server_args=ServerArgs(api_key='{API_KEY}', hf='{HF_TOKEN}')\", flush=True)\n"
         "print('Traceback (most recent call last):')\n"
@@ -423,9 +429,7 @@ def test_secrets_in_the_log_never_reach_the_record(runtime, tmp_path):
         f"Authorization: Bearer {API_KEY}')\n"
         "sys.exit(3)\n"
     )
-    given = spec(runtime, tmp_path)
-    given["config"]["argv"] = [sys.executable, str(fail), "--x", "y"]
-    result = canary.run_one(given)
+    result, _, _ = run_script(runtime, tmp_path, source, timeout=30)
     assert result["failure"] == "exited" and result["first_error"].startswith("ValueError: cannot")
     record = canary.build_record(None, ["ar"], {"ar": result}, {"host": "h"}, {})
     path = tmp_path / "canary.json"
@@ -450,15 +454,10 @@ time.sleep(600)
 def test_a_server_that_ignores_sigterm_is_killed_with_its_children_after_the_grace(
     runtime, tmp_path
 ):
-    stubborn = tmp_path / "stubborn.py"
-    stubborn.write_text(STUBBORN)
-    given = spec(runtime, tmp_path, timeout=2)
-    given["config"]["argv"] = [sys.executable, str(stubborn), "--port", str(given["port"])]
-    started = time.monotonic()
-    result = canary.run_one(given)
+    result, seconds, stubborn = run_script(runtime, tmp_path, STUBBORN, timeout=2)
     assert (result["state"], result["failure"]) == ("failed", "never_ready"), result
     # The deadline, the grace (2 s), then SIGKILL to the whole group.
-    assert time.monotonic() - started < 2 + 2 + 6
+    assert seconds < 2 + 2 + 6
     time.sleep(0.5)
     assert not leftovers(str(stubborn)) and not leftovers("stubborn-child")
 
