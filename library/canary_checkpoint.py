@@ -18,7 +18,7 @@ description:
   - Every dimension that selects a kernel is kept (MLA's 512 + 64 latent and head dims, the
     heads per TP rank, the per-rank expert width the Marlin INT4 MoE kernels need, the Gated
     DeltaNet and gated attention heads, vision head dims, the vocabulary); the rest is scaled
-    down. O(scaled) names every dimension changed. The logic and its sources are in
+    down. RV(scaled) names every dimension changed. The logic and its sources are in
     module_utils/canary_checkpoint.py; docs/models.md has the table per model.
   - Writes C(config.json), C(model.safetensors), its own C(model.safetensors.index.json), and
     copies every other small file of O(source_dir) (tokenizer, chat template, remote code) but

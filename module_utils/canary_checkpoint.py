@@ -81,6 +81,7 @@ from ansible.module_utils.capacity import (
     Fields,
     ignored,
 )
+from ansible.module_utils.host_helpers import file_sha256
 
 # Bumped whenever the bytes written for the same inputs change (a test pins a digest).
 GENERATOR_VERSION = 1
@@ -278,11 +279,13 @@ def _read_json(path: str, what: str, limit: int = CONFIG_MAX_BYTES):
 # Tensor specifications: (name, dtype, shape, fill)
 
 
-def _linear(specs: list, name: str, module: str, out: int, inp: int, quant: dict | None) -> None:
-    """One Linear module's weight: BF16, or compressed-tensors pack-quantized when the config
-    quantizes it (module is the name SGLang matches against the ignore list)."""
+def _linear(specs: list, prefix: str, module: str, out: int, inp: int, quant: dict | None) -> None:
+    """One Linear module's weight, stored as prefix + module: BF16, or compressed-tensors
+    pack-quantized when the config quantizes it (SGLang matches module, without the
+    checkpoint's language_model. prefix, against the ignore list)."""
+    name = f"{prefix}{module}"
     if quant is None or ignored(module, quant["ignore"]):
-        _weight(specs, f"{name}", [out, inp])
+        _weight(specs, name, [out, inp])
         return
     bits, group = quant["bits"], quant["group"]
     # pack_to_int32 (compressors/pack_quantized/helpers.py): each row's values, 32 // bits to
@@ -290,6 +293,13 @@ def _linear(specs: list, name: str, module: str, out: int, inp: int, quant: dict
     specs.append((f"{name}.weight_packed", "I32", [out, math.ceil(inp * bits / 32)], "packed"))
     specs.append((f"{name}.weight_scale", "BF16", [out, inp // group], "scale"))
     specs.append((f"{name}.weight_shape", "I32", [2], ("int32", [out, inp])))
+
+
+def _mlp(specs: list, prefix: str, module: str, width: int, hidden: int, quant: dict | None):
+    """A gated MLP (or one expert): gate_proj and up_proj [width, hidden], down_proj."""
+    for proj in ("gate_proj", "up_proj"):
+        _linear(specs, prefix, f"{module}.{proj}", width, hidden, quant)
+    _linear(specs, prefix, f"{module}.down_proj", hidden, width, quant)
 
 
 def _weight(specs: list, name: str, shape: list[int]) -> None:
@@ -310,6 +320,20 @@ def _biased(specs: list, name: str, out: int, inp) -> None:
     shape = [out, *inp] if isinstance(inp, list) else [out, inp]
     specs.append((f"{name}.weight", "BF16", shape, "weight"))
     specs.append((f"{name}.bias", "BF16", [out], "zeros"))
+
+
+def _vit_blocks(specs: list, prefix: str, depth: int, width: int, mlp: int, names) -> None:
+    """ViT blocks as MoonViT and Qwen3-VL store them: two LayerNorms, a fused QKV and an
+    output projection, a two-layer MLP, every linear with a bias; names in that order."""
+    norm_a, norm_b, qkv, proj, fc_in, fc_out = names
+    for block in range(depth):
+        b = f"{prefix}.{block}"
+        _layer_norm(specs, f"{b}.{norm_a}", width)
+        _layer_norm(specs, f"{b}.{norm_b}", width)
+        _biased(specs, f"{b}.{qkv}", 3 * width, width)
+        _biased(specs, f"{b}.{proj}", width, width)
+        _biased(specs, f"{b}.{fc_in}", mlp, width)
+        _biased(specs, f"{b}.{fc_out}", width, mlp)
 
 
 class _Checks:
@@ -460,76 +484,36 @@ def _mla_target(config: dict, source: str, tp: int) -> tuple[dict, list, dict]:
     specs: list = []
     _weight(specs, f"{prefix}model.embed_tokens", [vocab, t_hidden])
     if not tied:
-        _linear(specs, f"{prefix}lm_head", "lm_head", vocab, t_hidden, quant)
+        _linear(specs, prefix, "lm_head", vocab, t_hidden, quant)
     _norm(specs, f"{prefix}model.norm", t_hidden)
     for layer in range(t_layers):
         base = f"model.layers.{layer}"
-        name = f"{prefix}{base}"
-        _norm(specs, f"{name}.input_layernorm", t_hidden)
-        _norm(specs, f"{name}.post_attention_layernorm", t_hidden)
+        _norm(specs, f"{prefix}{base}.input_layernorm", t_hidden)
+        _norm(specs, f"{prefix}{base}.post_attention_layernorm", t_hidden)
         attn = f"{base}.self_attn"
+        q_out = heads * (nope + rope)
         if t_q_rank is not None:
-            _linear(
-                specs, f"{prefix}{attn}.q_a_proj", f"{attn}.q_a_proj", t_q_rank, t_hidden, quant
-            )
+            _linear(specs, prefix, f"{attn}.q_a_proj", t_q_rank, t_hidden, quant)
             _norm(specs, f"{prefix}{attn}.q_a_layernorm", t_q_rank)
-            _linear(
-                specs,
-                f"{prefix}{attn}.q_b_proj",
-                f"{attn}.q_b_proj",
-                heads * (nope + rope),
-                t_q_rank,
-                quant,
-            )
+            _linear(specs, prefix, f"{attn}.q_b_proj", q_out, t_q_rank, quant)
         else:
-            _linear(
-                specs,
-                f"{prefix}{attn}.q_proj",
-                f"{attn}.q_proj",
-                heads * (nope + rope),
-                t_hidden,
-                quant,
-            )
-        _linear(
-            specs,
-            f"{prefix}{attn}.kv_a_proj_with_mqa",
-            f"{attn}.kv_a_proj_with_mqa",
-            kv_rank + rope,
-            t_hidden,
-            quant,
-        )
+            _linear(specs, prefix, f"{attn}.q_proj", q_out, t_hidden, quant)
+        _linear(specs, prefix, f"{attn}.kv_a_proj_with_mqa", kv_rank + rope, t_hidden, quant)
         _norm(specs, f"{prefix}{attn}.kv_a_layernorm", kv_rank)
-        _linear(
-            specs,
-            f"{prefix}{attn}.kv_b_proj",
-            f"{attn}.kv_b_proj",
-            heads * (nope + v_dim),
-            kv_rank,
-            quant,
-        )
-        _linear(specs, f"{prefix}{attn}.o_proj", f"{attn}.o_proj", t_hidden, heads * v_dim, quant)
+        _linear(specs, prefix, f"{attn}.kv_b_proj", heads * (nope + v_dim), kv_rank, quant)
+        _linear(specs, prefix, f"{attn}.o_proj", t_hidden, heads * v_dim, quant)
         mlp = f"{base}.mlp"
         if layer < dense:
-            for proj in ("gate_proj", "up_proj"):
-                _linear(specs, f"{prefix}{mlp}.{proj}", f"{mlp}.{proj}", t_inter, t_hidden, quant)
-            _linear(specs, f"{prefix}{mlp}.down_proj", f"{mlp}.down_proj", t_hidden, t_inter, quant)
+            _mlp(specs, prefix, mlp, t_inter, t_hidden, quant)
             continue
         _weight(specs, f"{prefix}{mlp}.gate", [t_experts, t_hidden])
         if topk_method == "noaux_tc":
-            specs.append(
-                (f"{prefix}{mlp}.gate.e_score_correction_bias", "F32", [t_experts], "zeros")
-            )
+            bias = f"{prefix}{mlp}.gate.e_score_correction_bias"
+            specs.append((bias, "F32", [t_experts], "zeros"))
         for expert in range(t_experts):
-            e = f"{mlp}.experts.{expert}"
-            for proj in ("gate_proj", "up_proj"):
-                _linear(specs, f"{prefix}{e}.{proj}", f"{e}.{proj}", moe_width, t_hidden, quant)
-            _linear(specs, f"{prefix}{e}.down_proj", f"{e}.down_proj", t_hidden, moe_width, quant)
+            _mlp(specs, prefix, f"{mlp}.experts.{expert}", moe_width, t_hidden, quant)
         if shared:
-            width = moe_width * shared
-            s = f"{mlp}.shared_experts"
-            for proj in ("gate_proj", "up_proj"):
-                _linear(specs, f"{prefix}{s}.{proj}", f"{s}.{proj}", width, t_hidden, quant)
-            _linear(specs, f"{prefix}{s}.down_proj", f"{s}.down_proj", t_hidden, width, quant)
+            _mlp(specs, prefix, f"{mlp}.shared_experts", moe_width * shared, t_hidden, quant)
     if nested:
         specs += _moonvit(top, tiny, t_hidden, checks)
     real = {"hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab}
@@ -588,14 +572,8 @@ def _moonvit(top: Fields, tiny: _Scaled, t_hidden: int, checks: _Checks) -> list
     specs: list = []
     _biased(specs, "vision_tower.patch_embed.proj", t_width, [3, patch, patch])
     _weight(specs, "vision_tower.patch_embed.pos_emb", [pos_h, pos_w, t_width])
-    for block in range(t_depth):
-        b = f"vision_tower.encoder.blocks.{block}"
-        _layer_norm(specs, f"{b}.norm0", t_width)
-        _layer_norm(specs, f"{b}.norm1", t_width)
-        _biased(specs, f"{b}.wqkv", 3 * t_width, t_width)
-        _biased(specs, f"{b}.wo", t_width, t_width)
-        _biased(specs, f"{b}.mlp.fc0", t_mlp, t_width)
-        _biased(specs, f"{b}.mlp.fc1", t_width, t_mlp)
+    names = ("norm0", "norm1", "wqkv", "wo", "mlp.fc0", "mlp.fc1")
+    _vit_blocks(specs, "vision_tower.encoder.blocks", t_depth, t_width, t_mlp, names)
     _layer_norm(specs, "vision_tower.encoder.final_layernorm", t_width)
     _layer_norm(specs, "mm_projector.pre_norm", t_width)
     _biased(specs, "mm_projector.proj.0", merged, merged)
@@ -624,6 +602,10 @@ def _hybrid_target(config: dict, source: str, tp: int) -> tuple[dict, list, dict
         raise cfg.error("full_attention_interval", interval, "the period of layer_types")
     heads = cfg.integer("num_attention_heads", MAX_HEADS)
     kv_heads = cfg.integer("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise cfg.error(
+            "num_key_value_heads", kv_heads, f"a divisor of num_attention_heads ({heads})"
+        )
     head_dim = cfg.integer("head_dim", MAX_WIDTH)
     gate = cfg.config.get("attn_output_gate", True)
     if not isinstance(gate, bool):
@@ -687,9 +669,7 @@ def _hybrid_target(config: dict, source: str, tp: int) -> tuple[dict, list, dict
     def mlp_and_norms(name: str) -> None:
         _norm(specs, f"{name}.input_layernorm", t_hidden, "zeros")
         _norm(specs, f"{name}.post_attention_layernorm", t_hidden, "zeros")
-        for proj in ("gate_proj", "up_proj"):
-            _weight(specs, f"{name}.mlp.{proj}", [t_inter, t_hidden])
-        _weight(specs, f"{name}.mlp.down_proj", [t_hidden, t_inter])
+        _mlp(specs, "", f"{name}.mlp", t_inter, t_hidden, None)
 
     for layer, kind in enumerate(t_types):
         name = f"{p}layers.{layer}"
@@ -764,14 +744,8 @@ def _qwen_vision(top: Fields, tiny: _Scaled, t_hidden: int, checks: _Checks) -> 
     specs: list = []
     _biased(specs, f"{v}.patch_embed.proj", t_width, [channels, temporal, patch, patch])
     _weight(specs, f"{v}.pos_embed", [positions, t_width])
-    for block in range(t_depth):
-        b = f"{v}.blocks.{block}"
-        _layer_norm(specs, f"{b}.norm1", t_width)
-        _layer_norm(specs, f"{b}.norm2", t_width)
-        _biased(specs, f"{b}.attn.qkv", 3 * t_width, t_width)
-        _biased(specs, f"{b}.attn.proj", t_width, t_width)
-        _biased(specs, f"{b}.mlp.linear_fc1", t_mlp, t_width)
-        _biased(specs, f"{b}.mlp.linear_fc2", t_width, t_mlp)
+    names = ("norm1", "norm2", "attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2")
+    _vit_blocks(specs, f"{v}.blocks", t_depth, t_width, t_mlp, names)
     _layer_norm(specs, f"{v}.merger.norm", t_width)
     _biased(specs, f"{v}.merger.linear_fc1", merged, merged)
     _biased(specs, f"{v}.merger.linear_fc2", t_hidden, merged)
@@ -808,8 +782,11 @@ def _spread(ids: list[int], real_low: int, real_high: int, low: int, high: int) 
 
 def _target(target_dir: str) -> dict:
     """The tiny target's config and its real dimensions, from the stamp this module wrote."""
-    stamp = _read_json(os.path.join(target_dir, STAMP), "stamp of a tiny target", STAMP_MAX_BYTES)
-    config = _read_json(os.path.join(target_dir, CONFIG), "tiny target's config.json")
+    try:
+        stamp = _read_json(os.path.join(target_dir, STAMP), "stamp", STAMP_MAX_BYTES)
+        config = _read_json(os.path.join(target_dir, CONFIG), "tiny target's config.json")
+    except CheckpointError:
+        stamp = config = None
     if not (
         isinstance(stamp, dict)
         and stamp.get("kind") == "target"
@@ -932,9 +909,7 @@ def _dflash(config: dict, source: str, tp: int, target: dict) -> tuple[dict, lis
         _weight(specs, f"{name}.self_attn.o_proj", [t_hidden, heads * head_dim])
         _norm(specs, f"{name}.self_attn.q_norm", head_dim)
         _norm(specs, f"{name}.self_attn.k_norm", head_dim)
-        for proj in ("gate_proj", "up_proj"):
-            _weight(specs, f"{name}.mlp.{proj}", [t_inter, t_hidden])
-        _weight(specs, f"{name}.mlp.down_proj", [t_hidden, t_inter])
+        _mlp(specs, "", f"{name}.mlp", t_inter, t_hidden, None)
     _norm(specs, "norm", t_hidden)
     _weight(specs, "fc", [t_hidden, len(t_ids) * t_hidden])
     _norm(specs, "hidden_norm", t_hidden)
@@ -1013,9 +988,7 @@ def _eagle3(config: dict, source: str, tp: int, target: dict) -> tuple[dict, lis
     _norm(specs, f"{attn}.kv_a_layernorm", kv_rank)
     _weight(specs, f"{attn}.kv_b_proj", [heads * (nope + v_dim), kv_rank])
     _weight(specs, f"{attn}.o_proj", [t_hidden, heads * v_dim])
-    for proj in ("gate_proj", "up_proj"):
-        _weight(specs, f"layers.0.mlp.{proj}", [t_inter, t_hidden])
-    _weight(specs, "layers.0.mlp.down_proj", [t_hidden, t_inter])
+    _mlp(specs, "", "layers.0.mlp", t_inter, t_hidden, None)
     for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
         _norm(specs, f"layers.0.{norm}", t_hidden)
     _weight(specs, "fc", [t_hidden, count * t_hidden])
@@ -1146,6 +1119,19 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def _confined(path: str, folder: str) -> str:
+    """The file to read for path: itself, or where its symlink points when that is inside
+    folder; a link that leaves folder is refused."""
+    resolved = os.path.realpath(path)
+    if not _inside(resolved, os.path.realpath(folder)):
+        raise _error(
+            f"{path}, a symlink to {resolved}, outside {folder}",
+            "every file of the source inside its folder",
+            f"replace the link with the file itself, or remove {path}",
+        )
+    return resolved
+
+
 def _source_files(source_dir: str) -> list[tuple[str, str]]:
     """(relative name, path to read) of every small file of the repository to copy: all but
     weights, their indexes, config.json (the tiny one replaces it) and hidden entries (a hub
@@ -1169,13 +1155,7 @@ def _source_files(source_dir: str) -> list[tuple[str, str]]:
             rel = os.path.relpath(full, source_dir)
             if entry.startswith(".") or rel == CONFIG or entry.endswith(WEIGHT_SUFFIXES):
                 continue
-            resolved = os.path.realpath(full)
-            if not _inside(resolved, real_root):
-                raise _error(
-                    f"{full}, a symlink to {resolved}, outside {source_dir}",
-                    "every file of the source inside its folder",
-                    f"replace the link with the file itself, or remove {full}",
-                )
+            resolved = _confined(full, source_dir)
             info = os.stat(resolved)
             if not stat.S_ISREG(info.st_mode):
                 raise _error(f"{full}, not a regular file", "regular files only", f"remove {full}")
@@ -1204,13 +1184,6 @@ def _file_chunks(path: str):
             yield chunk
 
 
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    for chunk in _file_chunks(path):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
 # ---------------------------------------------------------------------------------------------
 # The module's work
 
@@ -1223,7 +1196,7 @@ def plan(kind: str, source_dir: str, target_dir: str | None, tp_size: int) -> di
         raise _error(f"tp_size {tp_size!r}", f"an integer from 1 to {MAX_TP}", "set tp_size")
     source_dir = _check_path("source_dir", source_dir)
     source = os.path.join(source_dir, CONFIG)
-    config = _read_json(source, "repository's config.json")
+    config = _read_json(_confined(source, source_dir), "repository's config.json")
     try:
         if kind == "target":
             if not isinstance(config, dict):
@@ -1345,7 +1318,7 @@ def generate(
         "tp_size": tp_size,
         "source_config_sha256": made["source_config_sha256"],
         "target": made["target"],
-        "copied": [[rel, _file_sha256(path)] for rel, path in copies],
+        "copied": [[rel, file_sha256(path)] for rel, path in copies],
     }
     stamp_path = os.path.join(dest_dir, STAMP)
     old = None

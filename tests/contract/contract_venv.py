@@ -245,6 +245,22 @@ def check_imports(python: Path, version: str) -> None:
         )
 
 
+def lock_pins(path: Path) -> Path:
+    """The locks' pins without their hashes, written to path, for pip --constraint: pip reads
+    a hashed constraint as --require-hashes for the whole install, and what a venv adds to
+    the locks (the parser's own requirements, the loaders) has no hashes there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "".join(
+            line.rstrip(" \\") + "\n"
+            for lock in LOCKS
+            for line in lock.read_text().splitlines()
+            if line[:1].isalnum()
+        )
+    )
+    return path
+
+
 def build(wanted: dict) -> None:
     version = wanted["sglang"]
     started = time.monotonic()
@@ -262,18 +278,7 @@ def build(wanted: dict) -> None:
     print(f"requirements from {wheels[0].name}:")
     requirements = parser_requirements(wheels[0]) + TEST_TOOLS
 
-    # The locks' pins without their hashes: pip reads a hashed constraint as --require-hashes
-    # for the whole install, and the parser's own requirements are not in the locks.
-    pins = VENV.parent / "lock-pins.txt"
-    pins.write_text(
-        "".join(
-            line.rstrip(" \\") + "\n"
-            for lock in LOCKS
-            for line in lock.read_text().splitlines()
-            if line[:1].isalnum()
-        )
-    )
-    constraints = ["--constraint", str(pins)]
+    constraints = ["--constraint", str(lock_pins(VENV.parent / "lock-pins.txt"))]
     run([*fetch, *constraints, *requirements], DOWNLOAD_TIMEOUT)
     download_bytes = folder_bytes(downloads)
     local = ["--no-index", "--find-links", str(downloads)]
