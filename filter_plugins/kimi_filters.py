@@ -29,6 +29,7 @@ if _KIT_MODULE_UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_KIT_MODULE_UTILS)
 
 import yaml  # noqa: E402
+from ansible.module_utils.canary import CanaryError, launches, source_files  # noqa: E402
 from ansible.module_utils.model_data import (  # noqa: E402
     MAX_MODEL_FILE_BYTES,
     ModelDataError,
@@ -51,6 +52,9 @@ short_description: The kit's filters (quoting for systemd, serving config names,
 description:
   - C(systemd_exec_line) turns an argv list into the value of ExecStart=.
   - C(env_file_line) turns a key and a value into one EnvironmentFile line.
+  - C(kimi_canary_launches) turns serving_render's configs into the canary's launches, secrets
+    apart.
+  - C(kimi_small_files) cuts hub_repo_info's file lists to the small files the canary fetches.
   - C(kimi_needed_repos) lists the kimi_repos keys the selected serving configs need, C(target)
     first, then each drafter once (preflight, weights and plan ask for the same ones).
   - C(kimi_server_url) is the URL on the server's host that reaches the server described by
@@ -372,6 +376,32 @@ def kimi_rollout(groups, serial, play_group, present) -> dict:
         raise AnsibleFilterError(str(error)) from None
 
 
+def kimi_small_files(hub, max_bytes) -> dict:
+    """hub_repo_info's result with each repository's files cut to its small ones (no weights,
+    none over max_bytes: module_utils/canary.py source_files), total_bytes to match: the
+    canary's sources, fetched by the weights stage's own transfer."""
+    if not isinstance(hub, dict) or not isinstance(hub.get("repos"), dict):
+        raise AnsibleFilterError("kimi_small_files needs hub_repo_info's result")
+    try:
+        limit = int(max_bytes)
+        repos = {}
+        for name, repo in hub["repos"].items():
+            files = source_files(repo.get("files") or [], limit)
+            repos[name] = {**repo, "files": files, "total_bytes": sum(f["size"] for f in files)}
+    except (CanaryError, TypeError, ValueError) as error:
+        raise AnsibleFilterError(f"kimi_small_files: {error}") from None
+    return {**hub, "repos": repos}
+
+
+def kimi_canary_launches(configs, extra) -> dict:
+    """serving_render's unmasked configs as canary launches, secrets apart
+    (module_utils/canary.py launches)."""
+    try:
+        return launches(configs, extra)
+    except (CanaryError, KeyError, TypeError) as error:
+        raise AnsibleFilterError(f"kimi_canary_launches: {error}") from None
+
+
 def kimi_scrub(text, secrets):
     """A server log's text or lines with secrets masked: SGLang logs its API key at start."""
     scrub = Scrubber([s for s in secrets or [] if isinstance(s, str)])
@@ -421,4 +451,6 @@ class FilterModule:
             "kimi_rollout": kimi_rollout,
             "kimi_scrub": kimi_scrub,
             "kimi_ddtree_rules": kimi_ddtree_rules,
+            "kimi_small_files": kimi_small_files,
+            "kimi_canary_launches": kimi_canary_launches,
         }

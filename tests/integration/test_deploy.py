@@ -45,9 +45,9 @@ from tests.support.ddtree_tables import HEALTHY, QWEN_HYBRID, pairs, table_env
 from tests.support.fake_sglang import build_git_source
 from tests.support.hostprep import EXTRAVARS as TUNING_VARS
 from tests.support.hostprep import install_fabricmanager, install_git_source, prepare_host
-from tests.support.hub_server import LocalHub, token_env
+from tests.support.hub_server import LocalHub, add_fixture_repos, token_env
 from tests.support.models import model
-from tests.support.results_tree import TEMPLATE, Sim, implied_speedup_range
+from tests.support.results_tree import Sim, implied_speedup_range
 from tests.support.testhosts import SUDO_USER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,42 +150,12 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def hub(cluster):
+    # Each model's repositories as the real ones list their small files (config, tokenizer,
+    # chat template: the canary makes its tiny checkpoints from them) and small valid weights.
     with LocalHub(host=cluster.gateway) as hub:
         hub.valid_tokens.add(TOKEN)
-        shards = {f"model-{i:05d}-of-00004.safetensors": bytes([i]) * 400_000 for i in range(4)}
-        hub.add_repo(
-            "moonshotai/Kimi-K2.6",
-            {
-                "config.json": (REPO / "models/kimi-k2.6/config.json").read_bytes(),
-                # The benchmark renders prompts through the model's own chat template.
-                "tokenizer_config.json": json.dumps({"chat_template": TEMPLATE}).encode(),
-                **shards,
-            },
-        )
-        hub.add_repo(
-            "z-lab/Kimi-K2.6-DFlash",
-            {"config.json": b'{"block_size": 8}', "model.safetensors": b"d" * 200_000},
-            gated=True,
-            approved_tokens={TOKEN},
-        )
-        qwen = model(MODELS[QWEN_HOST])
-        hub.add_repo(
-            qwen["target"]["repo_id"],
-            {
-                "config.json": (REPO / "models/qwen3.6-27b/config.json").read_bytes(),
-                "tokenizer_config.json": json.dumps({"chat_template": TEMPLATE}).encode(),
-                **{f"model-{i:05d}-of-00003.safetensors": bytes([i]) * 300_000 for i in range(3)},
-            },
-        )
-        hub.add_repo(
-            qwen["drafters"]["dflash"]["repo_id"],
-            {
-                "config.json": json.dumps({"block_size": block_size(QWEN_HOST)}).encode(),
-                "model.safetensors": b"q" * 200_000,
-            },
-            gated=True,
-            approved_tokens={TOKEN},
-        )
+        for name in sorted(set(MODELS.values())):
+            add_fixture_repos(hub, model(name), {TOKEN})
         yield hub
 
 
@@ -215,6 +185,7 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         "weights_controller_state_dir": moved(
             "kimi_controller_state_dir", "state", str(state_root)
         ),
+        "canary_controller_state_dir": moved("kimi_controller_state_dir", "state", str(state_root)),
         # Preflight's record of each launch's context length, which the server stage reads.
         "kimi_context_lengths_file": moved("kimi_controller_state_dir", "state", str(state_root))
         + "/{{ inventory_hostname }}/context-lengths.json",
@@ -402,6 +373,37 @@ def test_deploy_ends_with_a_healthy_server_on_every_host(cluster, deploy):
         ), check
         name = argument(launches[host]["argv"], "--served-model-name")
         assert check["served_model_name"] == name == model(MODELS[host])["target"]["repo_id"]
+
+
+def test_the_canary_ran_every_config_of_each_host_before_its_download(cluster, deploy):
+    """The deploy's canary stage: every config the host serves and benchmarks, on its own model's
+    tiny checkpoints, passed before the download; the second deploy ran none again."""
+    first, second = deploy["first"], deploy["second"]
+    assert first.rc == 0, first.stdout
+    for host in HOSTS:
+        # What the deploy's kimi_serving_configs expand to, in the benchmark's order.
+        canaried = ["ar", "dflash", CHAIN, *DDTREE_CONFIGS[host]]
+        record = json.loads(cluster.ssh(host, "cat /opt/kimi/canary/canary.json").stdout)
+        assert record["model"] == MODELS[host]
+        assert record["passed"] == canaried and record["failed"] == [], record
+        controller = json.loads(
+            (
+                deploy["state_root"]
+                / (host if host == KIMI_HOST else f"{MODELS[host]}/{host}")
+                / "canary.json"
+            ).read_text()
+        )
+        assert controller == record
+        said = first.results("Say how the canary went")[host]["msg"]
+        assert said.startswith(f"Canary: {len(canaried)} of {len(canaried)} serving"), said
+    task = "Run the canary of each config that must run"
+    outcomes = {
+        (event["event"], event["event_data"]["host"])
+        for event in second.events
+        if event["event_data"].get("task") == task
+        and event["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed")
+    }
+    assert outcomes == {("runner_on_skipped", host) for host in HOSTS}, outcomes
 
 
 def test_the_sudo_user_deployed_its_host_through_become(cluster, deploy):

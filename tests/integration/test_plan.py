@@ -73,6 +73,8 @@ ADDED_BY_MODEL_DATA = {
             "launch[]/tp_size",
             "launch[]/capacity",
             "launch[]/context_length",
+            # Each launch's canary (issue 30): the same launch on the tiny checkpoints.
+            "launch[]/canary",
             *(f"capacity/{key}" for key in HYBRID_CAPACITY + CONTEXT_CAPACITY),
         )
     ),
@@ -375,6 +377,7 @@ def check_launch_commands(plan: dict) -> None:
         "unchecked": [],
     }  # fmt: skip
     for launch in launches:
+        check_canary(launch)
         argv = launch["argv"]
         assert argv[1:3] == ["-m", "sglang.launch_server"]
         assert launch["environment"]["HF_HUB_OFFLINE"] == "1"
@@ -406,6 +409,53 @@ def check_launch_commands(plan: dict) -> None:
             assert argv[argv.index("--attention-backend") + 1] == "triton"
             assert argv[argv.index("--page-size") + 1] == "1"
             assert "--disable-overlap-schedule" in argv
+
+
+# What a canary's argv may change of its launch's: the tiny checkpoints' paths, the memory
+# and context, where it listens, and the API key (a loopback canary has none).
+CANARY_FLAGS = {
+    "--model-path",
+    "--speculative-draft-model-path",
+    "--mem-fraction-static",
+    "--context-length",
+    "--host",
+    "--port",
+    "--config",
+    "--api-key",
+}
+
+
+def flag_values(argv: list[str]) -> dict[str, list[str]]:
+    """A launch argv (after `python -m sglang.launch_server`) as flag -> its values, in order."""
+    flags: dict[str, list[str]] = {}
+    current = None
+    for arg in argv[3:]:
+        if arg.startswith("--"):
+            current = arg
+            flags.setdefault(current, [])
+        else:
+            assert current is not None, argv
+            flags[current].append(arg)
+    return flags
+
+
+def check_canary(launch: dict) -> None:
+    """plan.json's canary of a launch: the same runtime python and the same flags in the same
+    order, but for CANARY_FLAGS; the same environment plus HF_HUB_OFFLINE."""
+    canary = launch["canary"]
+    real, tiny = flag_values(launch["argv"]), flag_values(canary["argv"])
+    assert canary["argv"][:3] == launch["argv"][:3]
+    differ = {flag for flag in real.keys() | tiny.keys() if real.get(flag) != tiny.get(flag)}
+    assert differ <= CANARY_FLAGS, (launch["name"], differ - CANARY_FLAGS)
+    others = [f for f in real if f not in CANARY_FLAGS]
+    assert others == [f for f in tiny if f not in CANARY_FLAGS], launch["name"]
+    assert tiny["--host"] == ["127.0.0.1"] and tiny["--port"] == ["30100"]
+    assert tiny["--mem-fraction-static"] == ["0.3"] and tiny["--context-length"] == ["8192"]
+    assert "--config" not in tiny and "--api-key" not in tiny
+    assert tiny["--model-path"] == ["/opt/kimi/canary/checkpoints/moonshotai/Kimi-K2.6"]
+    for path in tiny.get("--speculative-draft-model-path", []):
+        assert path.startswith("/opt/kimi/canary/checkpoints/"), path
+    assert canary["environment"] == {**launch["environment"], "HF_HUB_OFFLINE": "1"}
 
 
 def test_plan_records_launch_commands_the_runtime_would_refuse(playbook, hub, tmp_path):

@@ -20,7 +20,7 @@ from tests.support.hub_server import LocalHub, add_kimi_repos, token_env
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.preflight, pytest.mark.integration]
 
-STAGES = ["preflight", "weights", "runtime", "tuning", "server"]
+STAGES = ["preflight", "runtime", "canary", "weights", "tuning", "server"]
 TOKEN = "hf_tags_good_3b9e1f07"
 LOCK_PLAYS = {"Take the per-host lock", "Release the per-host lock"}
 # deploy_kimi.yml: one play takes each batch of hosts through every stage (issue 21 part 5).

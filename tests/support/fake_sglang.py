@@ -233,7 +233,9 @@ def build_git_source(folder: Path, pr_ref: str = "refs/pull/29907/head") -> dict
         'build-backend = "setuptools.build_meta"\n\n'
         "[project]\n"
         f'name = "sglang"\nversion = "{version}"\n'
-        f"dependencies = {REQUIRES[:2]!r}\n".replace("'", '"')
+        # Jinja2 as the release's: the simulator renders chat completions through the served
+        # folder's chat template (the canary's tiny checkpoints ship the real one).
+        f"dependencies = {REQUIRES[:4]!r}\n".replace("'", '"')
         + "\n"
         "[tool.setuptools.package-data]\n"
         'sglang = ["*.json"]\n'

@@ -789,6 +789,52 @@ def add_kimi_repos(hub: LocalHub, approved_tokens: set[str]) -> None:
     )
 
 
+FIXTURE_REPOS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "hub-repos"
+
+
+def fixture_repo_files(repo_id: str, shards: int = 1, shard_bytes: int = 200_000) -> dict:
+    """A repository as the real one lists its small files (tests/fixtures/hub-repos/<id>: the
+    real config.json, tokenizer and chat template files), plus `shards` small but valid
+    safetensors files standing in for its weights: what the canary fetches (the small files
+    only) and what the SGLang simulator opens at start-up."""
+    from tests.support.safetensors_files import safetensors_bytes
+
+    folder = FIXTURE_REPOS / repo_id
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no fixture repository {folder}")
+    files: dict = {
+        path.relative_to(folder).as_posix(): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+    for index in range(shards):
+        name = (
+            "model.safetensors"
+            if shards == 1
+            else f"model-{index + 1:05d}-of-{shards:05d}.safetensors"
+        )
+        filler = bytes([index]) * shard_bytes
+        files[name] = safetensors_bytes({f"shard{index}.filler": ("U8", (shard_bytes,), filler)})
+    return files
+
+
+def add_fixture_repos(hub: LocalHub, model_data: dict, approved_tokens: set[str]) -> None:
+    """A model's target and drafters (model.yml's repositories) from the fixture repositories,
+    the DFlash drafter gated as on the hub."""
+    hub.add_repo(
+        model_data["target"]["repo_id"],
+        fixture_repo_files(model_data["target"]["repo_id"], shards=4),
+    )
+    for name, drafter in (model_data.get("drafters") or {}).items():
+        gated = name == "dflash"
+        hub.add_repo(
+            drafter["repo_id"],
+            fixture_repo_files(drafter["repo_id"]),
+            gated=gated,
+            approved_tokens=approved_tokens if gated else None,
+        )
+
+
 def token_env(token: str, directory: Path) -> dict[str, str]:
     """Environment that hands a token to the kit through a 0600 file, as `hf auth login` does.
 

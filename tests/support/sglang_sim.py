@@ -137,6 +137,35 @@ Reference answers (for scored prompt sets)
     max_new_tokens leaves room, else it is cut there (length); tokens, output_ids and text
     always agree.
 
+Model folders and the GPU, before the port opens (each check cites the file that makes it)
+    What SGLang reads of --model-path and --speculative-draft-model-path at start-up, in its
+    order: config.json present and JSON (transformers' AutoConfig, through
+    srt/utils/hf_transformers_utils.py get_config), --context-length within the config's
+    (srt/configs/model_config.py _derive_context_length, the drafter built with the target's
+    length), a known architecture (srt/models/registry.py; the simulator knows the kit's
+    models' and has no Transformers fallback), what TP splits divisible by --tp-size
+    (srt/distributed/utils.py divide(), models/deepseek_v2.py, layers/moe/fused_moe_triton/
+    layer.py, layers/attention/vision.py), the weights (srt/model_loader/loader.py, weight_utils.py
+    filter_duplicate_safetensors_files: safetensors files present, every shard an index names
+    on disk; each header as the safetensors library checks it), compressed-tensors
+    pack-quantized tensors consistent (the shapes of compressed_tensors_wNa16*.py
+    create_weights; the words here are the simulator's, SGLang has none), the DFlash drafter
+    against its target (speculative/dflash_utils.py: num_hidden_layers, target_layer_ids within
+    the target's layers; a block size other than the run's only warns, as
+    speculative/dflash_worker_v2.py does), EAGLE-3's and DFlash's hidden size against the
+    target's (torch's "mat1 and mat2 shapes cannot be multiplied" at the first forward), and the
+    attention backends against the GPU's compute capability (`nvidia-smi
+    --query-gpu=compute_cap`, the first GPU; none checked without nvidia-smi): fa3
+    (layers/attention/attention_registry.py), trtllm_mla (arg_groups/overrides.py), trtllm_mha
+    (arg_groups/attention_hook.py), fa4 with MLA on SM90 (flash_attn/cute/interface.py);
+    flashmla's checks are in the sgl-flash-mla wheel, not sglang's source, and are not made.
+    A failure in the launch process (the arguments, the configs) prints its traceback's last
+    line and exits 1; one in a scheduler (loading) prints "Scheduler hit an exception: ...",
+    then "Received sigquit from a child process. It usually means the child failed." and the
+    server kills itself (SIGKILL) after SGLANG_SIM_LOAD_SECONDS, before the port opens. A
+    path that is no folder, or a folder with neither config.json nor safetensors files, is the
+    simulator's bare stand-in: K2.6, nothing checked.
+
 /model_info (http_server.py model_info; model_type and architectures from the served folder's
 config.json, K2.6's without one); anything else: 404 {"detail": "Not Found"}.
 
@@ -206,7 +235,8 @@ the benchmark client's tests; off unless set):
     SGLANG_SIM_FAULT_AT       which client /generate request the fault hits, counted as
                               SGLANG_SIM_CRASH_AFTER counts (default 1; 0: every request)
 SGLang's own SGLANG_HEALTH_CHECK_TIMEOUT, SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION,
-SGLANG_WARMUP_TIMEOUT and SGLANG_TIMEOUT_KEEP_ALIVE are honoured as SGLang honours them.
+SGLANG_WARMUP_TIMEOUT, SGLANG_TIMEOUT_KEEP_ALIVE and SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN
+are honoured as SGLang honours them.
 """
 
 from __future__ import annotations
@@ -221,6 +251,7 @@ import math
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -1534,6 +1565,11 @@ async def serve(args: dict, settings: Settings) -> None:
         flush=True,
     )
     await asyncio.sleep(settings.load_seconds)
+    if args.get("failure") is not None:
+        # A scheduler failed while loading: the launch process kills its whole tree
+        # (kill_process_tree of itself, so SIGKILL) before the port ever opens.
+        report_failure(args["failure"])
+        os.kill(os.getpid(), signal.SIGKILL)
     loaded = time.perf_counter()
     simulator = Simulator(args, settings)
     allocated = time.perf_counter()
@@ -1728,6 +1764,530 @@ def ddtree_row(resolved: dict, table_text: str) -> tuple[float, float]:
     return step_ms, accept
 
 
+# -- the model folders and the GPU, as SGLang reads them at start-up --------------------------
+
+# config.json and an index are small files; a safetensors header may hold 100 MB (safetensors'
+# own limit, MAX_HEADER_SIZE, in its Rust reader).
+CONFIG_MAX_BYTES = 8 << 20
+SAFETENSORS_HEADER_MAX = 100_000_000
+SAFETENSORS_FILES_MAX = 4096
+DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
+# The architectures SGLang 0.5.23 serves among those the kit's models and drafters name
+# (srt/models/: kimi_k25.py, deepseek_v2.py, kimi_k25_eagle3.py, dflash.py, qwen3_5.py,
+# llama_eagle3.py EntryClass); the real registry knows many more.
+ARCHITECTURES = (
+    "KimiK25ForConditionalGeneration", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM",
+    "Eagle3DeepseekV2ForCausalLM", "DFlashDraftModel", "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5ForCausalLM", "LlamaForCausalLMEagle3",
+)  # fmt: skip
+# srt/configs/model_config.py: the architectures whose attention_arch is MLA (a subset: those
+# above).
+MLA_ARCHITECTURES = {
+    "KimiK25ForConditionalGeneration",
+    "DeepseekV3ForCausalLM",
+    "DeepseekV2ForCausalLM",
+    "Eagle3DeepseekV2ForCausalLM",
+}
+FA3 = (
+    "FlashAttention v3 Backend requires SM>=80 and SM<=90. "
+    "Please use `--attention-backend flashinfer`."
+)
+TRTLLM_MLA = (
+    "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x). "
+    "Please use a different backend."
+)
+
+
+class StartupFailure(Exception):
+    """What SGLang raises at start-up: the exception's type and text, and where it is raised:
+    `server_args` (the launch process, before anything loads: a traceback, exit status 1) or
+    `scheduler` (a scheduler process while it loads: "Scheduler hit an exception", then the
+    launch process kills the whole tree)."""
+
+    def __init__(self, stage: str, kind: str, message: str):
+        super().__init__(message)
+        self.stage, self.kind, self.message = stage, kind, message
+
+
+def read_config(folder: Path) -> dict | None:
+    """config.json of a model folder as transformers' AutoConfig reads it (SGLang's
+    srt/utils/hf_transformers_utils.py get_config), or None for the simulator's bare stand-in:
+    a path that is no folder, or a folder with neither config.json nor weights (tests start the
+    simulator on those, and it answers as K2.6). transformers' own words when it is missing or
+    not JSON (transformers/utils/hub.py cached_files, configuration_utils.py)."""
+    if not folder.is_dir():
+        return None
+    path = folder / "config.json"
+    if not path.is_file():
+        if not any(folder.glob("*.safetensors")):
+            return None
+        raise StartupFailure(
+            "server_args",
+            "OSError",
+            f"{folder} does not appear to have a file named config.json. Checkout "
+            f"'https://huggingface.co/{folder}/tree/None' for available files.",
+        )
+    bad = StartupFailure(
+        "server_args",
+        "OSError",
+        f"It looks like the config file at '{path}' is not a valid JSON file.",
+    )
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(CONFIG_MAX_BYTES + 1)
+        config = json.loads(data) if len(data) <= CONFIG_MAX_BYTES else None
+    except (OSError, ValueError):
+        raise bad from None
+    if not isinstance(config, dict):
+        raise bad
+    return config
+
+
+def text_part(config: dict) -> dict:
+    """The text model's config (a multimodal model's text_config), as ModelConfig's
+    hf_text_config."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
+def number(config: dict, key: str, default=None):
+    value = config.get(key, default)
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def safetensors_header(path: Path) -> dict:
+    """A safetensors file's header (name -> dtype, shape, data_offsets), checked as the
+    safetensors library checks it before anything is read; ValueError with its error's name
+    (SafetensorError: "Error while deserializing header: ...")."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        start = handle.read(8)
+        if len(start) < 8:
+            raise ValueError("HeaderTooSmall")
+        length = int.from_bytes(start, "little")
+        if length > SAFETENSORS_HEADER_MAX:
+            raise ValueError("HeaderTooLarge")
+        if 8 + length > size:
+            raise ValueError("MetadataIncompleteBuffer")
+        try:
+            header = json.loads(handle.read(length))
+        except ValueError:
+            raise ValueError("InvalidHeaderDeserialization") from None
+    if not isinstance(header, dict):
+        raise ValueError("InvalidHeaderDeserialization")
+    header.pop("__metadata__", None)
+    data = size - 8 - length
+    for name, info in header.items():
+        try:
+            begin, end = info["data_offsets"]
+            count = math.prod(int(n) for n in info["shape"])
+            width = DTYPE_BYTES[info["dtype"]]
+        except (TypeError, KeyError, ValueError):
+            raise ValueError(f"InvalidHeaderDeserialization ({name})") from None
+        if not (0 <= begin <= end <= data) or end - begin != count * width:
+            raise ValueError(f"InvalidOffset({name})")
+    return header
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files a load reads (srt/model_loader/loader.py _prepare_weights,
+    weight_utils.py filter_duplicate_safetensors_files): every *.safetensors, or with an index
+    those it names, each of which must be there."""
+    files = sorted(folder.glob("*.safetensors"))[:SAFETENSORS_FILES_MAX]
+    if not files:
+        raise StartupFailure(
+            "scheduler", "RuntimeError", f"Cannot find any model weights with `{folder}`"
+        )
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return files
+    try:
+        with open(index, "rb") as handle:
+            weight_map = json.loads(handle.read(CONFIG_MAX_BYTES))["weight_map"]
+        named = {str(shard) for shard in weight_map.values()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise StartupFailure(
+            "scheduler", "KeyError", "'weight_map'"
+        ) from None  # json.load(f)["weight_map"] of a file without one
+    missing = sorted(name for name in named if not (folder / name).is_file())
+    if missing:
+        raise StartupFailure(
+            "scheduler",
+            "RuntimeError",
+            f"model.safetensors.index.json references {len(missing)} shard file(s) missing "
+            f"from {folder} (incomplete download?): {missing}",
+        )
+    return [path for path in files if path.name in named]
+
+
+def tensors_of(folder: Path) -> dict[str, dict]:
+    """Every tensor of the folder's weights (name -> dtype, shape, file, offsets)."""
+    tensors: dict = {}
+    for path in weight_files(folder):
+        try:
+            header = safetensors_header(path)
+        except (OSError, ValueError) as error:
+            raise StartupFailure(
+                "scheduler",
+                "safetensors_rust.SafetensorError",
+                f"Error while deserializing header: {error}",
+            ) from None
+        for name, info in header.items():
+            tensors[name] = {**info, "file": path}
+    return tensors
+
+
+def int_values(tensor: dict, limit: int = 8) -> list[int]:
+    """The first values of a small integer tensor (a weight_shape), read bounded."""
+    width = DTYPE_BYTES[tensor["dtype"]]
+    begin, end = tensor["data_offsets"]
+    with open(tensor["file"], "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        handle.seek(8 + length + begin)
+        data = handle.read(min(end - begin, limit * width))
+    return [
+        int.from_bytes(data[i : i + width], "little", signed=True)
+        for i in range(0, len(data), width)
+    ]
+
+
+def pack_quantized(config: dict) -> tuple[int, int] | None:
+    """(bits, group size) of a compressed-tensors pack-quantized checkpoint's weights, from
+    quantization_config's first config group; None for another format."""
+    quant = config.get("quantization_config") or text_part(config).get("quantization_config")
+    if not isinstance(quant, dict) or quant.get("quant_method") != "compressed-tensors":
+        return None
+    groups = quant.get("config_groups")
+    for group in groups.values() if isinstance(groups, dict) else []:
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if isinstance(weights, dict):
+            return number(weights, "num_bits", 4), number(weights, "group_size", -1)
+    return None
+
+
+def check_compressed_tensors(config: dict, tensors: dict) -> None:
+    """Each packed weight with its scale and shape, their shapes as the scheme builds its
+    parameters (srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_wNa16.py
+    and _wNa16_moe.py create_weights: weight_packed int32 [out, in / (32 / bits)],
+    weight_scale [out, in / group_size], weight_shape [out, in]). SGLang itself gives no clear
+    message here (a missing scale keeps its initial value, a wrong shape breaks the Marlin
+    repack): the words are the simulator's."""
+    scheme = pack_quantized(config)
+    if scheme is None:
+        return
+    bits, group = scheme
+    pack = 32 // bits if bits in (2, 4, 8) else 8
+    for name in sorted(tensors):
+        if not name.endswith(".weight_packed"):
+            continue
+        base = name[: -len(".weight_packed")]
+        packed = tensors[name]
+        scale, shape = tensors.get(base + ".weight_scale"), tensors.get(base + ".weight_shape")
+        problem = None
+        if scale is None or shape is None:
+            problem = "has no weight_scale or no weight_shape beside it"
+        elif packed["dtype"] != "I32" or len(packed["shape"]) != 2:
+            problem = f"is {packed['dtype']} {packed['shape']}, not a 2-D int32 tensor"
+        else:
+            rows, columns = packed["shape"][0], packed["shape"][1] * pack
+            recorded = int_values(shape) if shape["dtype"] in ("I32", "I64") else []
+            groups = columns // group if group > 0 else 1
+            if recorded[:2] != [rows, columns]:
+                problem = f"unpacks to [{rows}, {columns}] but weight_shape says {recorded[:2]}"
+            elif list(scale["shape"]) != [rows, groups]:
+                problem = (
+                    f"needs weight_scale [{rows}, {groups}] (group size {group}), found "
+                    f"{scale['shape']}"
+                )
+        if problem:
+            raise StartupFailure(
+                "scheduler",
+                "ValueError",
+                f"compressed-tensors checkpoint: {name} {problem}",
+            )
+
+
+def check_divisible(config: dict, tp: int) -> None:
+    """What TP splits must divide by --tp-size, each raised where SGLang raises it:
+    srt/distributed/utils.py divide() ("{a} is not divisible by {b}") for attention heads
+    (layers/linear.py QKVParallelLinear), key/value heads (the KV heads over TP, or TP over
+    them when there are fewer), the dense MLP (MergedColumnParallelLinear) and vision heads
+    (layers/attention/vision.py VisionAttention); a bare assert for MLA's heads
+    (models/deepseek_v2.py: num_heads % attn_tp_size) and the experts' intermediate size
+    (layers/moe/fused_moe_triton/layer.py)."""
+    text = text_part(config)
+    mla = bool(set(config.get("architectures") or []) & MLA_ARCHITECTURES)
+
+    def divide(numerator, denominator) -> None:
+        if numerator and denominator and numerator % denominator:
+            raise StartupFailure(
+                "scheduler", "AssertionError", f"{numerator} is not divisible by {denominator}"
+            )
+
+    heads = number(text, "num_attention_heads")
+    if mla and heads and heads % tp:
+        raise StartupFailure("scheduler", "AssertionError", "")
+    divide(heads, tp)
+    kv = number(text, "num_key_value_heads")
+    if kv and not mla:
+        divide(tp, kv) if tp >= kv else divide(kv, tp)
+    divide(number(text, "intermediate_size"), tp)
+    moe = number(text, "moe_intermediate_size")
+    if moe and moe % tp:
+        raise StartupFailure("scheduler", "AssertionError", "")
+    vision = config.get("vision_config")
+    if isinstance(vision, dict):
+        divide(number(vision, "num_attention_heads") or number(vision, "num_heads"), tp)
+
+
+def derived_context_length(config: dict) -> int:
+    """srt/utils/hf_transformers/common.py get_context_length: the first of its keys, times a
+    rope scaling factor, else 2048."""
+    text = text_part(config)
+    scaling = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), dict) else None
+    factor = 1
+    plain = not scaling or "original_max_position_embeddings" in scaling
+    if not plain and scaling.get("rope_type") != "llama3":
+        given = scaling.get("factor", 1)
+        factor = given if isinstance(given, (int, float)) and not isinstance(given, bool) else 1
+    for key in ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                "max_position_embeddings"):  # fmt: skip
+        if number(text, key) is not None:
+            return int(factor * number(text, key))
+    return 2048
+
+
+def check_context_length(config: dict, resolved: dict, draft: bool, stage: str) -> None:
+    """srt/configs/model_config.py _derive_context_length: --context-length above what the
+    model's config allows refuses to start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN
+    is set; a draft model is built with the target's context length."""
+    wanted = resolved.get("context_length")
+    derived = derived_context_length(config)
+    if wanted is None or int(wanted) <= derived:
+        return
+    if env_bool("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", False):
+        return
+    reason = "Target model's" if draft else "User-specified"
+    raise StartupFailure(
+        stage,
+        "ValueError",
+        f"Warning: {reason} context_length ({wanted}) is greater than the derived "
+        f"context_length ({derived}). This may lead to incorrect model outputs or CUDA errors. "
+        "Note that the derived context_length may differ from max_position_embeddings in the "
+        "model's config. To allow overriding this maximum, set the env var "
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+    )
+
+
+def check_architectures(config: dict) -> None:
+    """srt/models/registry.py _raise_for_unsupported. SGLang first tries its Transformers
+    fallback for an architecture it does not know; the simulator has none."""
+    names = config.get("architectures")
+    names = [str(n)[:200] for n in names[:8]] if isinstance(names, list) else []
+    if not names or not any(name in ARCHITECTURES for name in names):
+        raise StartupFailure(
+            "scheduler",
+            "ValueError",
+            f"Model architectures {names} are not supported for now. Supported "
+            f"architectures: {list(ARCHITECTURES)}",
+        )
+
+
+def matmul_error(tokens: int, features: int, weight_in: int, weight_out: int) -> StartupFailure:
+    """torch's F.linear on inputs the layer was not built for (the first forward: the warmup or
+    CUDA graph capture), as a scheduler logs it."""
+    return StartupFailure(
+        "scheduler",
+        "RuntimeError",
+        f"mat1 and mat2 shapes cannot be multiplied ({tokens}x{features} and "
+        f"{weight_in}x{weight_out})",
+    )
+
+
+def check_dflash(draft: dict, target: dict, resolved: dict) -> list[str]:
+    """The DFlash drafter against its target (srt/speculative/dflash_utils.py
+    parse_dflash_draft_config, resolve_target_layer_ids; model_runner_components/
+    spec_aux_hidden_state.py resolves them against the running target's layers). Its fc
+    projects len(target_layer_ids) x hidden features (models/dflash.py), so a target of another
+    hidden size fails its first forward. A block size other than the run's is only a warning
+    (speculative/dflash_worker_v2.py). Returns the warnings."""
+    nested = draft.get("dflash_config") if isinstance(draft.get("dflash_config"), dict) else {}
+    layers = number(target_text := text_part(target), "num_hidden_layers", 0)
+    ids = nested.get("target_layer_ids", draft.get("target_layer_ids"))
+    if ids is None:
+        if number(draft, "num_hidden_layers") is None:
+            raise StartupFailure(
+                "scheduler",
+                "ValueError",
+                "DFLASH requires draft num_hidden_layers in config. Got config without "
+                "num_hidden_layers.",
+            )
+        ids = list(range(number(draft, "num_hidden_layers")))
+    ids = [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
+    for index, value in enumerate(ids):
+        if value < 0 or value >= layers:
+            raise StartupFailure(
+                "scheduler",
+                "ValueError",
+                "DFLASH target_layer_ids contains an out-of-range layer id. "
+                f"target_layer_ids[{index}]={value}, target_num_layers={layers}.",
+            )
+    hidden, target_hidden = number(draft, "hidden_size"), number(target_text, "hidden_size")
+    if hidden and target_hidden and hidden != target_hidden:
+        features = len(ids) or 1
+        raise matmul_error(8, features * target_hidden, features * hidden, hidden)
+    warnings = []
+    block = nested.get("block_size", draft.get("block_size"))
+    running = resolved.get("speculative_num_draft_tokens")
+    if isinstance(block, int) and running is not None and int(running) != block:
+        warnings.append(
+            f"DFLASH block size mismatch: using speculative_num_draft_tokens={running} but "
+            f"draft config block_size={block}."
+        )
+    return warnings
+
+
+def check_eagle3(draft: dict, target: dict) -> None:
+    """EAGLE-3's fc takes three target layers' hidden states (target_hidden_size, else its own
+    hidden_size: srt/models/llama_eagle3.py, kimi_k25_eagle3.py): a target of another hidden
+    size fails the first forward."""
+    hidden = number(draft, "hidden_size")
+    expected = number(draft, "target_hidden_size") or hidden
+    actual = number(text_part(target), "hidden_size")
+    if hidden and expected and actual and expected != actual:
+        raise matmul_error(8, 3 * actual, 3 * expected, hidden)
+
+
+def compute_capability() -> tuple[int, int] | None:
+    """The first GPU's compute capability, as torch.cuda.get_device_capability() reads it,
+    from `nvidia-smi --query-gpu=compute_cap --format=csv,noheader` (30 s deadline); None
+    without nvidia-smi (the unit tests' machine: nothing to check against)."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = (done.stdout.strip().splitlines() or [""])[0].strip()
+    major, _, minor = first.partition(".")
+    if done.returncode != 0 or not (major.isdigit() and minor.isdigit()):
+        return None
+    return int(major), int(minor)
+
+
+def check_backend(backend: object, mla: bool, capability: tuple[int, int], draft: bool) -> None:
+    """An attention backend on this GPU, each with the text 0.5.23 raises:
+    fa3 (srt/layers/attention/attention_registry.py create_flashattention_v3_backend: SM 9.x,
+    or 8.x without MLA), trtllm_mla (srt/arg_groups/overrides.py _mla_kv_cache_dtype_checks:
+    Blackwell, SM 10.x to 12.x, checked with the arguments; attention_registry.py: MLA models
+    only), trtllm_mha (arg_groups/attention_hook.py: SM 9.x, 10.x, 12.x; attention_registry.py:
+    not MLA), fa4 with MLA on SM 9.x (the absorbed MLA shape, head dims 64 and 512, which
+    flash_attn/cute/interface.py _validate_head_dims refuses there, at the first forward).
+    flashmla's architecture checks live in the sgl-flash-mla wheel, not in sglang's source:
+    the simulator checks none."""
+    major = capability[0]
+    name = str(backend or "")
+    if name == "fa3" and not (major == 9 or (major == 8 and not mla)):
+        raise StartupFailure("scheduler", "AssertionError", FA3)
+    if name == "trtllm_mla":
+        if not draft and major not in (10, 11, 12):
+            raise StartupFailure("server_args", "ValueError", TRTLLM_MLA)
+        if not mla:
+            raise StartupFailure(
+                "scheduler", "ValueError", "trtllm_mla backend can only be used with MLA models."
+            )
+    if name == "trtllm_mha":
+        if major not in (9, 10, 12):
+            raise StartupFailure(
+                "server_args",
+                "ValueError",
+                "TRTLLM MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or "
+                "SM120 GPUs. Please use a different prefill backend.",
+            )
+        if mla:
+            raise StartupFailure(
+                "scheduler",
+                "ValueError",
+                "trtllm_mha backend can only be used with non-MLA models.",
+            )
+    if name == "fa4" and mla and major == 9:
+        raise StartupFailure(
+            "scheduler",
+            "AssertionError",
+            "(head_dim, head_dim_v)=(64, 512) is not supported on SM90. head_dim and "
+            "head_dim_v must be between 8 and 256 and divisible by 8, or both equal to 512.",
+        )
+
+
+def startup_checks(resolved: dict) -> tuple[StartupFailure | None, list[str]]:
+    """What SGLang checks of the model folders and the GPU before it serves, in its order
+    (arguments, the target's config, its weights, the drafter, the attention backends): the
+    first failure, and the warnings it logs. A bare stand-in folder (read_config) is not
+    checked."""
+    warnings: list[str] = []
+    try:
+        target = read_config(Path(str(resolved.get("model_path") or "")))
+        draft_path = resolved.get("speculative_draft_model_path")
+        draft = read_config(Path(str(draft_path))) if draft_path else None
+        capability = compute_capability()
+        mla = target is not None and bool(
+            set(target.get("architectures") or []) & MLA_ARCHITECTURES
+        )
+        if capability is not None:
+            check_backend(resolved.get("attention_backend"), mla, capability, draft=False)
+        if target is not None:
+            check_context_length(target, resolved, draft=False, stage="server_args")
+            check_architectures(target)
+            check_divisible(target, int(resolved.get("tp_size") or 1))
+            check_compressed_tensors(target, tensors_of(Path(str(resolved["model_path"]))))
+        if draft is not None:
+            check_architectures(draft)
+            tensors_of(Path(str(draft_path)))
+            check_context_length(draft, resolved, draft=True, stage="scheduler")
+            algorithm = str(resolved.get("speculative_algorithm") or "").upper()
+            if target is not None and algorithm in ("DFLASH", "DDTREE"):
+                warnings += check_dflash(draft, target, resolved)
+            if target is not None and algorithm == "EAGLE3":
+                check_eagle3(draft, target)
+            if capability is not None:
+                draft_mla = bool(set(draft.get("architectures") or []) & MLA_ARCHITECTURES)
+                backend = resolved.get("speculative_draft_attention_backend")
+                check_backend(backend, draft_mla, capability, draft=True)
+    except StartupFailure as failure:
+        return failure, warnings
+    return None, warnings
+
+
+def report_failure(failure: StartupFailure) -> None:
+    """The failure as SGLang's output shows it (stderr): the exception line a traceback ends
+    with; from a scheduler, behind "Scheduler hit an exception" (srt/managers/scheduler.py
+    run_scheduler_process) and followed by the launch process's "Received sigquit from a child
+    process" (srt/entrypoints/engine.py launch_phase_sigquit_handler)."""
+    line = f"{failure.kind}: {failure.message}" if failure.message else failure.kind
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    if failure.stage == "scheduler":
+        print(
+            f"[{stamp} TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            f"  (simulated)\n{line}\n",
+            file=sys.stderr,
+            flush=True,
+        )
+        print(
+            f"[{stamp}] Received sigquit from a child process. It usually means the child failed.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    print(f"Traceback (most recent call last):\n  (simulated)\n{line}", file=sys.stderr, flush=True)
+
+
 def log_server_args(resolved: dict) -> None:
     """What SGLang's engine logs first (`logger.info(f"{server_args=}")`, the ServerArgs
     dataclass' repr): every resolved argument, the API key among them in the clear, into
@@ -1743,6 +2303,13 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("SGLANG_SIM_CRASH_ON_START") == "1":
         print("simulated crash on start", file=sys.stderr)
         return 1
+    failure, warnings = startup_checks(args["resolved"])
+    for warning in warnings:
+        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] WARNING {warning}", file=sys.stderr)
+    if failure is not None and failure.stage == "server_args":
+        report_failure(failure)
+        return 1
+    args["failure"] = failure
     settings = Settings()
     if settings.fault not in FAULTS:
         print(f"SGLANG_SIM_FAULT must be one of {sorted(FAULTS)}", file=sys.stderr, flush=True)

@@ -312,7 +312,7 @@ def test_module_check_mode_writes_nothing(lock_path):
 # deploy_kimi.yml is one rolling play that takes and releases the lock in each batch: its
 # wiring is checked in test_rollout_batches.py.
 ENTRY = ["benchmark_kimi.yml", "teardown.yml"]
-STAGES = ["preflight", "weights", "runtime", "tuning", "server", "benchmark", "teardown"]
+STAGES = ["preflight", "runtime", "canary", "weights", "tuning", "server", "benchmark", "teardown"]
 
 
 # Modules that run on the controller alone: a play of only these does not act on a host.

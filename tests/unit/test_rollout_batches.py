@@ -133,7 +133,7 @@ def test_the_filter_hands_over_the_plan_and_turns_errors_into_filter_errors():
 
 # The wiring of deploy_kimi.yml's rolling play (the lock plays' is in test_host_lock.py).
 
-STAGES = ["preflight", "weights", "runtime", "tuning", "server"]
+STAGES = ["preflight", "runtime", "canary", "weights", "tuning", "server"]
 
 
 def imports(task: dict) -> str | None:

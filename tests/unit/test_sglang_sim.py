@@ -984,3 +984,282 @@ def test_the_health_polls_log_tail_masks_the_api_keys_sglang_logged(tmp_path):
     assert len(said["log_tail"]) == 3
     assert key not in tail and old not in tail, tail
     assert tail.count("api_key='********'") == 2, tail
+
+
+# -- the model folders and the GPU at start-up (startup_checks) ----------------------------
+
+
+def resolved_for(folders: dict, algorithm: str | None = None, **more) -> dict:
+    """The resolved arguments startup_checks reads, as a launch of the tiny folders gives them."""
+    resolved = {
+        "model_path": str(folders["target"]),
+        "tp_size": 8,
+        "attention_backend": "flashinfer",
+        "context_length": 4096,
+    }
+    if algorithm in ("DFLASH", "DDTREE"):
+        resolved.update(
+            speculative_algorithm=algorithm,
+            speculative_draft_model_path=str(folders["dflash"]),
+            speculative_num_draft_tokens=8,
+            speculative_draft_attention_backend="flashinfer",
+        )
+    elif algorithm == "EAGLE3":
+        resolved.update(
+            speculative_algorithm=algorithm,
+            speculative_draft_model_path=str(folders["eagle3"]),
+            speculative_num_draft_tokens=4,
+        )
+    return {**resolved, **more}
+
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    from tests.support.safetensors_files import tiny_folders
+
+    monkeypatch.setattr(sglang_sim, "compute_capability", lambda: (12, 0))
+    return tiny_folders(tmp_path)
+
+
+def failure_of(resolved: dict) -> tuple[str, str, str] | None:
+    failure, _ = sglang_sim.startup_checks(resolved)
+    return None if failure is None else (failure.stage, failure.kind, failure.message)
+
+
+@pytest.mark.parametrize("algorithm", [None, "DFLASH", "DDTREE", "EAGLE3"])
+def test_consistent_folders_start(folders, algorithm):
+    assert sglang_sim.startup_checks(resolved_for(folders, algorithm)) == (None, [])
+
+
+def edit_config(folder: Path, change) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    change(config)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def rewrite_weights(folder: Path, tensors: dict) -> None:
+    from tests.support.safetensors_files import safetensors_bytes
+
+    for path in folder.glob("*.safetensors*"):
+        path.unlink()
+    (folder / "model.safetensors").write_bytes(safetensors_bytes(tensors))
+
+
+def test_config_json_missing_or_broken_is_transformers_error(folders):
+    target = folders["target"]
+    (target / "config.json").unlink()
+    stage, kind, message = failure_of(resolved_for(folders))
+    assert (stage, kind) == ("server_args", "OSError")
+    assert message.startswith(f"{target} does not appear to have a file named config.json.")
+    (target / "config.json").write_text("{not json")
+    assert failure_of(resolved_for(folders)) == (
+        "server_args",
+        "OSError",
+        f"It looks like the config file at '{target}/config.json' is not a valid JSON file.",
+    )
+
+
+def test_an_unknown_architecture_is_refused_with_the_registrys_words(folders):
+    edit_config(folders["target"], lambda c: c.update(architectures=["NoSuchModel"]))
+    stage, kind, message = failure_of(resolved_for(folders))
+    assert (stage, kind) == ("scheduler", "ValueError")
+    assert message.startswith("Model architectures ['NoSuchModel'] are not supported for now.")
+
+
+@pytest.mark.parametrize(
+    ("change", "tp", "message"),
+    [
+        # MLA's heads: models/deepseek_v2.py's bare assert.
+        (lambda c: None, 3, ""),
+        (lambda c: c["text_config"].update(intermediate_size=500), 8, "500 is not divisible by 8"),
+        (lambda c: c["text_config"].update(moe_intermediate_size=60), 8, ""),
+        (
+            lambda c: c["vision_config"].update(num_attention_heads=12),
+            8,
+            "12 is not divisible by 8",
+        ),
+    ],
+)
+def test_what_tp_splits_must_divide_by_the_tp_size(folders, change, tp, message):
+    edit_config(folders["target"], change)
+    assert failure_of(resolved_for(folders, tp_size=tp)) == ("scheduler", "AssertionError", message)
+
+
+def test_weights_missing_an_index_shard_or_a_broken_header(folders):
+    target = folders["target"]
+    shard = sorted(target.glob("*.safetensors"))[0]
+    shard.unlink()
+    stage, kind, message = failure_of(resolved_for(folders))
+    assert (stage, kind) == ("scheduler", "RuntimeError")
+    assert message == (
+        f"model.safetensors.index.json references 1 shard file(s) missing from {target} "
+        f"(incomplete download?): ['{shard.name}']"
+    )
+    shard.write_bytes((10**9).to_bytes(8, "little") + b"{}")
+    assert failure_of(resolved_for(folders)) == (
+        "scheduler",
+        "safetensors_rust.SafetensorError",
+        "Error while deserializing header: HeaderTooLarge",
+    )
+    for path in target.glob("*.safetensors*"):
+        path.unlink()
+    assert failure_of(resolved_for(folders)) == (
+        "scheduler",
+        "RuntimeError",
+        f"Cannot find any model weights with `{target}`",
+    )
+
+
+def test_compressed_tensors_weights_must_carry_consistent_scale_and_shape(folders):
+    from tests.support.safetensors_files import packed_int4
+
+    target, expert = folders["target"], "language_model.model.layers.1.mlp.experts.0.up_proj"
+    good = packed_int4(expert, 64, 256)
+    rewrite_weights(target, good)
+    assert failure_of(resolved_for(folders)) is None
+    cases = {
+        "has no weight_scale or no weight_shape beside it": {
+            k: v for k, v in good.items() if not k.endswith("weight_scale")
+        },
+        "unpacks to [64, 256] but weight_shape says [64, 512]": {
+            **good,
+            f"{expert}.weight_shape": ("I32", (2,), [64, 512]),
+        },
+        "needs weight_scale [64, 8] (group size 32), found [64, 4]": {
+            **good,
+            f"{expert}.weight_scale": ("BF16", (64, 4)),
+        },
+        "is BF16 [64, 32], not a 2-D int32 tensor": {
+            **good,
+            f"{expert}.weight_packed": ("BF16", (64, 32)),
+        },
+    }
+    for problem, tensors in cases.items():
+        rewrite_weights(target, tensors)
+        assert failure_of(resolved_for(folders)) == (
+            "scheduler",
+            "ValueError",
+            f"compressed-tensors checkpoint: {expert}.weight_packed {problem}",
+        ), problem
+
+
+def test_a_context_length_beyond_the_configs_refuses_unless_allowed(folders, monkeypatch):
+    stage, kind, message = failure_of(resolved_for(folders, context_length=16384))
+    assert (stage, kind) == ("server_args", "ValueError")
+    assert message.startswith(
+        "Warning: User-specified context_length (16384) is greater than the derived "
+        "context_length (8192)."
+    )
+    assert message.endswith("set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+    # The drafter is built with the target's context length: one without the key has 2048.
+    edit_config(folders["dflash"], lambda c: c.pop("max_position_embeddings"))
+    said = failure_of(resolved_for(folders, "DFLASH"))
+    assert said[:2] == ("scheduler", "ValueError")
+    assert said[2].startswith("Warning: Target model's context_length (4096) is greater than ")
+    monkeypatch.setenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "1")
+    assert failure_of(resolved_for(folders, "DFLASH", context_length=16384)) is None
+
+
+def test_the_dflash_drafter_against_its_target(folders):
+    dflash = folders["dflash"]
+    edit_config(dflash, lambda c: c["dflash_config"].update(target_layer_ids=[1, 4]))
+    assert failure_of(resolved_for(folders, "DFLASH")) == (
+        "scheduler",
+        "ValueError",
+        "DFLASH target_layer_ids contains an out-of-range layer id. target_layer_ids[1]=4, "
+        "target_num_layers=4.",
+    )
+    edit_config(dflash, lambda c: (c.pop("dflash_config"), c.pop("num_hidden_layers")))
+    assert failure_of(resolved_for(folders, "DDTREE"))[2] == (
+        "DFLASH requires draft num_hidden_layers in config. Got config without num_hidden_layers."
+    )
+    edit_config(dflash, lambda c: c.update(num_hidden_layers=2, hidden_size=128))
+    assert failure_of(resolved_for(folders, "DFLASH")) == (
+        "scheduler",
+        "RuntimeError",
+        "mat1 and mat2 shapes cannot be multiplied (8x512 and 256x128)",
+    )
+    # A block size other than the run's is a warning only, as SGLang logs it.
+    edit_config(dflash, lambda c: c.update(hidden_size=256, block_size=16))
+    failure, warnings = sglang_sim.startup_checks(resolved_for(folders, "DFLASH"))
+    assert failure is None
+    assert warnings == [
+        "DFLASH block size mismatch: using speculative_num_draft_tokens=8 but draft config "
+        "block_size=16."
+    ]
+
+
+def test_the_eagle3_drafter_takes_three_target_layers_of_its_hidden_size(folders):
+    edit_config(folders["eagle3"], lambda c: c.update(target_hidden_size=512))
+    assert failure_of(resolved_for(folders, "EAGLE3")) == (
+        "scheduler",
+        "RuntimeError",
+        "mat1 and mat2 shapes cannot be multiplied (8x768 and 1536x256)",
+    )
+
+
+NOT_MHA = "trtllm_mha backend can only be used with non-MLA models."
+
+
+@pytest.mark.parametrize(
+    ("capability", "where", "backend", "expected"),
+    [
+        ((12, 0), "target", "fa3", ("scheduler", "AssertionError", sglang_sim.FA3)),
+        ((9, 0), "target", "fa3", None),
+        ((12, 0), "draft", "fa3", ("scheduler", "AssertionError", sglang_sim.FA3)),
+        ((9, 0), "target", "trtllm_mla", ("server_args", "ValueError", sglang_sim.TRTLLM_MLA)),
+        # SGLang's own check lets SM120 through (is_blackwell covers SM 10.x to 12.x).
+        ((12, 0), "target", "trtllm_mla", None),
+        ((10, 0), "target", "trtllm_mha", ("scheduler", "ValueError", NOT_MHA)),
+        ((9, 0), "target", "fa4", ("scheduler", "AssertionError",
+                                    "(head_dim, head_dim_v)=(64, 512) is not supported on SM90. "
+                                    "head_dim and head_dim_v must be between 8 and 256 and "
+                                    "divisible by 8, or both equal to 512.")),
+        ((10, 0), "target", "fa4", None),
+        ((12, 0), "target", "flashinfer", None),
+        ((12, 0), "target", "triton", None),
+    ],
+)  # fmt: skip
+def test_attention_backends_against_the_gpus_compute_capability(
+    folders, monkeypatch, capability, where, backend, expected
+):
+    monkeypatch.setattr(sglang_sim, "compute_capability", lambda: capability)
+    key = "attention_backend" if where == "target" else "speculative_draft_attention_backend"
+    assert failure_of(resolved_for(folders, "DFLASH", **{key: backend})) == expected
+
+
+def fake_nvidia_smi(folder: Path, capability: str) -> Path:
+    """A folder whose nvidia-smi answers --query-gpu=compute_cap as the real one does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\nprintf '{capability}\\n{capability}\\n'\n")
+    script.chmod(0o755)
+    return folder
+
+
+def test_a_backend_the_gpu_does_not_run_stops_the_server_before_its_port_opens(tmp_path):
+    """On SM120 fa3 fails in the scheduler, after loading: its exception, the launch process's
+    sigquit line, the whole server killed; trtllm_mla on SM90 fails with the arguments, exit 1."""
+    from tests.support.safetensors_files import tiny_folders
+
+    folders = tiny_folders(tmp_path / "models")
+    argv = [a if a != "/w/t" else str(folders["target"]) for a in BASE]
+    sm120 = fake_nvidia_smi(tmp_path / "sm120", "12.0")
+    fa3 = [a if a != "flashinfer" else "fa3" for a in argv]
+    process, _ = start(fa3, wait="none", PATH=f"{sm120}:/usr/bin:/bin")
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == -9, stderr
+    assert "Scheduler hit an exception: Traceback (most recent call last):" in stderr
+    assert f"\nAssertionError: {sglang_sim.FA3}\n" in stderr
+    assert "Received sigquit from a child process. It usually means the child failed." in stderr
+    sm90 = fake_nvidia_smi(tmp_path / "sm90", "9.0")
+    trtllm = [a if a != "flashinfer" else "trtllm_mla" for a in argv]
+    process, _ = start(trtllm, wait="none", PATH=f"{sm90}:/usr/bin:/bin")
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 1 and f"\nValueError: {sglang_sim.TRTLLM_MLA}" in stderr
+    # The same folder serves where the backend runs.
+    healthy, url = start(argv, PATH=f"{sm120}:/usr/bin:/bin")
+    try:
+        assert requests.get(f"{url}/health_generate", timeout=30).status_code == 200
+    finally:
+        stop(healthy)
