@@ -406,6 +406,26 @@ def test_the_canary_ran_every_config_of_each_host_before_its_download(cluster, d
     assert outcomes == {("runner_on_skipped", host) for host in HOSTS}, outcomes
 
 
+def test_the_host_records_what_preflight_found_and_what_the_runtime_says_of_itself(cluster, deploy):
+    """preflight.json holds the GPUs' compute capability (both hosts: 12.0 on the RTX PRO 6000
+    host, 10.0 on the B200 one); runtime.json holds, per runtime, `python -m sglang.check_env`
+    as the runtime printed it (the GPUs it saw and their compute capability) and the kernel
+    packages' versions."""
+    assert deploy["first"].rc == 0, deploy["first"].stdout
+    capability = {KIMI_HOST: "12.0", QWEN_HOST: "10.0"}
+    for host in HOSTS:
+        preflight = json.loads(cluster.ssh(host, "cat /var/lib/kimi/preflight.json").stdout)
+        assert preflight["passed"] is True and preflight["compute_capability"] == capability[host]
+        runtime = json.loads(cluster.ssh(host, "cat /opt/kimi/runtime/runtime.json").stdout)
+        for kind in ("release", "git"):
+            check_env = runtime[kind]["check_env"]
+            assert check_env["ok"] is True, (host, kind, check_env)
+            lines = check_env["output"].splitlines()
+            assert "CUDA available: True" in lines
+            assert f"GPU 0,1,2,3,4,5,6,7 Compute Capability: {capability[host]}" in lines
+            assert set(runtime[kind]["kernels"]) >= {"sglang-kernel", "flashinfer-python"}
+
+
 def test_the_sudo_user_deployed_its_host_through_become(cluster, deploy):
     """The K2.6 host was reached as the sudo user (only Ansible connecting as it leaves its
     remote temporary folder in its home) and everything the roles wrote there is root's, as on
