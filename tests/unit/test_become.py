@@ -23,6 +23,7 @@ GPU_HOST_PLAYBOOKS = [
     "preflight",
     "weights",
     "runtime",
+    "canary",
     "tuning",
     "server",
     "benchmark",
