@@ -6,20 +6,20 @@ as published, estimates marked as such, and nothing is derived to make them agre
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 # DFlash acceptance length on Kimi K2.5 (not K2.6), block size 8, per prompt set, from the
-# z-lab DFlash drafter's published evaluation. Keys are the kit's prompt set names.
+# z-lab DFlash drafter's published evaluation. Keys are the kit's prompt set names. The figures
+# live in the model folder (models/kimi-k2.6/acceptance.json), where the speed model reads them.
+_K26_ACCEPTANCE = json.loads(
+    (Path(__file__).resolve().parents[1] / "models" / "kimi-k2.6" / "acceptance.json").read_text()
+)
 DFLASH_K25_ACCEPT = {
     "source": "DFlash on Kimi K2.5 (not K2.6), published",
     "model": "Kimi K2.5",
-    "accept_length": {
-        "gsm8k": 5.3,
-        "math500": 5.5,
-        "humaneval": 5.3,
-        "mbpp": 4.5,
-        "mt-bench": 3.7,
-    },
+    "accept_length": dict(_K26_ACCEPTANCE["dflash"]["accept_length"]),
 }
-
 # The K2.6 drafter's card (z-lab/Kimi-K2.6-DFlash on the Hugging Face hub), as the kit's design
 # notes summarise it: acceptance length 3.6 to 4.9 depending on the dataset, and 2577 output
 # tokens/s at concurrency 32 on GSM8K. No per-dataset acceptance is kept: the notes give only
@@ -36,7 +36,7 @@ DFLASH_K26_CARD = {
 # EAGLE-3 drafter for K2.6 (lightseekorg/kimi-k2.6-eagle3.1-mla): acceptance about 3.2 on GSM8K.
 EAGLE3_K26_ACCEPT = {
     "source": "EAGLE-3 on Kimi K2.6 (lightseekorg model card)",
-    "accept_length": {"gsm8k": 3.2},
+    "accept_length": dict(_K26_ACCEPTANCE["eagle3"]["accept_length"]),
 }
 
 # DDTree on a hybrid model: Qwen3.6-27B (attention plus recurrent GDN layers) with its DFlash
