@@ -846,27 +846,21 @@ def ddtree_curve(
     """DDTree's prediction over budgets, and the budget past which it predicts no further
     gain: where the tokens/s peaks over every budget up to the largest asked (the extra
     experts a wider tree reads cost more than the extra accepted tokens give)."""
+
+    def at(budget: int) -> dict:
+        one = spec("DDTREE", draft_tokens=shape["block_size"], budget=budget)
+        return predict(model_config, draft_config, figures, one, concurrency, context_tokens,
+                       tp_size, chain_length, **options)  # fmt: skip
+
     points = []
     for budget in sorted(set(budgets)):
-        one = spec("DDTREE", draft_tokens=shape["block_size"], budget=budget)
-        result = predict(
-            model_config,
-            draft_config,
-            figures,
-            one,
-            concurrency,
-            context_tokens,
-            tp_size,
-            chain_length,
-            **options,
-        )
+        result = at(budget)
+        experts = result["parts"].get("routed_experts", {})
         points.append(
             {
                 "budget": budget,
                 "step_ms": result["step_ms"],
-                "experts_touched_per_layer": result["parts"]
-                .get("routed_experts", {})
-                .get("experts_touched_per_layer"),
+                "experts_touched_per_layer": experts.get("experts_touched_per_layer"),
                 "accepted_tokens_per_step": result["accepted_tokens_per_step"],
                 "tokens_per_s": result["tokens_per_s"],
             }
@@ -876,18 +870,7 @@ def ddtree_curve(
         largest = max(max(budgets), shape["block_size"] - 1)
         best_rate = -1.0
         for budget in range(1, largest + 1):
-            one = spec("DDTREE", draft_tokens=shape["block_size"], budget=budget)
-            rate = predict(
-                model_config,
-                draft_config,
-                figures,
-                one,
-                concurrency,
-                context_tokens,
-                tp_size,
-                chain_length,
-                **options,
-            )["tokens_per_s"]
+            rate = at(budget)["tokens_per_s"]
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = budget, rate
     return {"points": points, "best_budget": best}
