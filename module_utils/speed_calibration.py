@@ -274,8 +274,8 @@ def median(samples: list[float]) -> float:
 
 
 def gbs(nbytes: float, ms: float) -> float:
-    """GB/s of 1e9 bytes."""
-    return nbytes / (ms * 1e-3) / 1e9
+    """GB/s of 1e9 bytes; 0 for a time that is not above 0 (which record_problems refuses)."""
+    return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
 
 
 def utc_now() -> str:
