@@ -23,7 +23,7 @@ description:
   - Fails with a message saying what was found and how to fix it when the Python or torch is
     missing, torch sees no GPU, the GPU has too little free memory, or the program does not
     finish within O(timeout) seconds (then its whole process group is killed).
-  - Supports check mode: it says whether it would measure, and runs nothing.
+  - Supports check mode. It says whether it would measure, and runs nothing.
 version_added: "0.1.0"
 options:
   python:
@@ -62,8 +62,8 @@ options:
     type: int
     default: 600
 notes:
-  - Run it while nothing else uses the GPU (before the server starts, or after it stopped):
-    it needs about 8 GiB free, and other work would slow the figures.
+  - Run it while nothing else uses the GPU (before the server starts, or after it stopped).
+    It needs about 8 GiB free, and other work would slow the figures.
   - GB/s here are 1e9 bytes per second.
 author:
   - kimi-deploy-kit maintainers (!UNKNOWN)
@@ -117,10 +117,12 @@ def main() -> None:
         argument_spec={
             "python": {"type": "str", "default": "python3"},
             "record_file": {"type": "path", "required": True},
+            # Token counts of a step, not credentials (the sanity check guesses from the name).
             "tokens": {
                 "type": "list",
                 "elements": "int",
                 "default": [1, 8, 17, 33, 65, 129, 257],
+                "no_log": False,
             },
             "repeats": {"type": "int", "default": 20},
             "gpu": {"type": "int", "default": 0},
