@@ -57,7 +57,8 @@ def list_tags(playbook: str) -> dict[str, set[str]]:
 
 def test_list_tags_shows_every_stage_and_the_lock_plays_stay_always():
     plays = list_tags("deploy_kimi.yml")
-    assert set().union(*plays.values()) == {"always", *STAGES}, plays
+    # The speed calibration runs only when asked (--tags calibrate): `never` beside it.
+    assert set().union(*plays.values()) == {"always", *STAGES, "calibrate", "never"}, plays
     # A stage skipped with --skip-tags must not skip the lock's release (or its taking): the
     # stage playbooks' lock plays are `always` alone; deploy_kimi.yml's rolling play is shown
     # releasing under --tags preflight below.
@@ -70,6 +71,37 @@ def test_list_tags_shows_every_stage_and_the_lock_plays_stay_always():
     teardown = list_tags("teardown.yml")
     assert set().union(*teardown.values()) == {"always", "teardown", "server", "tuning"}
     assert teardown["Restore the host values the tuning changed"] >= {"teardown", "tuning"}
+
+
+def list_tasks(playbook: str, *args: str) -> list[str]:
+    """The task lines ansible-playbook --list-tasks shows (no host is contacted)."""
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            playbook,
+            "-i",
+            "inventory/h200",
+            "--list-tasks",
+            *args,
+        ],
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
+
+
+def test_a_plain_deploy_never_calibrates_and_the_calibrate_tag_runs_the_calibration_alone():
+    calibration = "tuning : Calibrate the speed model on this host's GPU"
+    assert not [line for line in list_tasks("deploy_kimi.yml") if calibration in line]
+    tagged = [line.strip() for line in list_tasks("deploy_kimi.yml", "--tags", "calibrate")]
+    assert any(line.startswith(calibration) for line in tagged), tagged
+    # Beside it only what every tag runs: the lock's tasks and the roles' argument checks.
+    stages = [line for line in tagged if line.startswith(("preflight :", "weights :", "server :"))]
+    assert all("Validating arguments" in line for line in stages), stages
+    assert not any(line.startswith("tuning : Tune the host") for line in tagged), tagged
 
 
 @pytest.fixture(scope="module")

@@ -229,3 +229,49 @@ def test_allreduce_check_runs_with_the_runtime_python_and_nccl_environment(hosts
         "teardown.yml", hosts.inventory, limit="ct200-0", envvars={"ANSIBLE_RUN_TAGS": "tuning"}
     )
     assert restore.rc == 0, restore.stdout
+
+
+CALIBRATE = "Calibrate the speed model on this host's GPU"
+
+
+@pytest.mark.integration
+def test_calibrate_tag_records_on_host_and_controller_and_a_second_run_changes_nothing(
+    hosts, playbook, tmp_path
+):
+    """deploy_kimi.yml --tags calibrate: the calibration alone (no stage), its record on the host
+    and fetched to the controller; the second run keeps it (changed=0)."""
+    from ansible.module_utils.speed_calibration import record_problems
+
+    fake = (FAKES / "speed_calibration_python.py").read_bytes()
+    put_file(hosts, "h200-nofm", "/root/fake-calibration-python", fake, "0755")
+    state = tmp_path / "state"
+    extravars = {
+        **EXTRAVARS,
+        "tuning_speed_calibration_python": "/root/fake-calibration-python",
+        "kimi_controller_state_dir": str(state),
+    }
+
+    def calibrate():
+        return playbook(
+            "deploy_kimi.yml",
+            hosts.inventory,
+            extravars=extravars,
+            limit="h200-nofm",
+            tags="calibrate",
+        )
+
+    run = calibrate()
+    assert run.rc == 0, run.stdout[-8000:]
+    assert run.results(CALIBRATE)["h200-nofm"]["measured"] is True
+    # Only the calibration ran: no stage's tasks (the tuning's own first of all).
+    assert not run.results(TUNE) and not run.results("Gather GPU facts")
+    on_host = hosts.ssh("h200-nofm", "cat /var/lib/kimi/speed-calibration.json").stdout
+    record = json.loads(on_host)
+    assert record_problems(record) == [] and record["gpu"]["name"] == "NVIDIA H200"
+    assert [row["tokens"] for row in record["moe"]["rows"]] == [1, 8, 17, 33, 65, 129, 257]
+    assert (state / "h200-nofm" / "speed-calibration.json").read_text() == on_host
+
+    second = calibrate()
+    second.assert_unchanged()
+    assert second.results(CALIBRATE)["h200-nofm"]["measured"] is False
+    assert hosts.ssh("h200-nofm", "cat /var/lib/kimi/speed-calibration.json").stdout == on_host
