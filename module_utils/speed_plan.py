@@ -269,12 +269,17 @@ def _ddtree(inputs, figures, group, concurrency, prompt_sets, context_tokens) ->
                 accept["published_accept_length"],
                 **options,
             )
+            # The model's best budget may lie outside the study's (below block size - 1, the
+            # chain's own size, where no tree of the sweep pays): the best of those run too.
+            rated = [point for point in curve["points"] if point["tokens_per_s"] is not None]
+            best_run = max(rated, key=lambda point: point["tokens_per_s"]) if rated else None
             curves.append(
                 {
                     "concurrency": level,
                     "prompt_sets": accept["prompt_sets"],
                     "published_accept_length": accept["published_accept_length"],
                     "best_budget": curve["best_budget"],
+                    "best_of_budgets": best_run["budget"] if best_run else None,
                     "points": curve["points"],
                 }
             )

@@ -289,7 +289,18 @@ def check_speed(plan: dict, markdown: str, profile: str) -> None:
     assert len(tree["curves"]) == 4 * len(LEVELS)  # DFlash's four published figures
     for curve in tree["curves"]:
         assert 1 <= curve["best_budget"] <= 128
+        assert curve["best_of_budgets"] in tree["budgets"]
         assert [point["budget"] for point in curve["points"]] == tree["budgets"]
+    curve = tree["curves"][-1]
+    cells = " | ".join(
+        f"{whole(p['tokens_per_s'])} ({round(p['step_ms'], 1)} ms, {p['accepted_tokens_per_step']})"
+        for p in curve["points"]
+    )
+    row = (
+        f"| {', '.join(curve['prompt_sets'])} | {curve['concurrency']} | {cells} | "
+        f"{curve['best_of_budgets']} | {curve['best_budget']} |"
+    )
+    assert row in markdown, row
 
     assert "## Predicted decode speed" in markdown
     assert f"on the {profile} profile's\nfigures (nominal: no calibration record" in markdown

@@ -216,6 +216,9 @@ def test_ddtree_gets_a_curve_and_best_budget_per_config_level_and_prompt_set():
             ),
         )  # fmt: skip
         assert curve["best_budget"] == best, curve
+        # And the best of the budgets the study runs.
+        run = max(curve["points"], key=lambda point: point["tokens_per_s"])
+        assert curve["best_of_budgets"] == run["budget"]
         assert shape["block_size"] == 8
     # Launches over two TP sizes are two DDTree configs.
     tp = plan(
@@ -268,7 +271,7 @@ def test_a_launch_the_model_cannot_predict_is_null_with_its_reason():
     assert launches["ar"]["reason"] is None
     assert launches["ar"]["levels"][0]["by_prompt_set"][0]["tokens_per_s"] > 0
     for curve in speed["ddtree"]["ddtree"]["curves"]:
-        assert curve["best_budget"] is None
+        assert curve["best_budget"] is None and curve["best_of_budgets"] is None
         assert all(point["tokens_per_s"] is None for point in curve["points"])
     assert speed["sources"]["acceptance"] == "none published for this model"
     # A drafter whose config the model folder lacks: that launch only.
