@@ -45,6 +45,13 @@ from ansible.module_utils.serving import (  # noqa: E402
     ordered_run,
     parse_config_name,
 )
+from ansible.module_utils.speed_model import SpeedModelError  # noqa: E402
+from ansible.module_utils.speed_plan import (  # noqa: E402
+    hardware_figures,
+    plan_inputs,
+    plan_speed,
+    read_record,
+)
 
 DOCUMENTATION = r"""
 name: kimi_filters
@@ -85,6 +92,11 @@ description:
     of lines, for a server log's lines that reach a result file.
   - C(kimi_ddtree_rules) says whether the study runs DDTree's SGLang at the commit the kit's
     DDTree rules (the contract overlay) were read at: drift, both commits, the files to re-read.
+  - C(kimi_speed_plan) is the plan's speed prediction (module_utils/speed_plan.py): per rendered
+    launch and concurrency level the predicted step time with its parts, accepted tokens per
+    step and tokens/s, per DDTree config its curve over the budgets and best budget, from the
+    profile's hardware figures (the host's calibration record on the controller where it is
+    there). Bad hardware data fails naming what was found, what is needed and the fix.
 """
 
 PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -431,6 +443,58 @@ def kimi_ddtree_rules(overlay_path, locked, git) -> dict:
     return ddtree_rules(overlay, locked, git)
 
 
+def kimi_speed_plan(
+    launches,
+    capacities,
+    model_configs,
+    model_dir,
+    hardware,
+    profile,
+    concurrency,
+    prompt_sets,
+    context_tokens,
+    calibration_file=None,
+    kv_cache_dtype="auto",
+    allreduce_note=None,
+    sources=None,
+) -> dict:
+    """module_utils/speed_plan.py plan_speed() for serving_render's launches: `capacities`
+    maps a launch name to its capacity plan's max_running_requests; `calibration_file` is the
+    host's calibration record on the controller, used where it exists; `allreduce_note` says
+    why the all-reduce figure is the profile's nominal one."""
+    if not isinstance(launches, (list, tuple)) or not isinstance(capacities, dict):
+        raise AnsibleFilterError(
+            "kimi_speed_plan needs serving_render's launches (a list) and a mapping of launch "
+            f"name to max_running_requests, got {type(launches).__name__} and "
+            f"{type(capacities).__name__}"
+        )
+    try:
+        record = read_record(calibration_file, "the host's calibration record")
+        figures = hardware_figures(
+            hardware, profile, record, f"this host's calibration record {calibration_file}"
+        )
+        inputs = plan_inputs(model_configs, model_dir)
+        merged = [
+            {**launch, "max_running_requests": capacities.get(launch.get("name"))}
+            if isinstance(launch, dict)
+            else launch
+            for launch in launches
+        ]
+        return plan_speed(
+            merged,
+            inputs,
+            figures,
+            concurrency=concurrency,
+            prompt_sets=prompt_sets,
+            context_tokens=context_tokens,
+            kv_cache_dtype=kv_cache_dtype,
+            allreduce_source=allreduce_note,
+            sources=sources,
+        )
+    except SpeedModelError as error:
+        raise AnsibleFilterError(f"kimi_speed_plan: {error}") from None
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -453,4 +517,5 @@ class FilterModule:
             "kimi_ddtree_rules": kimi_ddtree_rules,
             "kimi_small_files": kimi_small_files,
             "kimi_canary_launches": kimi_canary_launches,
+            "kimi_speed_plan": kimi_speed_plan,
         }

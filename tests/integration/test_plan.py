@@ -66,6 +66,8 @@ ADDED_BY_MODEL_DATA = {
     "/study_lock",
     # Whether DDTree's rules were read at the commit the study runs (issue 30).
     "/ddtree_rules",
+    # The predicted decode speed per launch and benchmark level (issue 31).
+    "/speed",
     *(
         f"/serving_configs/{config}/{field}"
         for config in ("ar", "eagle3", "dflash", "ddtree", "dflash-tree-backend")
@@ -170,6 +172,7 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         assert {re.sub(r"\[\d+\]", "[]", field) for field in added} <= ADDED_BY_MODEL_DATA, added
         markdown = (out / name / "plan.md").read_text()
         assert f"# Deploy plan for {name} ({profile})" in markdown
+        check_speed(plan, markdown, profile)
         # The tests' DDTree ref is a local repository's: its commit is not the one the kit's
         # rules were read at, and the plan says so with both commits and the files to re-read.
         rules = plan["ddtree_rules"]
@@ -202,6 +205,118 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
     # that, so one profile shows it (each run is about 10 s of make test).
     if profile == "ct200":
         run_plan(playbook, inventory, out, hub.url).assert_unchanged()
+
+
+# The benchmark's levels and prompt sets (group_vars/all/benchmark.yml), and the context per
+# request they give: 200 prompt tokens plus half of 512 new ones.
+LEVELS = [1, 4, 16, 64]
+PROMPT_SETS = ["gsm8k", "mt-bench", "humaneval", "math500", "mbpp"]
+
+
+def whole(value: float) -> int:
+    """Jinja's round | int (Python's round, then the integer)."""
+    return int(round(value, 0))
+
+
+def speed_rates(entry: dict, level: int, prompt_set: str) -> dict:
+    [found] = [lv for lv in entry["levels"] if lv["concurrency"] == level]
+    [group] = [g for g in found["by_prompt_set"] if prompt_set in g["prompt_sets"]]
+    return {**group, "batch": found["batch"], "step_ms": found["step_ms"]}
+
+
+def best_budget_line(plan: dict, key: str) -> str:
+    """plan.md's line for a DDTree config's best budgets, from plan.json."""
+    speed = plan["speed"]
+    curves = speed["ddtree"][key]["curves"]
+    groups = []
+    for curve in curves:
+        if curve["prompt_sets"] not in groups:
+            groups.append(curve["prompt_sets"])
+    said = "; ".join(
+        ", ".join(sets) + ": " + ", ".join(
+            f"{c['best_budget']} at c{c['concurrency']}" for c in curves if c["prompt_sets"] == sets
+        )
+        for sets in groups
+    )  # fmt: skip
+    return (
+        f"**DDTree best budget ({key}, {speed['profile']}):** the budget past which the model "
+        f"predicts no further gain: {said}."
+    )
+
+
+def check_speed(plan: dict, markdown: str, profile: str) -> None:
+    """plan.json's `speed` and plan.md's section: every launch at every benchmark level, with
+    the step's parts, accepted tokens and tokens/s, DDTree's curve and best budget, sources."""
+    speed = plan["speed"]
+    launches = {
+        launch["name"]: launch
+        for config in plan["serving_configs"].values()
+        for launch in config["launch"]
+    }
+    assert set(speed["launches"]) == set(launches)
+    assert speed["profile"] == profile and speed["calibration"] is None
+    assert speed["concurrency"] == LEVELS and speed["prompt_sets"] == PROMPT_SETS
+    assert speed["context_tokens"] == 200 + 512 // 2
+    # The all-reduce check's record stays on the host, which the plan never contacts.
+    assert speed["allreduce_measured"] is False
+    assert "tuning_allreduce_baseline_file" in speed["sources"]["allreduce"]
+    assert "not on this controller" in speed["sources"]["calibration"]
+    for field, value in speed["figures"].items():
+        assert value > 0 and speed["sources"][field], field
+    assert set(speed["sources"]["acceptance"]) == {"dflash", "eagle3"}
+    for name, entry in speed["launches"].items():
+        argv = launches[name]["argv"]
+        assert entry["reason"] is None, (name, entry["reason"])
+        assert entry["tp_size"] == launches[name]["tp_size"] == 8
+        assert entry["kv_cache_dtype"] == argv[argv.index("--kv-cache-dtype") + 1]
+        assert [level["concurrency"] for level in entry["levels"]] == LEVELS
+        for level in entry["levels"]:
+            assert level["step_ms"] == pytest.approx(
+                sum(part["ms"] for part in level["parts"].values()), abs=0.01
+            )
+            for group in level["by_prompt_set"]:
+                assert group["tokens_per_s"] > 0 and group["accepted_tokens_per_step"] >= 1
+    # Speculative decoding runs 48 requests at once by default: c64's clients share them.
+    dflash = speed_rates(speed["launches"]["dflash"], 64, "gsm8k")
+    assert dflash["batch"] == 48
+    assert dflash["tokens_per_s"] == pytest.approx(
+        dflash["tokens_per_s_per_request"] * 64, rel=1e-3
+    )
+    assert speed_rates(speed["launches"]["ar"], 64, "gsm8k")["batch"] == 64
+    assert speed["launches"]["ddtree-b32"]["verify_tokens_per_request"] == 33
+    tree = speed["ddtree"]["ddtree"]
+    assert tree["budgets"] == [16, 32, 64, 128]
+    assert len(tree["curves"]) == 4 * len(LEVELS)  # DFlash's four published figures
+    for curve in tree["curves"]:
+        assert 1 <= curve["best_budget"] <= 128
+        assert curve["best_of_budgets"] in tree["budgets"]
+        assert [point["budget"] for point in curve["points"]] == tree["budgets"]
+    curve = tree["curves"][-1]
+    cells = " | ".join(
+        f"{whole(p['tokens_per_s'])} ({round(p['step_ms'], 1)} ms, {p['accepted_tokens_per_step']})"
+        for p in curve["points"]
+    )
+    row = (
+        f"| {', '.join(curve['prompt_sets'])} | {curve['concurrency']} | {cells} | "
+        f"{curve['best_of_budgets']} | {curve['best_budget']} |"
+    )
+    assert row in markdown, row
+
+    assert "## Predicted decode speed" in markdown
+    assert f"on the {profile} profile's\nfigures (nominal: no calibration record" in markdown
+    assert best_budget_line(plan, "ddtree") in markdown
+    for name in ("ar", "dflash"):
+        entry = speed["launches"][name]
+        group = entry["acceptance"][0]
+        cells = " | ".join(
+            f"{whole(rate['tokens_per_s_per_request'])} / {whole(rate['tokens_per_s'])}"
+            for rate in (speed_rates(entry, level, group["prompt_sets"][0]) for level in LEVELS)
+        )
+        accepted = entry["levels"][0]["by_prompt_set"][0]["accepted_tokens_per_step"]
+        row = f"| {name} | {', '.join(group['prompt_sets'])} | {accepted} | {cells} |"
+        assert row in markdown, row
+    step = speed["launches"]["ddtree-b128"]["levels"][-1]
+    assert f"| ddtree-b128 | 64 | 48 | {48 * 129} | {round(step['step_ms'], 2)} |" in markdown
 
 
 def kit_copy(tmp_path: Path) -> Path:
@@ -264,6 +379,86 @@ def test_the_hybrid_model_plans_under_its_own_folder_at_tp1(playbook, hub, tmp_p
     )
     markdown = (kit / "plan" / "qwen3.6-27b" / "ct200-node-01" / "plan.md").read_text()
     assert "Model: Qwen3.6-27B (`qwen3.6-27b`, hybrid)." in markdown
+    # Its speed at TP1: no routed experts, its drafter's one published figure for every set,
+    # the running cap its recurrent state pools allow, DDTree's curve over its own budgets.
+    speed = plan["speed"]
+    assert set(speed["launches"]) == {launch["name"] for launch in launches}
+    for name, entry in speed["launches"].items():
+        assert entry["reason"] is None and entry["tp_size"] == 1, name
+        for level in entry["levels"]:
+            assert "routed_experts" not in level["parts"]
+            assert all(group["tokens_per_s"] > 0 for group in level["by_prompt_set"])
+    dflash = speed["launches"]["dflash"]
+    assert [group["prompt_sets"] for group in dflash["acceptance"]] == [PROMPT_SETS]
+    assert dflash["acceptance"][0]["published_accept_length"] == 15.0
+    assert dflash["max_running_requests_source"].startswith("the capacity plan")
+    tree = speed["ddtree"]["ddtree"]
+    assert tree["budgets"] == [15, 32, 64] and tree["block_size"] == 16
+    assert all(1 <= curve["best_budget"] <= 64 for curve in tree["curves"])
+    assert best_budget_line(plan, "ddtree") in markdown
+
+
+CALIBRATION = {
+    "schema": 1,
+    "kind": "kimi-speed-calibration",
+    "measured_at": "2026-12-02T00:00:00Z",
+    "gpu": {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"},
+    "copy_gbs": 1500.0,
+    "moe": {
+        "hidden": 7168, "intermediate": 256, "experts": 384, "top_k": 8, "weight_bytes": 2,
+        "rows": [{"tokens": 1, "experts_touched": 8.0, "ms": 0.2},
+                 {"tokens": 65, "experts_touched": 280.5, "ms": 3.1}],
+    },
+}  # fmt: skip
+
+
+def test_the_plan_predicts_from_the_host_s_calibration_record_and_refuses_a_bad_one(
+    playbook, hub, tmp_path
+):
+    """A calibration record the controller holds for the host (state/<host>/, where the
+    calibration's fetch puts it) replaces the nominal figures; a malformed one stops the plan
+    naming the file and the fix. The benchmark's own variables, given to plan.yml as a study
+    file gives them, set the levels, prompt sets and context the plan predicts."""
+    kit = kit_copy(tmp_path)
+    record = kit / "state" / "ct200-node-01" / "speed-calibration.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps(CALIBRATION))
+    envvars = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **token_env(TOKEN, tmp_path)}
+    extravars = {
+        "kimi_kit_dir": str(kit),
+        "plan_check_hub": False,
+        "benchmark_concurrency": [2, 8],
+        "benchmark_prompt_sets": ["mt-bench"],
+        "benchmark_max_new_tokens": 100,
+    }
+    run = playbook("plan.yml", REPO / "inventory" / "ct200", extravars=extravars, envvars=envvars)
+    assert run.rc == 0, run.stdout
+    plan = json.loads((kit / "plan" / "ct200-node-01" / "plan.json").read_text())
+    speed = plan["speed"]
+    assert speed["calibration"] == f"this host's calibration record {record}"
+    assert speed["figures"]["copy_gbs"] == 1500.0
+    assert speed["sources"]["copy_gbs"] == (
+        "this host's calibration (NVIDIA RTX PRO 6000 Blackwell Server Edition, "
+        "2026-12-02T00:00:00Z)"
+    )
+    assert speed["sources"]["calibration"] == f"{record} (used)"
+    assert speed["concurrency"] == [2, 8] and speed["prompt_sets"] == ["mt-bench"]
+    assert speed["context_tokens"] == 200 + 100 // 2
+    dflash = speed["launches"]["dflash"]
+    assert [level["concurrency"] for level in dflash["levels"]] == [2, 8]
+    assert dflash["acceptance"][0]["published_accept_length"] == 3.7
+    markdown = (kit / "plan" / "ct200-node-01" / "plan.md").read_text()
+    assert f"figures (this host's calibration record {record})." in markdown
+
+    record.write_text(json.dumps({**CALIBRATION, "copy_gbs": -5}))
+    run = playbook("plan.yml", REPO / "inventory" / "ct200", extravars=extravars, envvars=envvars)
+    assert run.rc != 0
+    [failed] = run.results(
+        "Predict each launch's decode speed at the benchmark's concurrency levels"
+    ).values()
+    assert failed["failed"]
+    assert f"this host's calibration record {record}: copy_gbs is -5" in failed["msg"]
+    assert "remove the file to plan with the nominal figures" in failed["msg"]
 
 
 def test_plan_says_when_the_hub_is_unreachable(playbook, tmp_path):

@@ -73,7 +73,9 @@ def test_server_url_refuses_what_is_no_host_and_port(settings):
 
 
 def test_the_filters_are_registered_under_their_names():
-    assert {"kimi_needed_repos", "kimi_server_url"} <= set(filters.FilterModule().filters())
+    assert {"kimi_needed_repos", "kimi_server_url", "kimi_speed_plan"} <= set(
+        filters.FilterModule().filters()
+    )
 
 
 def test_model_data_is_read_again_when_the_file_changes(tmp_path):
@@ -202,3 +204,96 @@ def test_what_a_run_used_comes_from_its_stages_facts():
 )
 def test_documentation_addresses_are_told_from_real_ones(address, example):
     assert filters.kimi_example_address(address) is example
+
+
+# kimi_speed_plan's inputs as the plan role gives them (roles/plan/tasks/main.yml).
+K26 = REPO / "models" / "kimi-k2.6"
+SPEED_CONFIGS = {
+    "target": str(K26 / "config.json"),
+    "dflash": str(K26 / "dflash" / "config.json"),
+    "eagle3": str(K26 / "eagle3" / "config.json"),
+}
+SPEED_LAUNCHES = [
+    {"name": "ar", "base": "ar", "tp_size": 8,
+     "argv": ["python", "-m", "sglang.launch_server", "--tp-size", "8"]},
+    {"name": "ddtree-b32", "base": "ddtree", "tp_size": 8, "budget": 32,
+     "argv": ["python", "-m", "sglang.launch_server", "--tp-size", "8",
+              "--speculative-algorithm", "DDTREE", "--speculative-num-draft-tokens", "8",
+              "--speculative-ddtree-budget", "32", "--disable-overlap-schedule"]},
+]  # fmt: skip
+
+
+def speed_hardware() -> dict:
+    import json
+
+    path = REPO / "group_vars" / "all" / "speed_hardware.json"
+    return json.loads(path.read_text())["kimi_speed_hardware"]
+
+
+def speed_plan_of(calibration_file, profile="h200", capacities=None, hardware=None):
+    return filters.kimi_speed_plan(
+        SPEED_LAUNCHES,
+        capacities or {},
+        SPEED_CONFIGS,
+        str(K26),
+        hardware or speed_hardware(),
+        profile,
+        [1, 16],
+        ["gsm8k", "mt-bench"],
+        456,
+        calibration_file=str(calibration_file),
+        allreduce_note="nominal: the record stays on the host",
+        sources={"context_tokens": "the test's"},
+    )
+
+
+def test_the_speed_plan_filter_predicts_each_launch_and_ddtree_s_best_budget(tmp_path):
+    speed = speed_plan_of(tmp_path / "absent.json", capacities={"ar": 8, "ddtree-b32": None})
+    assert speed["calibration"] is None and speed["profile"] == "h200"
+    assert speed["sources"]["allreduce"] == "nominal: the record stays on the host"
+    assert speed["sources"]["context_tokens"] == "the test's"
+    ar = speed["launches"]["ar"]
+    # The capacity plan's cap of 8: 16 clients, 8 running.
+    assert ar["max_running_requests"] == 8 and ar["levels"][1]["batch"] == 8
+    tree = speed["ddtree"]["ddtree"]
+    assert tree["budgets"] == [32] and tree["launches"] == ["ddtree-b32"]
+    assert {curve["concurrency"] for curve in tree["curves"]} == {1, 16}
+    assert all(isinstance(curve["best_budget"], int) for curve in tree["curves"])
+
+
+def test_the_speed_plan_filter_uses_the_host_s_calibration_and_fails_on_a_bad_one(tmp_path):
+    import json
+
+    record = tmp_path / "speed-calibration.json"
+    rows = [{"tokens": 1, "experts_touched": 8.0, "ms": 0.08},
+            {"tokens": 65, "experts_touched": 280.0, "ms": 1.16}]  # fmt: skip
+    record.write_text(
+        json.dumps(
+            {"schema": 1, "kind": "kimi-speed-calibration", "measured_at": "2026-12-02T00:00:00Z",
+             "gpu": {"name": "NVIDIA H200"}, "copy_gbs": 4100.0,
+             "moe": {"hidden": 7168, "intermediate": 256, "weight_bytes": 2, "rows": rows}}
+        )
+    )  # fmt: skip
+    speed = speed_plan_of(record)
+    assert speed["calibration"] == f"this host's calibration record {record}"
+    assert speed["figures"]["copy_gbs"] == 4100.0
+    record.write_text('{"schema": 1, "kind": "kimi-speed-calibration"}')
+    with pytest.raises(AnsibleFilterError) as raised:
+        speed_plan_of(record)
+    assert str(raised.value).startswith(f"kimi_speed_plan: this host's calibration record {record}")
+    assert "remove the file" in str(raised.value)
+    record.write_text("not json")
+    with pytest.raises(AnsibleFilterError, match="is not JSON"):
+        speed_plan_of(record)
+
+
+def test_the_speed_plan_filter_fails_on_bad_hardware_data_with_the_fix(tmp_path):
+    with pytest.raises(AnsibleFilterError, match="'a100' is not known; needed: one of b200"):
+        speed_plan_of(tmp_path / "absent.json", profile="a100")
+    broken = speed_hardware()
+    broken["h200"]["hbm_gbs"] = {"value": 0, "source": "typo"}
+    with pytest.raises(AnsibleFilterError, match=r"h200\.hbm_gbs is 0; needed: above 0"):
+        speed_plan_of(tmp_path / "absent.json", hardware=broken)
+    with pytest.raises(AnsibleFilterError, match="needs serving_render's launches"):
+        filters.kimi_speed_plan("ar", {}, SPEED_CONFIGS, str(K26), speed_hardware(), "h200",
+                                [1], [], 456)  # fmt: skip
