@@ -847,7 +847,7 @@ LAUNCH_FLAGS = {
 }
 
 
-def _flag(argv: list, flag: str) -> str | None:
+def flag_value(argv: list, flag: str) -> str | None:
     """The value argparse would give flag (`--flag value` or `--flag=value`, the last wins)."""
     found = None
     for index, item in enumerate(argv):
@@ -870,7 +870,7 @@ def launch_options(argv) -> dict:
     options: dict = {"disable_overlap_schedule": "--disable-overlap-schedule" in argv}
 
     def number(flag, kind):
-        text = _flag(argv, flag)
+        text = flag_value(argv, flag)
         if text is None:
             return None
         try:
@@ -882,10 +882,10 @@ def launch_options(argv) -> dict:
         return value
 
     for flag, (name, kind) in LAUNCH_FLAGS.items():
-        value = number(flag, kind) if kind is not str else _flag(argv, flag)
+        value = number(flag, kind) if kind is not str else flag_value(argv, flag)
         if value is not None:
             options[name] = value
-    algorithm = (_flag(argv, "--speculative-algorithm") or "").upper()
+    algorithm = (flag_value(argv, "--speculative-algorithm") or "").upper()
     draft_tokens = number("--speculative-num-draft-tokens", int)
     if not algorithm or algorithm == "NONE":
         options["verify_tokens"] = 1

@@ -180,7 +180,7 @@ def moe_layer(
 def load_hardware(path: Path | str | None = None) -> dict:
     """Every profile's figures from the data file, each checked."""
     path = Path(path or HARDWARE_FILE)
-    data = _read_json(path, "the hardware figures")
+    data = read_json(path, "the hardware figures")
     profiles = data.get(HARDWARE_KEY) if isinstance(data, dict) else None
     if not isinstance(profiles, dict) or not profiles:
         raise SpeedModelError(
@@ -234,7 +234,7 @@ def profile_figures(profile: str, hardware: dict | None = None) -> dict:
     return figures
 
 
-def _read_json(path: Path, what: str):
+def read_json(path: Path, what: str):
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
@@ -384,18 +384,8 @@ def allreduce_us(figures: dict, message_bytes: float, ranks: int) -> float:
 # Serving configs: what a launch verifies per step.
 
 
-def _flag(argv: list, name: str):
-    value = None
-    for index, item in enumerate(argv):
-        if item == name and index + 1 < len(argv):
-            value = argv[index + 1]
-        elif isinstance(item, str) and item.startswith(name + "="):
-            value = item.split("=", 1)[1]
-    return value
-
-
 def _int_flag(argv: list, name: str, default: int | None) -> int | None:
-    value = _flag(argv, name)
+    value = capacity.flag_value(argv, name)
     if value is None:
         return default
     try:
@@ -416,7 +406,7 @@ def spec_from_argv(argv) -> dict:
     ):
         raise SpeedModelError(f"the launch argv is {argv!r}; needed: a list of strings.")
     argv = [str(item) for item in argv]
-    algorithm = (_flag(argv, "--speculative-algorithm") or "AR").upper()
+    algorithm = (capacity.flag_value(argv, "--speculative-algorithm") or "AR").upper()
     if algorithm == "EAGLE":
         algorithm = "EAGLE3"
     overlap = "--disable-overlap-schedule" not in argv
@@ -503,7 +493,7 @@ def load_acceptance(model_dir: Path | str) -> dict:
     path = Path(model_dir) / "acceptance.json"
     if not path.exists():
         return {}
-    data = _read_json(path, "the published acceptance")
+    data = read_json(path, "the published acceptance")
     if not isinstance(data, dict):
         raise SpeedModelError(f"{path} is not a mapping of drafters.")
     checked = {}
@@ -953,7 +943,7 @@ def predict_launch(
 
 
 def _load_config(path: Path, what: str) -> dict:
-    config = _read_json(path, what)
+    config = read_json(path, what)
     if not isinstance(config, dict):
         raise SpeedModelError(f"{what} at {path} is not a JSON object.")
     return config
@@ -963,11 +953,11 @@ def _cli_figures(args) -> dict:
     hardware = load_hardware(args.hardware) if args.hardware else load_hardware()
     figures = profile_figures(args.profile, hardware)
     if args.calibration:
-        figures = apply_calibration(figures, _read_json(Path(args.calibration), "calibration"))
+        figures = apply_calibration(figures, read_json(Path(args.calibration), "calibration"))
     if args.allreduce:
         figures = apply_allreduce(
             figures,
-            _read_json(Path(args.allreduce), "all-reduce record"),
+            read_json(Path(args.allreduce), "all-reduce record"),
             f"the all-reduce record {args.allreduce}",
         )
     return figures

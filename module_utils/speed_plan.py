@@ -86,7 +86,7 @@ def read_record(path, what: str):
     path = Path(str(path))
     if not path.exists():
         return None
-    return speed_model._read_json(path, what)
+    return speed_model.read_json(path, what)
 
 
 def plan_inputs(config_paths, model_dir) -> dict:
@@ -101,7 +101,7 @@ def plan_inputs(config_paths, model_dir) -> dict:
     for name, path in config_paths.items():
         if name != "target" and name not in DRAFTERS:
             continue
-        config = speed_model._read_json(Path(str(path)), f"the {name} config")
+        config = speed_model.read_json(Path(str(path)), f"the {name} config")
         if not isinstance(config, dict):
             raise SpeedModelError(f"the {name} config at {path} is not a JSON object.")
         if name == "target":
@@ -172,7 +172,7 @@ def running_cap(shape: dict, capacity_cap) -> tuple[int | None, str]:
 
 
 def _kv_dtype(argv: list, default: str) -> str:
-    value = speed_model._flag([str(item) for item in argv], "--kv-cache-dtype")
+    value = capacity.flag_value([str(item) for item in argv], "--kv-cache-dtype")
     return str(value if value is not None else default)[:64]
 
 
