@@ -84,7 +84,8 @@ MAX_NESTING = 64
 # patterns only ever match structure.
 _REQUESTS_MARK = b'\n "requests": ['
 _RECORD_FIELD = re.compile(
-    rb'\n   "(index|ok|output_tokens|accept_length|ttft_ms|tpot_ms|e2e_ms)": ([^\n]*)'
+    rb'\n   "(index|ok|output_tokens|accept_length|ttft_ms|tpot_ms|e2e_ms|prompt_tokens)": '
+    rb"([^\n]*)"
 )
 
 _MISSING = object()
@@ -139,6 +140,11 @@ class Level:
     repeats: int = 1  # how many the run asked for
     fill: dict = field(default_factory=dict)  # the level's `fill`, {} for older files
     workload: dict | None = None  # the synthetic workload's record, None for a prompt set
+    # The mean context (prompt + half the output) a decode step read, over the requests that
+    # succeeded with a prompt_tokens count (_context_mean), and how many were left out: the
+    # speed model's context per request.
+    context_tokens_mean: float | None = None
+    context_skipped: int = 0
 
     @property
     def closed_loop(self) -> bool:
@@ -677,6 +683,7 @@ def read_level(
                     record.get("ttft_ms"),
                     record.get("tpot_ms"),
                     record.get("e2e_ms"),
+                    record.get("prompt_tokens"),
                 )
             )
         if problems:
@@ -755,9 +762,10 @@ _BAD = object()
 
 
 def _fields_of(raw: dict) -> tuple:
-    """(index, ok, output_tokens, accept_length, ttft_ms, tpot_ms, e2e_ms) from one record's
-    raw values; _BAD where a value is missing or not what the full parse would accept, so
-    that path reports it."""
+    """(index, ok, output_tokens, accept_length, ttft_ms, tpot_ms, e2e_ms, prompt_tokens) from
+    one record's raw values; _BAD where a value is missing or not what the full parse would
+    accept, so that path reports it. prompt_tokens is only read for the speed model's context
+    (never refused: a value that is no count is left out there), so it is kept as it came."""
     ok = raw.get(b"ok")
 
     def optional(name: bytes):
@@ -772,7 +780,17 @@ def _fields_of(raw: dict) -> tuple:
         optional(b"ttft_ms"),
         optional(b"tpot_ms"),
         optional(b"e2e_ms"),
+        _loose_int(raw.get(b"prompt_tokens", b"null")),
     )
+
+
+def _loose_int(raw: bytes):
+    """A count as the full parse would give it (int, or None), else the text: what
+    _context_mean skips and counts."""
+    try:
+        return int(raw)
+    except ValueError:
+        return None if raw == b"null" else raw.decode("ascii", "replace")[:40]
 
 
 def _int(raw: bytes):
@@ -857,7 +875,8 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
     accept, weights = array("d"), array("d")
     latencies = {"ttft": array("d"), "tpot": array("d"), "e2e": array("d")}
     ok_count = 0
-    for number, (index, ok, tokens, accept_length, *timed) in enumerate(fields):
+    contexts: list[tuple[int, object]] = []  # (output tokens, prompt_tokens) of ok requests
+    for number, (index, ok, tokens, accept_length, *timed, prompt_tokens) in enumerate(fields):
         where = f"requests[{number}]"
         if not isinstance(index, int) or isinstance(index, bool):
             bad(f"{where}.index", "an integer", index)
@@ -884,6 +903,7 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
             continue
         if ok:
             ok_count += 1
+            contexts.append((tokens, prompt_tokens))
             if accept_length is not None:
                 accept.append(accept_length)
                 weights.append(tokens)
@@ -907,6 +927,7 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
         problems += accuracy_problems(summary["accuracy"], len(fields), rel)
     if problems:
         return None, problems
+    context_mean, context_skipped = _context_mean(contexts)
     return {
         "schema_version": document["schema_version"],
         "config": config,
@@ -925,6 +946,8 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
         "started_at": document["started_at"],
         "accept": accept,
         "accept_tokens": weights,
+        "context_tokens_mean": context_mean,
+        "context_skipped": context_skipped,
         "records": len(fields),
         **latencies,
         **shape,
@@ -932,6 +955,33 @@ def _reduce(document: dict, fields: list[tuple], rel: str) -> tuple[dict | None,
 
 
 _TIMED = ("ttft", "tpot", "e2e")
+# A prompt longer than this is no prompt any model here reads (K2.6's context is 262,144).
+MAX_PROMPT_TOKENS = 1 << 24
+
+
+def _context_mean(contexts: list[tuple[int, object]]) -> tuple[float | None, int]:
+    """(mean context a decode step of the level reads, requests left out): each request's
+    context grows from its prompt to prompt + output over its decode, so it reads prompt +
+    output / 2 on average, weighted by its output tokens (its share of the level's steps).
+    prompt_tokens is SGLang's count; a record without one, or with something that is no count
+    (a string, a negative or absurd number), is left out and counted: the speed model's
+    context then rests on the others, and the report says how many were skipped."""
+    weight = total = 0.0
+    skipped = 0
+    for tokens, prompt in contexts:
+        if (
+            isinstance(prompt, bool)
+            or not isinstance(prompt, int)
+            or not 0 <= prompt <= MAX_PROMPT_TOKENS
+        ):
+            skipped += 1
+            continue
+        share = max(tokens, 1)
+        weight += share
+        total += share * (prompt + tokens / 2)
+    return (round(total / weight, 1) if weight else None), skipped
+
+
 _WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -1121,7 +1171,42 @@ def reduce_provenance(provenance: dict) -> dict:
         "chat_template_kwargs": _template_kwargs(prompt_set),
         "started_at": provenance.get("started_at"),
         "ended_at": provenance.get("ended_at"),
+        # The host records the speed model reads where the benchmark role named them (the
+        # tuning stage's all-reduce check, the host's speed calibration): bounded copies,
+        # every field checked where it is used (analysis/predicted.py).
+        "allreduce": _bounded(provenance.get("allreduce")),
+        "speed_calibration": _bounded(provenance.get("speed_calibration")),
     }
+
+
+# A host record kept for the speed model: a few levels deep, a few hundred items, short
+# texts. The tuning stage's all-reduce record has a row per message size (about 16), a
+# calibration record a row per token count (about 10): anything far larger is not one.
+_RECORD_DEPTH = 4
+_RECORD_ITEMS = 256
+_RECORD_TEXT = 200
+
+
+def _bounded(value, depth: int = _RECORD_DEPTH):
+    """value as JSON with at most _RECORD_DEPTH levels, _RECORD_ITEMS items a list or object
+    and _RECORD_TEXT characters a string; what lies deeper, and numbers that are not finite,
+    become None."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value if _finite(value) else None
+    if isinstance(value, str):
+        return value[:_RECORD_TEXT]
+    if depth <= 0:
+        return None
+    if isinstance(value, list):
+        return [_bounded(item, depth - 1) for item in value[:_RECORD_ITEMS]]
+    if isinstance(value, dict):
+        return {
+            str(key)[:64]: _bounded(item, depth - 1)
+            for key, item in itertools.islice(value.items(), _RECORD_ITEMS)
+        }
+    return None
 
 
 def _template_kwargs(prompt_set) -> dict | None:
@@ -1381,6 +1466,8 @@ def load(
                 provenance=reduced["provenance"],
                 accept=reduced["accept"],
                 accept_tokens=reduced["accept_tokens"],
+                context_tokens_mean=reduced["context_tokens_mean"],
+                context_skipped=reduced["context_skipped"],
                 records=reduced["records"],
                 ttft=reduced["ttft"],
                 tpot=reduced["tpot"],

@@ -50,8 +50,11 @@ from pathlib import Path
 
 try:
     from ansible.module_utils import capacity
-except ImportError:  # run bare: python3 module_utils/speed_model.py
-    import capacity  # type: ignore[no-redef]
+except ImportError:
+    try:  # imported from the repository root as module_utils.speed_model (the analysis)
+        from module_utils import capacity  # type: ignore[no-redef]
+    except ImportError:  # run bare: python3 module_utils/speed_model.py
+        import capacity  # type: ignore[no-redef]
 
 HARDWARE_FILE = Path(__file__).resolve().parents[1] / "group_vars" / "all" / "speed_hardware.json"
 HARDWARE_KEY = "kimi_speed_hardware"
