@@ -208,3 +208,273 @@ def diagnose(table: list[dict]) -> Diagnosis:
                     found.marks[(*key, budget)] = COLLAPSED
                     break
     return found
+
+
+# -- the sweep's shape past its best budget ----------------------------------------------------
+#
+# The pairs above judge each budget against the next. What a reader asks of a whole sweep is
+# why the larger budgets do not pay, and on an MoE target there are three answers, told apart
+# by the two factors of tokens/s past the best budget (the smallest within NEAR_BEST of the
+# highest tokens/s per request):
+#
+# - collapse: accepted tokens per step fall (more than COLLAPSE_DROP below the best budget's):
+#   the tree verifies fewer tokens, whatever the step costs.
+# - cost growth: accepted tokens per step hold or rise but step time rises (more than
+#   STEP_RISE): on K2.6 a verify step of budget + 1 tokens a request touches more routed
+#   experts, E (1 - (1 - k/E)^T), until it reads them all, while one step accepts at most the
+#   block size. The speed model's step times over the same budgets say whether the rise is
+#   what expert coverage predicts.
+# - saturation: both flat: a wider tree neither accepts more nor costs more (the drafter's
+#   depth bounds what a step can accept, or the tree's early stop drops the extra nodes).
+#
+# A sweep whose best budget is its largest is "gain": wider trees still pay there.
+
+COLLAPSE_SHAPE = "collapse"
+COST_GROWTH = "cost_growth"
+SATURATION_SHAPE = "saturation"
+GAIN = "gain"
+SHAPE_WORDS = {
+    COLLAPSE_SHAPE: "acceptance collapse",
+    COST_GROWTH: "cost growth",
+    SATURATION_SHAPE: "saturation",
+    GAIN: "gain",
+}
+# The model's step rise agrees with the measured one within this factor either way.
+MODEL_AGREEMENT = 2.0
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One level's sweep (host, TP size, prompt set, concurrency) and why its larger budgets
+    do or do not pay. `predicted_step_ms` and `experts_touched` are the speed model's at each
+    budget (None where it made none); `model_best_budget` the budget its curve peaks at."""
+
+    host: str
+    prompt_set: str
+    concurrency: int
+    tp_size: int | None
+    budgets: tuple[int, ...]
+    accepted_tokens_per_step: tuple[float, ...]
+    step_ms: tuple[float, ...]
+    best_budget: int
+    verdict: str
+    predicted_step_ms: tuple[float | None, ...] = ()
+    predicted_accepted: tuple[float | None, ...] = ()
+    experts_touched: tuple[float | None, ...] = ()
+    experts: int | None = None
+    model_best_budget: int | None = None
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """Tokens/s per request: accepted tokens per step over step time."""
+        return tuple(
+            a / s * 1000.0 for a, s in zip(self.accepted_tokens_per_step, self.step_ms, strict=True)
+        )
+
+    def _at(self, values: tuple, budget: int):
+        return values[self.budgets.index(budget)] if values else None
+
+    @property
+    def tail(self) -> tuple[int, int]:
+        """(best budget, largest budget): the part of the sweep the verdict is about (the whole
+        sweep for a gain)."""
+        return (self.budgets[0] if self.verdict == GAIN else self.best_budget), self.budgets[-1]
+
+    @property
+    def accept_change(self) -> float:
+        low, high = self.tail
+        return (
+            self._at(self.accepted_tokens_per_step, high)
+            / self._at(self.accepted_tokens_per_step, low)
+            - 1
+        )
+
+    @property
+    def step_change(self) -> float:
+        low, high = self.tail
+        return self._at(self.step_ms, high) / self._at(self.step_ms, low) - 1
+
+    @property
+    def predicted_step_change(self) -> float | None:
+        low, high = self.tail
+        first, last = self._at(self.predicted_step_ms, low), self._at(self.predicted_step_ms, high)
+        return last / first - 1 if first and last else None
+
+    @property
+    def model_agrees(self) -> bool | None:
+        """Whether step time rose past the best budget as the speed model predicts (both
+        within STEP_RISE, or within MODEL_AGREEMENT of each other); None without the model."""
+        predicted = self.predicted_step_change
+        if predicted is None:
+            return None
+        measured = self.step_change
+        if measured <= STEP_RISE and predicted <= STEP_RISE:
+            return True
+        if measured <= 0 or predicted <= 0:
+            return False
+        return 1 / MODEL_AGREEMENT <= measured / predicted <= MODEL_AGREEMENT
+
+    def explain(self) -> str:
+        low, high = self.tail
+        accept = (
+            self._at(self.accepted_tokens_per_step, low),
+            self._at(self.accepted_tokens_per_step, high),
+        )
+        step = (self._at(self.step_ms, low), self._at(self.step_ms, high))
+        rate = (self._at(self.rates, low), self._at(self.rates, high))
+        figures = (
+            f"b{low} -> b{high}: accepted tokens per step {accept[0]:.2f} -> {accept[1]:.2f} "
+            f"({self.accept_change:+.1%}), step {step[0]:.1f} -> {step[1]:.1f} ms "
+            f"({self.step_change:+.1%}), {rate[0]:.1f} -> {rate[1]:.1f} tok/s per request"
+        )
+        model = self._model_words()
+        if self.verdict == COLLAPSE_SHAPE:
+            fall = min(self.accepted_tokens_per_step[self.budgets.index(low) + 1 :])
+            return (
+                f"acceptance collapse past b{low}: accepted tokens per step fall to {fall:.2f} "
+                f"from {accept[0]:.2f} as the budget grows ({figures}). A wider tree should "
+                "accept at least as many tokens; the step time is not what costs the "
+                "throughput here (see ddtree_budget_collapse)."
+            )
+        if self.verdict == COST_GROWTH:
+            return (
+                f"cost growth past b{low}: accepted tokens per step hold or rise but each step "
+                f"costs more ({figures}){model}. One step accepts at most the block size, while "
+                "a wider tree verifies more tokens and, on an MoE target, reads more routed "
+                f"experts: take b{low}"
+                + (
+                    f" (the model's best budget here: b{self.model_best_budget})"
+                    if self.model_best_budget is not None
+                    else ""
+                )
+                + "."
+            )
+        if self.verdict == SATURATION_SHAPE:
+            return (
+                f"saturation past b{low}: neither accepted tokens per step nor step time move "
+                f"({figures}){model}. A wider tree buys nothing here (the drafter's depth bounds "
+                f"what one step accepts, or the tree's early stop drops the extra nodes): take "
+                f"b{low}, the smallest."
+            )
+        return (
+            f"gain: tokens/s per request still rises to the largest budget measured ({figures})"
+            f"{model}; a larger budget may pay more."
+        )
+
+    def _model_words(self) -> str:
+        predicted = self.predicted_step_change
+        if predicted is None:
+            return ""
+        low, high = self.tail
+        touched = (self._at(self.experts_touched, low), self._at(self.experts_touched, high))
+        coverage = (
+            f", routed experts touched per layer {touched[0]:.0f} -> {touched[1]:.0f}"
+            + (f" of {self.experts}" if self.experts else "")
+            if touched[0] is not None and touched[1] is not None
+            else ""
+        )
+        agrees = self.model_agrees
+        how = (
+            "as the speed model predicts"
+            if agrees
+            else "more than the speed model predicts"
+            if self.step_change > predicted
+            else "less than the speed model predicts"
+        )
+        return f"; step time {how} ({predicted:+.1%}{coverage})"
+
+    def figures(self) -> dict:
+        """report.json's ddtree_diagnosis entry."""
+        return {
+            "host": self.host,
+            "tp_size": self.tp_size,
+            "prompt_set": self.prompt_set,
+            "concurrency": self.concurrency,
+            "verdict": self.verdict,
+            "budgets": list(self.budgets),
+            "best_budget": self.best_budget,
+            "model_best_budget": self.model_best_budget,
+            "accepted_tokens_per_step": list(self.accepted_tokens_per_step),
+            "step_ms": list(self.step_ms),
+            "tokens_per_s_per_request": [round(r, 3) for r in self.rates],
+            "predicted_step_ms": list(self.predicted_step_ms),
+            "predicted_accepted_tokens_per_step": list(self.predicted_accepted),
+            "experts_touched_per_layer": list(self.experts_touched),
+            "accepted_tokens_per_step_change": round(self.accept_change, 6),
+            "step_ms_change": round(self.step_change, 6),
+            "predicted_step_ms_change": (
+                None if self.predicted_step_change is None else round(self.predicted_step_change, 6)
+            ),
+            "model_agrees": self.model_agrees,
+            "explanation": self.explain(),
+        }
+
+
+def shape_of(accepted: list[float], steps: list[float]) -> tuple[int, str]:
+    """(index of the best budget, verdict) of a sweep's accepted tokens per step and step
+    times in budget order (at least two)."""
+    rates = [a / s for a, s in zip(accepted, steps, strict=True)]
+    top = max(rates)
+    best = next(i for i, r in enumerate(rates) if r >= (1 - NEAR_BEST) * top)
+    if best == len(rates) - 1:
+        return best, GAIN
+    if min(accepted[best + 1 :]) < (1 - COLLAPSE_DROP) * accepted[best]:
+        return best, COLLAPSE_SHAPE
+    if steps[-1] / steps[best] - 1 > STEP_RISE:
+        return best, COST_GROWTH
+    return best, SATURATION_SHAPE
+
+
+def shapes(
+    table: list[dict], predicted: dict | None = None, model_best: dict | None = None
+) -> list[Shape]:
+    """Every DDTree sweep's Shape (levels with two or more usable budgets), from the summary
+    table's closed-loop rows. `predicted` maps (host, TP size, prompt set, concurrency,
+    budget) to the speed model's {"step_ms", "accepted_tokens_per_step",
+    "experts_touched_per_layer", "experts"} and
+    `model_best` (host, TP size, prompt set, concurrency) to the budget its curve peaks at
+    (analysis.predicted)."""
+    predicted, model_best = predicted or {}, model_best or {}
+    levels: dict[tuple, dict[int, dict]] = {}
+    for row in table:
+        budget = row.get("ddtree_budget")
+        if budget is None or row.get("server_crashed") or row.get("request_rate") is not None:
+            continue
+        if not (_usable(row.get("step_ms")) and _usable(row.get("accepted_tokens_per_step"))):
+            continue
+        key = (row["host"], row.get("tp_size"), row["prompt_set"], row["concurrency"])
+        levels.setdefault(key, {})[budget] = row
+    out = []
+    for key in sorted(levels, key=lambda k: (k[0], k[1] or 0, *k[2:])):
+        by_budget = levels[key]
+        if len(by_budget) < 2:
+            continue
+        budgets = sorted(by_budget)
+        accepted = [by_budget[b]["accepted_tokens_per_step"] for b in budgets]
+        steps = [by_budget[b]["step_ms"] for b in budgets]
+        best, verdict = shape_of(accepted, steps)
+        model = [predicted.get((*key, b)) or {} for b in budgets]
+        host, tp, prompt_set, concurrency = key
+        out.append(
+            Shape(
+                host=host,
+                prompt_set=prompt_set,
+                concurrency=concurrency,
+                tp_size=tp,
+                budgets=tuple(budgets),
+                accepted_tokens_per_step=tuple(accepted),
+                step_ms=tuple(steps),
+                best_budget=budgets[best],
+                verdict=verdict,
+                predicted_step_ms=tuple(m.get("step_ms") for m in model) if any(model) else (),
+                predicted_accepted=tuple(m.get("accepted_tokens_per_step") for m in model)
+                if any(model)
+                else (),
+                experts_touched=tuple(m.get("experts_touched_per_layer") for m in model)
+                if any(model)
+                else (),
+                experts=next((m.get("experts") for m in model if m.get("experts")), None),
+                model_best_budget=model_best.get(key),
+            )
+        )
+    return out

@@ -239,3 +239,84 @@ def throttle_warnings(levels) -> list[dict]:
         }
         for (where, reason), group in groups.items()
     ]
+
+
+# A busy GPU whose SM clock averaged below this share of its maximum was held down, recorded
+# reason or not (the H200 under a power-capped matmul ran at 1448 of 1980 MHz, 0.73).
+LOW_CLOCK_SHARE = 0.8
+BUSY_UTILIZATION_PCT = 50.0
+
+
+def held_down(summary, gpu_indexes: list[int] | None = None) -> dict | None:
+    """What a level's telemetry says of the clocks of the GPUs the server runs on (all
+    sampled GPUs when gpu_indexes is None or none of them was sampled), for the speed model's
+    warning: None without telemetry; else {"reason": the throttle reason held longest
+    (power_cap, thermal, hw_slowdown), "clocks" for busy GPUs below LOW_CLOCK_SHARE of their
+    maximum SM clock without a recorded reason, or None; "share": that reason's largest share
+    of busy samples; "gpus": the GPUs it held; "sm_clock_mhz_mean" and "sm_clock_max_mhz"}.
+    Entries of the wrong shape are skipped, as throttle_warnings skips them."""
+    gpu = gpu_summary(summary)
+    if gpu is None:
+        return None
+    wanted = set(gpu_indexes or ())
+    entries = gpu.get("throttled")
+    parsed = [
+        found
+        for entry in (entries if isinstance(entries, list) else [])[:MAX_THROTTLED_ENTRIES]
+        if (found := _throttle_entry(entry)) is not None
+    ]
+    if wanted and any(p[1] in wanted for p in parsed):
+        parsed = [p for p in parsed if p[1] in wanted]
+    if parsed:
+        strongest = max(
+            REASON_WORDS, key=lambda r: max((p[2] for p in parsed if p[0] == r), default=0)
+        )
+        held = [p for p in parsed if p[0] == strongest]
+        means = [p[3] for p in held if p[3] is not None]
+        peaks = [p[4] for p in held if p[4] is not None]
+        return {
+            "reason": strongest,
+            "share": max(p[2] for p in held),
+            "gpus": sorted({p[1] for p in held}),
+            "sm_clock_mhz_mean": sum(means) / len(means) if means else None,
+            "sm_clock_max_mhz": max(peaks) if peaks else None,
+        }
+    low = []
+    listed = gpu.get("gpus")
+    for entry in (listed if isinstance(listed, list) else [])[: MAX_GPU_INDEX + 1]:
+        if not isinstance(entry, dict):
+            continue
+        index = entry.get("index")
+        if isinstance(index, bool) or not isinstance(index, int):
+            continue
+        if wanted and index not in wanted:
+            continue
+        clock = entry.get("sm_clock_mhz")
+        mean = _number(clock.get("mean"), 0.0, MAX_CLOCK_MHZ) if isinstance(clock, dict) else None
+        peak = _number(entry.get("sm_clock_max_mhz"), 1.0, MAX_CLOCK_MHZ)
+        use = entry.get("utilization_pct")
+        busy = _number(use.get("mean"), 0.0, 100.0) if isinstance(use, dict) else None
+        if mean is None or peak is None or busy is None or busy < BUSY_UTILIZATION_PCT:
+            continue
+        if mean < LOW_CLOCK_SHARE * peak:
+            low.append((index, mean, peak))
+    if low:
+        return {
+            "reason": "clocks",
+            "share": None,
+            "gpus": sorted(i for i, _m, _p in low),
+            "sm_clock_mhz_mean": sum(m for _i, m, _p in low) / len(low),
+            "sm_clock_max_mhz": max(p for _i, _m, p in low),
+        }
+    return {
+        "reason": None,
+        "share": None,
+        "gpus": [],
+        "sm_clock_mhz_mean": None,
+        "sm_clock_max_mhz": None,
+    }
+
+
+def gpu_list(indexes: list[int]) -> str:
+    """GPU 3, or GPUs 0-7: for messages outside this module."""
+    return _gpu_list(indexes) if indexes else "the GPUs"
