@@ -47,6 +47,11 @@ TEXT_COLUMNS = {
     "found",
     "expected",
     "fix",
+    "figures",
+    "acceptance_source",
+    "slower_than_predicted",
+    "budgets",
+    "explanation",
 }
 
 
@@ -55,7 +60,7 @@ def esc(value) -> str:
 
 
 # Free text that wraps instead of widening the table.
-WRAPPED_COLUMNS = {"note", "found", "expected", "fix"}
+WRAPPED_COLUMNS = {"note", "found", "expected", "fix", "explanation"}
 
 
 def _css(column: str) -> str:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis import comparability, html, plots, quality, sweep, tables
+from analysis import comparability, html, plots, predicted, quality, sweep, tables
 from analysis.results import (
     DEFAULT_MAX_FILE_BYTES,
     SUPPORTED_SCHEMAS,
@@ -49,6 +49,9 @@ class Outcome:
     levels: int = 0
     records: int = 0
     inputs: int = 0
+    # report: the speed model's view (report.json's predicted rows and notes, and the DDTree
+    # budget diagnosis)
+    predicted: dict = field(default_factory=dict)
     # compare: per run ("a", "b") its model and DDTree collapse diagnosis (report.json's)
     diagnosis: dict = field(default_factory=dict)
 
@@ -381,8 +384,23 @@ def report(
     picks = tables.recommend(table, band_edges, diagnosis, worse, slo)
     api_checks = quality.api_check_rows(results)
     warnings = tables.warnings(results, table, reference, diagnosis, scored, api_checks)
+    # The speed model's figure for every level, its warnings among the others by severity.
+    expected = predicted.predict(results, table)
+    order = {"error": 0, "warning": 1, "info": 2}
+    warnings = sorted(
+        warnings + predicted.all_warnings(expected), key=lambda w: order[w["severity"]]
+    )
     seconds["tables"] = time.perf_counter() - clock - seconds["read"]
     figures = plots.all_plots(results, table, reference, workers, label, cdf_concurrency)
+    palette = plots.colors([r["config"] for r in table])
+    figures += [
+        plot
+        for plot in (
+            plots.draw(plots.predicted_concurrency, (expected.rows, palette), label),
+            plots.draw(plots.predicted_budget, (expected.shapes,), label),
+        )
+        if plot is not None
+    ]
     seconds["plots"] = time.perf_counter() - clock - seconds["read"] - seconds["tables"]
     origin = provenance(results)
     losslessness = lossless_rows(results, reference)
@@ -438,6 +456,8 @@ def report(
             "a crash, failed requests or a collapsed DDTree budget.</p>"
             + html.table_html(table, shown_columns(table, HTML_COLUMNS), _row_class),
         ),
+        ("predicted", "Measured against predicted", _predicted_html(expected)),
+        ("ddtree-diagnosis", "DDTree budget diagnosis", _shapes_html(expected)),
         (
             "lossless",
             "Losslessness",
@@ -486,6 +506,12 @@ def report(
         "recommendation": pick_rows,
         "warnings": warnings,
         "ddtree_sweep": sweep_rows(diagnosis),
+        "ddtree_diagnosis": expected.shape_rows(),
+        "predicted": {
+            "model": expected.model,
+            "rows": expected.rows,
+            "notes": expected.note_rows(),
+        },
         "lossless": losslessness,
         "accuracy": scored,
         "api_checks": api_checks,
@@ -499,6 +525,22 @@ def report(
         + tables.to_markdown(pick_rows, tables.PICK_COLUMNS)
         + "\n## Summary\n\n"
         + tables.to_markdown(table, shown_columns(table, tables.MARKDOWN_COLUMNS))
+        + (
+            "\n## Measured against predicted\n\n"
+            + tables.to_markdown(expected.rows, predicted.SHORT_COLUMNS)
+            if expected.rows
+            else ""
+        )
+        + (
+            "\n## DDTree budget diagnosis\n\n"
+            + "".join(
+                f"- {s.host} / tp{s.tp_size} / {s.prompt_set} / c{s.concurrency}: "
+                f"**{sweep.SHAPE_WORDS[s.verdict]}** - {s.explain()}\n"
+                for s in expected.shapes
+            )
+            if expected.shapes
+            else ""
+        )
         + (
             "\n## Accuracy\n\n" + tables.to_markdown(scored, quality.ACCURACY_COLUMNS)
             if scored
@@ -523,6 +565,10 @@ def report(
         staging.write("summary.csv", tables.to_csv(table))
         staging.write("summary.md", markdown)
         staging.write("recommendation.csv", tables.to_csv(pick_rows, tables.PICK_COLUMNS))
+        staging.write("predicted.csv", tables.to_csv(expected.rows, predicted.COLUMNS))
+        staging.write(
+            "ddtree_diagnosis.csv", tables.to_csv(expected.shape_table(), predicted.SHAPE_COLUMNS)
+        )
         for plot in figures:
             staging.write(f"plots/{plot.name}.png", plot.png)
         staging.write("report.html", html.page(title, sections, meta))
@@ -538,6 +584,66 @@ def report(
         levels=len(results.levels),
         records=results.records,
         inputs=results.files,
+        predicted={
+            "rows": expected.rows,
+            "notes": expected.note_rows(),
+            "shapes": expected.shape_rows(),
+        },
+    )
+
+
+def _predicted_html(expected: predicted.Predictions) -> str:
+    notes = "".join(
+        f"<li>{html.esc(n['note'])} ({html.esc(', '.join(n['where'][:8]))}"
+        + (f" and {len(n['where']) - 8} more" if len(n["where"]) > 8 else "")
+        + ")</li>"
+        for n in expected.note_rows()[:100]
+    )
+    intro = (
+        "<p>Each closed-loop level against the speed model (module_utils/speed_model.py): its "
+        "own launch, the host's hardware profile, the level's measured mean context per "
+        "request (prompt plus half the output) and concurrency, with the host's speed "
+        "calibration and all-reduce check laid over the profile's figures where the run "
+        "recorded them (figures). Ratios are measured over predicted: step time (decode time "
+        "over verify steps), accepted tokens per step (against the drafter's published "
+        "acceptance), tokens/s per request (their quotient) and per server (output tokens/s, "
+        "which also pays prefill and the level's ramp). The model's step time does not depend "
+        "on acceptance, so the two are judged apart; "
+        "tokens_per_s_predicted_at_measured_acceptance is the model's step with the measured "
+        f"acceptance. A step more than {predicted.SLOW:.0%} above the model warns "
+        "(slower_than_predicted, naming the likely part); acceptance more than "
+        f"{1 - predicted.ACCEPT_LOW:.0%} below the published figure warns too "
+        "(acceptance_below_published). Every column is in predicted.csv; the plots "
+        "predicted_concurrency and predicted_budget draw both.</p>"
+    )
+    table = (
+        html.table_html(
+            expected.rows,
+            predicted.SHORT_COLUMNS,
+            lambda r: "warn" if r.get("slower_than_predicted") else "",
+        )
+        if expected.rows
+        else "<p>No level could be predicted (see the notes).</p>"
+    )
+    listed = (
+        f"<p>Not predicted, or predicted without a record:</p><ul>{notes}</ul>" if notes else ""
+    )
+    return intro + table + listed
+
+
+def _shapes_html(expected: predicted.Predictions) -> str:
+    if not expected.shapes:
+        return "<p>No DDTree sweep of two or more budgets at one level: nothing to diagnose.</p>"
+    return (
+        "<p>Per host, TP size, prompt set and level: why the larger budgets do or do not pay, "
+        "from the two factors of tokens/s past the best budget (the smallest within "
+        f"{sweep.NEAR_BEST:.0%} of the highest tokens/s per request). Acceptance collapse: "
+        f"accepted tokens per step fall more than {sweep.COLLAPSE_DROP:.0%}; cost growth: they "
+        f"hold or rise while step time rises more than {sweep.STEP_RISE:.0%}, which on an MoE "
+        "target the speed model predicts from the routed experts a wider verify step touches "
+        "(predicted_step_ms, experts_touched_per_layer); saturation: both flat; gain: the "
+        "largest budget is still the best. ddtree_diagnosis.csv holds every row.</p>"
+        + html.table_html(expected.shape_table(), predicted.SHAPE_COLUMNS)
     )
 
 

@@ -838,6 +838,9 @@ WARNING_KINDS = (
     "api_check_failed",
     "gpu_throttled",
     "under_filled",
+    # analysis/predicted.py: the speed model against the measurement.
+    "slower_than_predicted",
+    "acceptance_below_published",
 )
 COLLAPSE_MEANING = (
     "A wider tree should never accept fewer tokens per step. This usually means state shared "

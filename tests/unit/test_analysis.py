@@ -677,6 +677,8 @@ def test_report_writes_every_output_and_the_plots_the_study_needs(study):
             "latency",
             "throughput_latency",
             "latency_cdf",
+            "predicted_concurrency",
+            "predicted_budget",
         )
     ]
     page = (outcome.out / "report.html").read_text()
@@ -697,6 +699,7 @@ def test_plots_without_trees_or_a_second_host_are_left_out(tmp_path):
         "latency",
         "throughput_latency",
         "latency_cdf",
+        "predicted_concurrency",
     ]
 
 
@@ -1049,7 +1052,7 @@ def test_the_report_renders_in_chromium_with_every_plot(study, tmp_path):
     _root, _plan, outcome = study
     document = check_report(outcome.out)
     shown = open_in_chromium(outcome.out / "report.html", tmp_path)
-    assert len(shown["images"]) == len(document["plots"]) == 10
+    assert len(shown["images"]) == len(document["plots"]) == 12
     for (complete, width, height), name in zip(shown["images"], document["plots"], strict=True):
         assert complete and (width, height) == png_size((outcome.out / name).read_bytes()), name
     # Tables, text and coloured plots on the first screen, not a blank or an error page.
