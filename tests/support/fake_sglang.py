@@ -142,6 +142,11 @@ def package_files(version: str, ddtree: bool = False) -> dict[str, bytes]:
         # What `python -m sglang.check_env` prints, from the test host's own tools.
         "sglang/check_env.py": (REPO / "tests/support/sim_check_env.py").read_bytes(),
         "sglang/sglang_args.py": (REPO / "module_utils/sglang_args.py").read_bytes(),
+        # The simulator's step times under SGLANG_SIM_SPEED_MODEL: the kit's speed model, the
+        # capacity code it reads parameter groups from, and the hardware figures.
+        "sglang/speed_model.py": (REPO / "module_utils/speed_model.py").read_bytes(),
+        "sglang/capacity.py": (REPO / "module_utils/capacity.py").read_bytes(),
+        "sglang/speed_hardware.json": (REPO / "group_vars/all/speed_hardware.json").read_bytes(),
         "sglang/sglang-0.5.23-args.json": (
             REPO / "tests/contract/sglang-0.5.23-args.json"
         ).read_bytes(),

@@ -214,6 +214,22 @@ Environment (all optional):
     SGLANG_SIM_DDTREE_TABLE   DDTree behaviour per budget, JSON {"<budget>": {"step_ms": ..,
                               "accept": ..}} (accept: tokens per verify step, bonus included);
                               without it a DDTree server uses SGLANG_SIM_STEP_MS and _ACCEPT
+    SGLANG_SIM_SPEED_MODEL    a model folder (models/<name>: config.json, the drafters'
+                              configs): each decode step then takes what
+                              module_utils/speed_model.py predicts for this launch's argv at the
+                              requests decoding in it and their mean context (prompt plus the
+                              tokens so far), in place of SGLANG_SIM_STEP_MS and a DDTree row's
+                              step time (its accept still applies), so a healthy run measures
+                              what the model predicts. With it:
+    SGLANG_SIM_SPEED_PROFILE  the hardware profile (default h200)
+    SGLANG_SIM_SPEED_HARDWARE the hardware figures file (default the kit's, or the copy the
+                              package ships)
+    SGLANG_SIM_SPEED_ALLREDUCE an all-reduce record ({results: [{bytes, time_us}]}, the tuning
+                              stage's check) the step's all-reduces take their time from: a
+                              host whose NCCL is slow
+    SGLANG_SIM_SPEED_SLOWDOWN every step this many times the prediction (default 1): GPUs held
+                              below their clocks (a power cap), which the fake nvidia-smi's
+                              telemetry can show
     SGLANG_SIM_ANSWERS        JSON lines {"question": str, "answer": str}: the reference set
                               the simulator answers (see Reference answers)
     SGLANG_SIM_ACCURACY       the share of known questions answered right, 0..1 (default 1)
@@ -313,6 +329,19 @@ class Settings:
     ignore_parsers: str = field(
         default_factory=lambda: os.environ.get("SGLANG_SIM_IGNORE_PARSERS", "")
     )
+    speed_model: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_SPEED_MODEL", ""))
+    speed_profile: str = field(
+        default_factory=lambda: os.environ.get("SGLANG_SIM_SPEED_PROFILE", "h200")
+    )
+    speed_hardware: str = field(
+        default_factory=lambda: os.environ.get("SGLANG_SIM_SPEED_HARDWARE", "")
+    )
+    speed_allreduce: str = field(
+        default_factory=lambda: os.environ.get("SGLANG_SIM_SPEED_ALLREDUCE", "")
+    )
+    speed_slowdown: float = field(
+        default_factory=lambda: env_float("SGLANG_SIM_SPEED_SLOWDOWN", 1.0)
+    )
     # SGLang's own environment variables, with its defaults (srt/environ.py, http_server.py).
     health_check_timeout: float = field(
         default_factory=lambda: int(env_float("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
@@ -400,7 +429,59 @@ def parse_args(argv: list[str]) -> dict:
         resolved["random_seed"] = random.randint(0, 1 << 30)  # as SGLang does
     resolved["host"] = resolved.get("host") or "127.0.0.1"
     resolved["port"] = int(resolved.get("port") or 30000)
-    return {"resolved": resolved, "launch_command": " ".join(argv)}
+    return {"resolved": resolved, "launch_command": " ".join(argv), "argv": argv}
+
+
+# Mean contexts within this many tokens share one prediction: the KV cache part changes by a
+# few microseconds over it, and each new prediction costs a millisecond of the event loop.
+CONTEXT_BUCKET = 32
+
+
+class StepModel:
+    """SGLANG_SIM_SPEED_MODEL: decode steps as long as the kit's speed model predicts for this
+    launch (module_utils/speed_model.py, shipped beside this file in the stand-in package), at
+    the step's batch and mean context, times SGLANG_SIM_SPEED_SLOWDOWN."""
+
+    def __init__(self, settings: Settings, argv: list[str], resolved: dict):
+        module_dir, _snapshot, _overlay = validator_paths()
+        if str(module_dir) not in sys.path:
+            sys.path.insert(0, str(module_dir))
+        import speed_model
+
+        self.model = speed_model
+        hardware = settings.speed_hardware or None
+        shipped = module_dir / "speed_hardware.json"
+        if hardware is None and shipped.is_file():
+            hardware = shipped
+        figures = speed_model.profile_figures(
+            settings.speed_profile, speed_model.load_hardware(hardware)
+        )
+        if settings.speed_allreduce:
+            with open(settings.speed_allreduce, encoding="utf-8") as handle:
+                record = json.load(handle)
+            figures = speed_model.apply_allreduce(figures, record, "SGLANG_SIM_SPEED_ALLREDUCE")
+        if not 0 < settings.speed_slowdown <= 100:
+            raise ValueError(
+                f"SGLANG_SIM_SPEED_SLOWDOWN must be above 0 and at most 100, got "
+                f"{settings.speed_slowdown:g}"
+            )
+        self.figures = figures
+        self.inputs = speed_model.model_inputs(settings.speed_model)
+        self.argv = argv
+        self.tp = int(resolved.get("tp_size") or 1)
+        self.slowdown = settings.speed_slowdown
+        self.cache: dict[tuple[int, int], float] = {}
+        self.step_ms(1, 1)  # a launch the model cannot predict fails at start, not mid-run
+
+    def step_ms(self, batch: int, context: float) -> float:
+        key = (max(1, batch), int(context) // CONTEXT_BUCKET)
+        if key not in self.cache:
+            middle = key[1] * CONTEXT_BUCKET + CONTEXT_BUCKET // 2
+            predicted = self.model.predict_launch(
+                self.inputs, self.figures, self.argv, key[0], max(1, middle), self.tp
+            )
+            self.cache[key] = predicted["step_ms"] * self.slowdown
+        return self.cache[key]
 
 
 def token(prompt: str, index: int, salt: str = "") -> str:
@@ -678,10 +759,11 @@ class Request:
 
 
 class Simulator:
-    def __init__(self, args: dict, settings: Settings):
+    def __init__(self, args: dict, settings: Settings, step_model: StepModel | None = None):
         self.resolved = args["resolved"]
         self.launch_command = args["launch_command"]
         self.settings = settings
+        self.step_model = step_model
         self.speculative = self.resolved.get("speculative_algorithm") is not None
         self.draft_tokens = int(self.resolved.get("speculative_num_draft_tokens") or 4)
         if is_ddtree(self.resolved):
@@ -772,6 +854,19 @@ class Simulator:
             self.prefix_cache.add(request.prompt)
             self.running.append(request)
 
+    def step_seconds(self) -> float:
+        """The next decode step's time: SGLANG_SIM_STEP_MS, or the speed model's for the
+        requests decoding (a step that only waits on prefills costs a one-request step)."""
+        if self.step_model is None:
+            return self.settings.step_ms / 1000
+        decoding = [r for r in self.running if r.prefilled]
+        context = (
+            sum(r.prompt_tokens + len(r.tokens) for r in decoding) / len(decoding)
+            if decoding
+            else 1
+        )
+        return self.step_model.step_ms(len(decoding), context) / 1000
+
     async def scheduler(self) -> None:
         step = self.settings.step_ms / 1000
         deadline = time.monotonic()
@@ -787,7 +882,7 @@ class Simulator:
                         await asyncio.wait_for(self.wakeup.wait(), step)
                 deadline = time.monotonic()
                 continue
-            deadline += step
+            deadline += self.step_seconds()
             await asyncio.sleep(max(0.0, deadline - time.monotonic()))
             if self.settings.no_generate:
                 continue
@@ -1571,7 +1666,7 @@ async def serve(args: dict, settings: Settings) -> None:
         report_failure(args["failure"])
         os.kill(os.getpid(), signal.SIGKILL)
     loaded = time.perf_counter()
-    simulator = Simulator(args, settings)
+    simulator = Simulator(args, settings, args.get("step_model"))
     allocated = time.perf_counter()
     simulator.scheduler_startup_time = {
         "load_weight": loaded - started,
@@ -2333,6 +2428,18 @@ def main(argv: list[str] | None = None) -> int:
             f"DDTree budget {resolved['speculative_ddtree_budget']}: "
             f"{settings.step_ms:g} ms and {settings.accept:g} tokens per verify step "
             f"(SGLANG_SIM_DDTREE_TABLE)",
+            flush=True,
+        )
+    if settings.speed_model:
+        try:
+            args["step_model"] = StepModel(settings, args["argv"], resolved)
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            print(f"SGLANG_SIM_SPEED_MODEL: {error}", file=sys.stderr, flush=True)
+            return 1
+        print(
+            f"step times from the speed model ({settings.speed_profile}, "
+            f"{args['step_model'].step_ms(1, 1):.3f} ms at one request, slowdown "
+            f"{settings.speed_slowdown:g})",
             flush=True,
         )
     with contextlib.suppress(KeyboardInterrupt):
