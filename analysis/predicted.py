@@ -539,8 +539,9 @@ def _clock_finding(levels: list) -> tuple[str | None, str | None, bool]:
             f"maximum SM clock{clocks} with no throttle reason recorded"
         )
     else:
+        their = "its" if len(strongest["gpus"]) == 1 else "their"
         what = (
-            f"the {telemetry.REASON_WORDS[reason]}: {gpus} held their clocks down for the "
+            f"the {telemetry.REASON_WORDS[reason]}: {gpus} held {their} clocks down for the "
             f"{telemetry.REASON_WORDS[reason]} in {strongest['share']:.0%} of busy samples"
             f"{clocks}"
         )

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis import predicted
+from analysis.sweep import SHAPE_WORDS
 from analysis.tables import CI_METRICS, COLUMNS, WARNING_KINDS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -87,6 +89,7 @@ def check_report(out: Path) -> dict:
     assert all(w["kind"] in WARNING_KINDS for w in document["warnings"]), document["warnings"]
     assert (out / "summary.md").read_text().count("\n|") >= len(rows)
     assert (out / "recommendation.csv").is_file()
+    check_predicted(out, document)
     page = (out / "report.html").read_text()
     sources = re.findall(r'<img[^>]* src="([^"]*)"', page)
     assert len(sources) == len(document["plots"]) > 0
@@ -99,6 +102,44 @@ def check_report(out: Path) -> dict:
     assert not re.search(r'(?:src|href)="(?!data:|#)', page)
     assert "<script" not in page
     return document
+
+
+def check_predicted(out: Path, document: dict) -> None:
+    """predicted.csv and ddtree_diagnosis.csv against report.json: every ratio is measured
+    over predicted, every slow level has its warning, every verdict is one of the four."""
+    with open(out / "predicted.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows == [] or list(rows[0]) == list(predicted.COLUMNS), rows[:1]
+    found = document["predicted"]["rows"]
+    assert len(rows) == len(found)
+    for row in found:
+        for metric, measured, model in (
+            ("step_ms", "step_ms", "step_ms_predicted"),
+            ("accepted_tokens_per_step", "accepted_tokens_per_step", None),
+            ("tokens_per_s_per_request", "tokens_per_s_per_request", None),
+            ("tokens_per_s", "output_tokens_per_s", "tokens_per_s_predicted"),
+        ):
+            model = model or f"{metric}_predicted"
+            quotient = row[f"{metric}_ratio"]
+            if row[measured] is None or not row[model]:
+                assert quotient is None, (metric, row)
+            else:
+                assert quotient == pytest.approx(row[measured] / row[model], rel=1e-3), row
+        assert row["step_ms_predicted"] > 0 and row["context_tokens"] >= 1, row
+    slow = {w["where"] for w in document["warnings"] if w["kind"] == "slower_than_predicted"}
+    marked = {
+        f"{r['host']} / {r['config']} / {r['prompt_set']} / c{r['concurrency']}"
+        for r in found
+        if r["slower_than_predicted"]
+    }
+    assert slow == marked, (slow, marked)
+    assert all(isinstance(n["note"], str) and n["where"] for n in document["predicted"]["notes"])
+    with open(out / "ddtree_diagnosis.csv", newline="", encoding="utf-8") as handle:
+        shapes = list(csv.DictReader(handle))
+    assert len(shapes) == len(document["ddtree_diagnosis"])
+    for shape, entry in zip(shapes, document["ddtree_diagnosis"], strict=True):
+        assert entry["verdict"] in SHAPE_WORDS and shape["verdict"] == SHAPE_WORDS[entry["verdict"]]
+        assert entry["best_budget"] in entry["budgets"], entry
 
 
 def chromium() -> str | None:

@@ -264,6 +264,12 @@ class Plan:
     runtime_packages: dict | None = None
     git_commit: str = "c" * 40
     target_revision: str = "a" * 40
+    # Host records the benchmark role copies into every level's provenance, {host: {name:
+    # record}}: the tuning stage's all-reduce check ("allreduce"), the speed calibration
+    # ("speed_calibration").
+    records: dict = field(default_factory=dict)
+    # SGLang's prompt_tokens of every request record.
+    prompt_tokens: int = 120
 
     def sims(self, host: str) -> dict[str, Sim]:
         return {**self.configs, **self.host_configs.get(host, {})}
@@ -512,7 +518,7 @@ def record_of(plan, sim, index, prompt_set, connected, sent, events, done, faile
         "output_tokens": tokens,
         "connect_ms": round((connected - sent) * 1000.0, 3),
         "events": [[round((t - connected) * 1000.0, 3), n] for t, n in events],
-        "prompt_tokens": 120,
+        "prompt_tokens": plan.prompt_tokens,
         "cached_tokens": 0,
         "spec_verify_ct": verify,
         "accept_length": accepted_tokens_per_step(tokens, verify),
@@ -635,6 +641,7 @@ def provenance_of(plan: Plan, host: str, config: str, prompt_set: str, sim: Sim)
             "requests_per_level": plan.num_prompts,
             "distinct_prompts": plan.num_prompts,
         },
+        **plan.records.get(host, {}),
     }
 
 
