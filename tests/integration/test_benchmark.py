@@ -35,6 +35,20 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.benchmark, pytest.mark.integration]
 
 HOSTS = ["bench-a", "bench-b"]
+# bench-a's tuning stage left an all-reduce baseline (the check's own record), bench-b's none.
+ALLREDUCE = {
+    "schema": 1,
+    "host": "bench-a",
+    "recorded_at": "2026-12-01T00:00:00Z",
+    "gpus": 8,
+    "transport": "SHM/direct/direct",
+    "max_bytes": 1 << 30,
+    "busbw_GBps_max_size": 22.0,
+    "results": [
+        {"bytes": 32768, "time_us": 60.0, "algbw_GBps": 0.55, "busbw_GBps": 0.96},
+        {"bytes": 1 << 30, "time_us": 85400.0, "algbw_GBps": 12.57, "busbw_GBps": 22.0},
+    ],
+}
 MODEL = "/opt/kimi/weights/moonshotai/Kimi-K2.6"
 RUN = "t1"
 QUESTIONS = [{"question": f"Tom has {i} apples and buys {i + 2}. How many now?"} for i in range(8)]
@@ -82,6 +96,11 @@ def cluster():
                 input=(folder / "tiktoken.model").read_text(),
             )
         shutil.rmtree(folder)
+        hosts.ssh(
+            "bench-a",
+            "mkdir -p /var/lib/kimi && cat > /var/lib/kimi/allreduce-baseline.json",
+            input=json.dumps(ALLREDUCE),
+        )
         yield hosts
     finally:
         hosts.down()
@@ -215,6 +234,11 @@ def test_provenance_comes_from_the_hosts_records(run, hub):
     assert provenance["prompts"]["sha256"] == provenance["prompt_sets"]["gsm8k"]["sha256"]
     own = level(results, "bench-a", "ar", "own", 1)["requests"]
     assert own[1]["prompt_sha256"] != own[0]["prompt_sha256"]
+    # The host's speed records, for the report's speed model: what the host has, else null.
+    assert provenance["allreduce"] == ALLREDUCE
+    assert provenance["speed_calibration"] is None
+    other = level(results, "bench-b", "ar", "gsm8k", 1)["provenance"]
+    assert other["allreduce"] is None and other["speed_calibration"] is None
 
 
 def test_failed_configs_are_recorded_and_the_run_goes_on(run, cluster):
