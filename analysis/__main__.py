@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  GPU clocks held down (power cap, thermal or hardware slowdown) at "
             f"{len({w['where'] for w in throttled})} level(s): see the gpu_throttled warnings"
         )
+    print_predicted(outcome)
     thin = [w for w in outcome.warnings if w["kind"] == "under_filled"]
     if thin:
         print(
@@ -294,6 +295,42 @@ def main(argv: list[str] | None = None) -> int:
         )
         return NOT_COMPARABLE_EXIT
     return 0
+
+
+def print_predicted(outcome) -> None:
+    """The speed model's lines: how far the step times were from it, the slow levels and
+    their likely parts, the DDTree sweeps' verdicts."""
+    rows = (outcome.predicted or {}).get("rows") or []
+    ratios = sorted(r["step_ms_ratio"] for r in rows if r.get("step_ms_ratio") is not None)
+    if ratios:
+        middle = ratios[len(ratios) // 2]
+        print(
+            f"  measured against predicted: {len(ratios)} levels, step time {ratios[0]:.2f} to "
+            f"{ratios[-1]:.2f} times the speed model's (median {middle:.2f}): see predicted.csv"
+        )
+    slow = [w for w in outcome.warnings if w["kind"] == "slower_than_predicted"]
+    if slow:
+        parts: dict[str, int] = {}
+        for warning in slow:
+            for part in warning.get("likely") or ["unexplained"]:
+                parts[part] = parts.get(part, 0) + 1
+        named = ", ".join(f"{part} {count}" for part, count in sorted(parts.items()))
+        print(
+            f"  {len(slow)} level(s) more than 25% slower than the speed model predicts "
+            f"(likely: {named}): see the slower_than_predicted warnings"
+        )
+    shapes = (outcome.predicted or {}).get("shapes") or []
+    if shapes:
+        verdicts: dict[str, int] = {}
+        for shape in shapes:
+            verdicts[shape["verdict"]] = verdicts.get(shape["verdict"], 0) + 1
+        print(
+            "  DDTree budget diagnosis: "
+            + ", ".join(
+                f"{count} {verdict.replace('_', ' ')}" for verdict, count in verdicts.items()
+            )
+            + " (ddtree_diagnosis.csv)"
+        )
 
 
 def run_bundle(args) -> int:
