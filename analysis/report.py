@@ -968,6 +968,9 @@ def _side(letter: str, name: str, results: Results, table: list[dict], reference
             "verdict": verdict,
             "collapses": collapses,
             "ddtree_sweep": sweep_rows(diagnosis),
+            # Each sweep's shape past its best budget, from the measured figures alone (a
+            # comparison does not run the speed model; each run's report does).
+            "shapes": [s.figures() for s in sweep.shapes(tables.closed_loop(table))],
         },
     }
 
@@ -1001,6 +1004,12 @@ def _diagnosis_html(side: dict) -> str:
         + "<p>Each budget against the next larger one at the same host, TP size, prompt set "
         "and level.</p>"
         + (html.table_html(rows, SWEEP_COLUMNS) if rows else "<p>A single budget: no pairs.</p>")
+        + "".join(
+            f"<p>{html.esc(shape['host'])} / tp{html.esc(shape['tp_size'])} / "
+            f"{html.esc(shape['prompt_set'])} / c{shape['concurrency']}: "
+            f"{html.esc(shape['explanation'])}</p>"
+            for shape in diagnosis.get("shapes", [])
+        )
     )
 
 

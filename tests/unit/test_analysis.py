@@ -1493,6 +1493,9 @@ def test_compare_a_collapsing_hybrid_with_a_healthy_run(tmp_path):
     assert [w["collapsed_budgets"] for w in diagnosis["a"]["collapses"]] == [[32, 64]]
     assert diagnosis["b"]["collapses"] == []
     assert [p["kind"] for p in diagnosis["b"]["ddtree_sweep"]] == ["ok", "ok"]
+    # Each sweep's shape too: the hybrid's acceptance collapses, K2.6's wider trees still pay.
+    assert [s["verdict"] for s in diagnosis["a"]["shapes"]] == ["collapse"]
+    assert [s["verdict"] for s in diagnosis["b"]["shapes"]] == ["gain"]
     assert document["plots"] == ["plots/decomposition-a.png", "plots/decomposition-b.png"]
     for name in document["plots"]:
         assert png_size((outcome.out / name).read_bytes())[1] > 600
