@@ -41,6 +41,7 @@ exception.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -689,37 +690,54 @@ def acceptance_warnings(rows: list[dict]) -> list[dict]:
 # -- the DDTree curve ------------------------------------------------------------------------
 
 
+def _rounded(context: int) -> int:
+    """A context to two significant digits: the best budget does not move with a few percent
+    of context (its KV and tree-mask parts are small), and levels of one host, prompt set and
+    concurrency then share one curve of the model (each curve predicts every budget up to the
+    largest: about 10 ms)."""
+    digits = max(0, len(str(context)) - 2)
+    return max(1, round(context, -digits))
+
+
 def _best_budgets(inputs, curves: dict, found: Predictions) -> dict[tuple, int]:
     """The budget the model's curve peaks at for each DDTree level, over every budget up to
     the largest the sweep measured."""
-    best = {}
+    best: dict[tuple, int] = {}
+    made: dict[str, int | None] = {}
     for key, (figures, argv, context, tp, budgets) in curves.items():
         host, _tp, prompt_set, concurrency = key
+        kv = _flag(argv, "--kv-cache-dtype") or "auto"
         try:
             shape = speed_model.spec_from_argv(argv)
             chain, _source = speed_model.published_acceptance(
                 inputs["acceptance"], "dflash", prompt_set
             )
-            curve = speed_model.ddtree_curve(
-                inputs["config"],
-                inputs["drafters"].get("dflash"),
-                figures,
-                shape,
-                budgets,
-                concurrency,
-                context,
-                tp,
-                chain,
-                kv_cache_dtype=_flag(argv, "--kv-cache-dtype") or "auto",
+            same = json.dumps(
+                [figures, shape, max(budgets), concurrency, _rounded(context), tp, chain, kv],
+                sort_keys=True,
+                default=str,
             )
+            if same not in made:
+                made[same] = speed_model.ddtree_curve(
+                    inputs["config"],
+                    inputs["drafters"].get("dflash"),
+                    figures,
+                    shape,
+                    [max(budgets)],
+                    concurrency,
+                    _rounded(context),
+                    tp,
+                    chain,
+                    kv_cache_dtype=kv,
+                )["best_budget"]
         except _MODEL_ERRORS as error:
             found.note(
                 f"{host} / ddtree / {prompt_set} / c{concurrency}",
                 f"the speed model's DDTree curve cannot be drawn: {error}",
             )
             continue
-        if curve["best_budget"] is not None:
-            best[key] = curve["best_budget"]
+        if made[same] is not None:
+            best[key] = made[same]
     return best
 
 
