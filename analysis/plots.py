@@ -1270,6 +1270,35 @@ def _style_legend(axis) -> None:
     """Proxy entries saying which line is which."""
     axis.plot([], [], color="#444444", marker="o", label="measured (solid)")
     axis.plot([], [], color="#444444", marker=".", linestyle="--", label="predicted (dashed)")
+    axis.plot(
+        [],
+        [],
+        color="#444444",
+        linestyle=":",
+        label="predicted on the profile's figures alone (dotted, where the host's records differ)",
+    )
+
+
+def _profile_only(axis, rows: list[dict], palette: dict) -> None:
+    """The step the profile's figures alone predict, where the host's records (calibration,
+    all-reduce) changed it: the gap a slow host's own records explain."""
+    points: dict[str, list] = {}
+    for row in sorted(rows, key=lambda r: (config_order(r["config"]), r["concurrency"])):
+        # A record within a percent of the profile's figures would draw over the dashed line.
+        if (
+            abs(row["step_ms_predicted_profile"] - row["step_ms_predicted"])
+            > 0.01 * row["step_ms_predicted"]
+        ):
+            points.setdefault(row["config"], []).append(
+                (row["concurrency"], row["step_ms_predicted_profile"])
+            )
+    for config, values in points.items():
+        axis.plot(
+            *zip(*values, strict=True),
+            linestyle=":",
+            color=palette.get(config, "#444444"),
+            label="_",
+        )
 
 
 def predicted_concurrency(rows: list[dict], palette: dict) -> Plot | None:
@@ -1290,6 +1319,8 @@ def predicted_concurrency(rows: list[dict], palette: dict) -> Plot | None:
                     (row["concurrency"], row[measured], row[model])
                 )
             _measured_and_predicted(axis, points, palette)
+            if column == 0:
+                _profile_only(axis, mine, palette)
             if index == 0 and column == 0:
                 _style_legend(axis)
             _log2_axis(axis, levels)
@@ -1303,8 +1334,10 @@ def predicted_concurrency(rows: list[dict], palette: dict) -> Plot | None:
         "Per config (color), what each closed-loop level measured (solid) and what the speed "
         "model predicts for its launch, hardware profile, concurrency and measured context "
         "(dashed): the decode step time, accepted tokens per step (the drafter's published "
-        "acceptance) and the server's output tokens/s. predicted.csv has every figure and "
-        "ratio.",
+        "acceptance) and the server's output tokens/s. Dotted, on the step-time panels: the "
+        "step the profile's figures alone predict, where the host's own records (its speed "
+        "calibration, its all-reduce check) changed the prediction. predicted.csv has every "
+        "figure and ratio.",
         _png(figure),
         details={"panels": [f"{k[0]} - {k[1]}" for k in keys]},
     )

@@ -497,3 +497,11 @@ def test_held_down_sees_low_clocks_without_a_reason():
     held = telemetry.held_down({"gpu": gpu}, list(range(8)))
     assert held["reason"] == "clocks" and held["gpus"] == [0, 1, 2, 3]
     assert telemetry.held_down({"gpu": gpu}, [4, 5])["reason"] is None
+
+
+def test_the_predicted_plots_are_the_same_bytes_every_time(shapes, tmp_path):
+    outcome, _found = shapes
+    again = analysis.report(outcome.out.parent, out=tmp_path / "again")
+    for name in ("predicted_concurrency", "predicted_budget"):
+        first = (outcome.out / "plots" / f"{name}.png").read_bytes()
+        assert first == (again.out / "plots" / f"{name}.png").read_bytes(), name
