@@ -61,6 +61,17 @@ TOP_K = 8
 DTYPE = "bfloat16"
 WEIGHT_BYTES = 2
 SEED = 0
+# What the MoE rows were measured on: written into every record and checked when one is read.
+MOE_GEOMETRY = {
+    "hidden": HIDDEN,
+    "intermediate": INTERMEDIATE,
+    "experts": EXPERTS,
+    "top_k": TOP_K,
+    "dtype": DTYPE,
+    "weight_bytes": WEIGHT_BYTES,
+    "l2_flushed": True,
+    "seed": SEED,
+}
 # One expert's weights on one rank: gate and up (2 x intermediate x hidden) and down
 # (hidden x intermediate).
 EXPERT_BYTES = 3 * INTERMEDIATE * HIDDEN * WEIGHT_BYTES
@@ -314,14 +325,7 @@ def make_record(
         "read_gbs": round(gbs(copy_bytes, median(measured["read_ms"])), 1),
         "copy_bytes": copy_bytes,
         "moe": {
-            "hidden": HIDDEN,
-            "intermediate": INTERMEDIATE,
-            "experts": EXPERTS,
-            "top_k": TOP_K,
-            "dtype": DTYPE,
-            "weight_bytes": WEIGHT_BYTES,
-            "l2_flushed": True,
-            "seed": SEED,
+            **MOE_GEOMETRY,
             "kernel": measured["kernel"],
             "launch": measured["launch"],
             "rows": rows,
@@ -379,17 +383,7 @@ def record_problems(record) -> list[str]:
     if not isinstance(moe, dict):
         problems.append("moe is missing")
         return problems
-    geometry = {
-        "hidden": HIDDEN,
-        "intermediate": INTERMEDIATE,
-        "experts": EXPERTS,
-        "top_k": TOP_K,
-        "dtype": DTYPE,
-        "weight_bytes": WEIGHT_BYTES,
-        "l2_flushed": True,
-        "seed": SEED,
-    }
-    for key, value in geometry.items():
+    for key, value in MOE_GEOMETRY.items():
         if moe.get(key) != value or type(moe.get(key)) is not type(value):
             problems.append(f"moe.{key} is {moe.get(key)!r}, needed {value!r}")
     rows = moe.get("rows")
