@@ -134,6 +134,9 @@ def test_the_filter_hands_over_the_plan_and_turns_errors_into_filter_errors():
 # The wiring of deploy_kimi.yml's rolling play (the lock plays' is in test_host_lock.py).
 
 STAGES = ["preflight", "runtime", "canary", "weights", "tuning", "server"]
+# Between tuning and the server, only when asked (--tags calibrate): the speed model's
+# calibration, the tuning role's calibrate tasks.
+CALIBRATE = {"step": ["tuning"], "tags": ["never", "calibrate"]}
 
 
 def imports(task: dict) -> str | None:
@@ -148,10 +151,20 @@ def test_each_batch_takes_the_lock_goes_through_every_stage_and_releases_it():
     blocks = [task for task in rolling["tasks"] if "block" in task]
     steps = [[imports(task) for task in block["block"]] for block in blocks]
     assert steps[0] == ["playbooks/tasks/lock.yml"] and steps[-1] == ["playbooks/tasks/unlock.yml"]
-    assert [[name for name in step if name] for step in steps[1:-1]] == [[s] for s in STAGES]
+    stages = [[name for name in step if name] for step in steps[1:-1]]
+    calibrate = STAGES.index("server")
+    assert stages == [[s] for s in STAGES[:calibrate]] + [CALIBRATE["step"]] + [
+        [s] for s in STAGES[calibrate:]
+    ]
+    assert blocks[1 + calibrate]["tags"] == CALIBRATE["tags"]
+    assert blocks[1 + calibrate]["block"][0]["ansible.builtin.import_role"]["tasks_from"] == (
+        "calibrate"
+    )
     # The lock's blocks carry no stage tag: their tasks are `always`, so --tags or
     # --skip-tags of any stage still takes and releases the lock.
-    assert [block.get("tags") for block in blocks] == [None, *[[s] for s in STAGES], None]
+    tags = [block.get("tags") for block in blocks]
+    assert tags == [None, *[[s] for s in STAGES[:calibrate]], CALIBRATE["tags"],
+                    *[[s] for s in STAGES[calibrate:]], None]  # fmt: skip
     for block in blocks:
         assert [imports(task) for task in block["rescue"]] == ["playbooks/tasks/rollout_stop.yml"]
     for name in ("lock.yml", "unlock.yml"):
