@@ -123,7 +123,9 @@ def test_speedup_against_the_simulator_through_the_benchmark_module(tmp_path):
     prompts = tmp_path / "gsm8k.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(8)))
     root = tmp_path / "run"
-    settings = {"SGLANG_SIM_STEP_MS": 10, "SGLANG_SIM_PREFILL_MS": 20, "SGLANG_SIM_ACCEPT": 4}
+    # Steps long beside the client's and the machine's own costs, which the implied range does
+    # not count: at 10 ms a step a busy 2-core machine moved the speedup out of it.
+    settings = {"SGLANG_SIM_STEP_MS": 20, "SGLANG_SIM_PREFILL_MS": 40, "SGLANG_SIM_ACCEPT": 4}
     tokens, requests = 48, 8
     for config, argv in (("ar", BASE), ("dflash", [*BASE, *DFLASH])):
         process, url = start(argv, **settings)
@@ -152,11 +154,13 @@ def test_speedup_against_the_simulator_through_the_benchmark_module(tmp_path):
     outcome = analysis.report(root)
     assert outcome.out == root / "report"
     rows = summary_rows(outcome.out)
-    ar, spec = Sim(step_ms=10, prefill_ms=20), Sim(step_ms=10, prefill_ms=20, accept=4.0)
+    ar, spec = Sim(step_ms=20, prefill_ms=40), Sim(step_ms=20, prefill_ms=40, accept=4.0)
     for concurrency in (1, 4):
         low, high = implied_speedup_range(spec, ar, concurrency, requests, tokens)
         row = find(rows, config="dflash", concurrency=concurrency)
-        assert low * 0.95 <= float(row["speedup_vs_ar"]) <= high * 1.05, (low, high, row)
+        # Below: the simulator's own per-step costs (tokens streamed, the scheduler loop) are
+        # not in the implied range and grow on a loaded machine.
+        assert low * 0.9 <= float(row["speedup_vs_ar"]) <= high * 1.05, (low, high, row)
         # 47 tokens after the prefill one, 4 per verify step: 12 steps.
         assert float(row["accepted_tokens_per_step"]) == pytest.approx(47 / 12, abs=1e-4)
         assert row["lossless"] == "passed"
