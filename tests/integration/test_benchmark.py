@@ -32,7 +32,10 @@ from tests.support.results_tree import TEMPLATE, check_contract
 from tests.support.sglang_sim import draw
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.benchmark, pytest.mark.integration]
+# The module's run fixture (a fresh wheelhouse, two test hosts, every config's server and
+# benchmark) took 518 s of the default 600 s on a fresh 2-core CI machine: the limit is a
+# hang's deadline, not a speed target (docs/testing.md gives the suite's profile).
+pytestmark = [pytest.mark.benchmark, pytest.mark.integration, pytest.mark.timeout(1200)]
 
 HOSTS = ["bench-a", "bench-b"]
 # bench-a's tuning stage left an all-reduce baseline (the check's own record), bench-b's none.

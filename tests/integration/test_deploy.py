@@ -53,7 +53,9 @@ from tests.support.testhosts import SUDO_USER
 REPO = Path(__file__).resolve().parents[2]
 # The first test carries the whole deploy, benchmark and report (its fixture): about 8 minutes
 # alone, more while other test files run beside it under make test.
-pytestmark = [pytest.mark.runtime, pytest.mark.integration, pytest.mark.timeout(1500)]
+# The deploy fixture took 1,350 s of 1,500 on a fresh 2-core CI machine once the canary stage
+# joined it: the limit is a hang's deadline, not a speed target.
+pytestmark = [pytest.mark.runtime, pytest.mark.integration, pytest.mark.timeout(2400)]
 
 TOKEN = "hf_deploy_good_2b7e41"
 # The server's API key, handed over as a vault-like vars file (never as extra vars, which
