@@ -75,8 +75,8 @@ import re  # noqa: E402
 import stat  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.benchmark import SCHEMA_VERSION, compare_outputs  # noqa: E402
-from ansible.module_utils.serving import (  # noqa: E402
+from ansible.module_utils.benchmark.stats import SCHEMA_VERSION, compare_outputs  # noqa: E402
+from ansible.module_utils.plan.serving import (  # noqa: E402
     ServingConfigError,
     config_name,
     parse_config_name,

@@ -34,7 +34,7 @@ calculate_metrics; python/sglang/bench_serving.py is its deprecated alias), run 
 divides by output tokens - 1, which is right only because the first event carries exactly
 one token (prefill); it counts the time from the last token to the end of the stream.
 
-1. The kit's client - module_utils/benchmark_client.py's own measuring functions, without
+1. The kit's client - module_utils/benchmark/client.py's own measuring functions, without
    Ansible - at each level of --levels. Its TTFT difference is split, on the clock all
    processes share, into the time before the server read the request (send) and after it
    wrote the first event (receive: the client's reading and stamping).
@@ -86,8 +86,9 @@ json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
 
 
 def load_client(folder: Path | None = None):
-    """The kit's client (module_utils/benchmark_client.py and the level summary of
-    module_utils/benchmark.py), imported as Ansible ships them to a host. The client needs only
+    """The kit's client (module_utils/benchmark/client.py and the level summary of
+    module_utils/benchmark/stats.py), imported as Ansible ships them to a host. The client needs
+    only
     the standard library; where Ansible is not installed (a bare GPU machine), a stand-in
     ansible.module_utils package points at the repo's module_utils. `folder`: another copy of
     module_utils (an earlier commit's, to measure before and after a change), searched first."""
@@ -106,8 +107,8 @@ def load_client(folder: Path | None = None):
         sys.modules.update(
             {"ansible": types.ModuleType("ansible"), "ansible.module_utils": package}
         )
-    client = importlib.import_module("ansible.module_utils.benchmark_client")
-    level = importlib.import_module("ansible.module_utils.benchmark")
+    client = importlib.import_module("ansible.module_utils.benchmark.client")
+    level = importlib.import_module("ansible.module_utils.benchmark.stats")
     return types.SimpleNamespace(
         Target=client.Target,
         run_level=client.run_level,
@@ -500,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         "--processes",
         type=int,
         help="event loops (processes) the kit's client spreads a level over; by default its "
-        "own choice (module_utils/benchmark_client.py process_count)",
+        "own choice (module_utils/benchmark/client.py process_count)",
     )
     parser.add_argument(
         "--client-dir",

@@ -4,7 +4,7 @@ Generates a server log of --mib MiB (SGLang's decode-batch lines, NCCL INFO line
 10000 lines, a line with the API key, the HF token or an Authorization header), then times:
 
 - baseline: gzip of the log's bytes alone (what a collector that scrubbed nothing would pay);
-- collector: module_utils/benchmark_debug.py's `end` phase on that log (read, scrub with two
+- collector: module_utils/benchmark/debug.py's `end` phase on that log (read, scrub with two
   secrets and the patterns, gzip, NCCL lines, index), no nvidia-smi/dmesg/journalctl on PATH;
 - bundle: `analysis.bundle` over a run holding the collector's server.log.gz and a level file
   of the same size (decompress, scrub, recompress, scrub, tar.gz).
@@ -73,7 +73,7 @@ def main() -> int:
 
     ansible.module_utils.__path__.append(str(REPO / "module_utils"))
     sys.path.insert(0, str(REPO))
-    from ansible.module_utils.benchmark_debug import collect
+    from ansible.module_utils.benchmark.debug import collect
 
     from analysis.bundle import bundle
 

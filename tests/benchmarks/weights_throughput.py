@@ -250,7 +250,7 @@ def check_requests(requests: list[dict], lfs_files: int) -> dict:
 
 def hashing(folder: Path, listing: list[dict], cores: int) -> tuple[float, float]:
     """Best of three: one thread of hashlib, then the module's parallel verification."""
-    from ansible.module_utils.weights import inspect_files
+    from ansible.module_utils.weights.manifest import inspect_files
 
     def single() -> None:
         for entry in listing:
