@@ -88,25 +88,20 @@ json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
 def load_client(folder: Path | None = None):
     """The kit's client (module_utils/benchmark/client.py and the level summary of
     module_utils/benchmark/stats.py), imported as Ansible ships them to a host. The client needs
-    only
-    the standard library; where Ansible is not installed (a bare GPU machine), a stand-in
-    ansible.module_utils package points at the repo's module_utils. `folder`: another copy of
-    module_utils (an earlier commit's, to measure before and after a change), searched first."""
+    only the standard library; module_utils/__init__.py gives ansible.module_utils stand-ins
+    where Ansible is not installed (a bare GPU machine). `folder`: another copy of module_utils
+    (an earlier commit's, to measure before and after a change), loaded in place of this one."""
     import importlib
+    import importlib.util
     import types
 
-    folder = str(folder or REPO / "module_utils")
-    try:
-        import ansible.module_utils
-
-        if folder not in ansible.module_utils.__path__:
-            ansible.module_utils.__path__.insert(0, folder)
-    except ImportError:
-        package = types.ModuleType("ansible.module_utils")
-        package.__path__ = [folder]
-        sys.modules.update(
-            {"ansible": types.ModuleType("ansible"), "ansible.module_utils": package}
-        )
+    folder = Path(folder or REPO / "module_utils")
+    spec = importlib.util.spec_from_file_location(
+        "module_utils", folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    kit = importlib.util.module_from_spec(spec)
+    sys.modules["module_utils"] = kit
+    spec.loader.exec_module(kit)
     client = importlib.import_module("ansible.module_utils.benchmark.client")
     level = importlib.import_module("ansible.module_utils.benchmark.stats")
     return types.SimpleNamespace(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import base64
 import gzip
+import importlib
 import json
 import os
 import statistics
@@ -69,10 +70,9 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    import ansible.module_utils
-
-    ansible.module_utils.__path__.append(str(REPO / "module_utils"))
     sys.path.insert(0, str(REPO))
+    # First: the kit's stages become importable as ansible.module_utils.<stage>.
+    importlib.import_module("module_utils")
     from ansible.module_utils.benchmark.debug import collect
 
     from analysis.bundle import bundle

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -75,10 +76,8 @@ TELEMETRY_HEADER = (
 
 def launches(port: int) -> list[dict]:
     """The kit's launch commands for the study's configs on an h200 host."""
-    import ansible.module_utils
-
-    if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+    # First: the kit's stages become importable as ansible.module_utils.<stage>.
+    importlib.import_module("module_utils")
     from ansible.module_utils.plan.serving import render_all
 
     settings = {
