@@ -679,28 +679,3 @@ def _launch(a: Facts, b: Facts, model_differs: bool) -> list[dict]:
 
 def counts(warnings: list[dict]) -> dict[str, int]:
     return {kind: sum(w.get("kind") == kind for w in warnings) for kind in KINDS}
-
-
-def html_section(found: list[dict]) -> str:
-    """compare.html's Comparability section: both kinds, the ones that matter first."""
-    from analysis import html
-
-    intro = (
-        "<p>Every recorded difference between the runs that could explain a difference in "
-        "their results, one per field: benchmark settings, prompt and workload hashes, "
-        "weights revisions, the SGLang runtime and its package set, each config's launch argv "
-        "and environment, and the GPUs. <b>not_comparable</b>: the results do not measure the "
-        "same thing; <b>expected_difference</b>: what comparing hardware or models on purpose "
-        "changes. Fields only one run records are not compared.</p>"
-    )
-    if not found:
-        return intro + (
-            "<p>None: both runs used the same settings, prompts, weights, runtime, launches "
-            "and hardware, as far as both record them.</p>"
-        )
-    parts = []
-    for kind, heading in ((NOT_COMPARABLE, "Not comparable"), (EXPECTED, "Expected differences")):
-        listed = [w for w in found if w["kind"] == kind]
-        if listed:
-            parts.append(f"<h3>{heading} ({len(listed)})</h3>" + html.warnings_html(listed))
-    return intro + "".join(parts)

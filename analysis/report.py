@@ -836,7 +836,7 @@ def compare(
         for k in only[side][:200]
     )
     sections = [
-        ("comparability", "Comparability", comparability.html_section(comparable)),
+        ("comparability", "Comparability", html.comparability_section(comparable)),
         ("table", "Side by side", html.table_html(pairs, short)),
         ("plots", "Plots", html.figure_html(figure) if figure else "<p>Nothing in common.</p>"),
         (

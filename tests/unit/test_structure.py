@@ -57,3 +57,35 @@ def test_the_declared_python_range_is_the_makefile_s_controllers():
     ).group(1)
     admitted = [f"3.{minor}" for minor in range(8, 20) if f"3.{minor}.0" in SpecifierSet(declared)]
     assert admitted == supported
+
+
+def analysis_imports() -> dict[str, set[str]]:
+    """Which analysis modules each one imports, imports inside functions included."""
+    names = {path.stem for path in (REPO / "analysis").glob("*.py")}
+    graph = {}
+    for path in (REPO / "analysis").glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "analysis":
+                found |= {alias.name for alias in node.names} & names
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("analysis."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found |= {
+                    a.name.split(".")[1] for a in node.names if a.name.startswith("analysis.")
+                }
+        graph[path.stem] = found - {path.stem}
+    return graph
+
+
+def test_the_analysis_package_has_no_import_cycle():
+    graph = analysis_imports()
+    assert graph["tables"] and graph["report"]  # the graph is read, not empty
+
+    def reaches(start: str, goal: str, seen: set) -> bool:
+        for name in graph.get(start, ()):
+            if name == goal or (name not in seen and reaches(name, goal, seen | {name})):
+                return True
+        return False
+
+    assert [name for name in sorted(graph) if reaches(name, name, set())] == []
