@@ -1,20 +1,11 @@
 """Keys the tables, the quality gate and the plots share: where a level is measured, which
-config is its reference, a value at a TP size. Nothing here imports another analysis module
-but results, so that tables and quality can both import it without a loop."""
+config is its reference (the writer's rule, module_utils/plan/serving.py), a value at a TP
+size. Nothing here imports another analysis module, so that tables and quality can both import
+it without a loop."""
 
 from __future__ import annotations
 
-from analysis.results import parse_config_name
-
-
-def is_reference(config: str, reference: str) -> bool:
-    """The reference config, or it at another TP size (ar-tp4 when the reference is ar or
-    ar-tp1): each TP size's speedups are against its own."""
-    base, _tp, budget = parse_config_name(config)
-    reference_base, _reference_tp, reference_budget = parse_config_name(reference)
-    return config == reference or (
-        budget is None and reference_budget is None and base == reference_base
-    )
+from ansible.module_utils.plan.serving import is_reference  # noqa: F401  (the writer's rule)
 
 
 def at_tp(values: dict, place: tuple, tp: int | None):

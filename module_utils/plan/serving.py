@@ -82,6 +82,32 @@ def parse_config_name(name) -> tuple[str, int | None, int | None]:
     )
 
 
+def is_reference(config: str, reference: str) -> bool:
+    """The reference config, or its definition at another TP size (ar-tp4 when the reference
+    is ar or ar-tp1): greedy outputs agree only at one TP size, so each TP size's reference
+    server is that size's reference. A name outside the grammar is only itself."""
+    try:
+        base, _tp, budget = parse_config_name(config)
+        reference_base, _reference_tp, reference_budget = parse_config_name(reference)
+    except ServingConfigError:
+        return config == reference
+    return config == reference or (
+        budget is None and reference_budget is None and base == reference_base
+    )
+
+
+def reference_at_tp(reference: str, tp: int | None) -> str:
+    """The reference's definition at TP size tp (ar-tp4 for ar or ar-tp1 at 4); the reference
+    itself where the config has no TP size or the reference is outside the grammar."""
+    if tp is None:
+        return reference
+    try:
+        base, _tp, _budget = parse_config_name(reference)
+    except ServingConfigError:
+        return reference
+    return config_name(base, tp)
+
+
 def config_name(base: str, tp: int | None = None, budget: int | None = None) -> str:
     """The name parse_config_name() reads back: base[-tp<N>][-b<B>]."""
     return (

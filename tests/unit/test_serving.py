@@ -629,3 +629,26 @@ def test_ddtree_rules_reads_hostile_values_as_unknown(overlay, locked):
     except (AttributeError, TypeError) as error:  # pragma: no cover - the failure it guards
         pytest.fail(f"ddtree_rules raised {error!r}")
     assert result["drift"] is None
+
+
+def test_each_tp_size_is_checked_against_its_own_reference_server():
+    """With the reference named at a TP size (ar-tp1), ar-tp4 is TP4's reference, not a config
+    to check against TP1's outputs (greedy outputs agree only at one TP size); the lossless
+    module and the analysis read it the same way."""
+    from ansible.module_utils.plan.serving import is_reference, reference_at_tp
+
+    from analysis import keys
+    from tests.support.modules import load_module
+
+    lossless = load_module("benchmark_lossless")
+    found = {"ar-tp1": {}, "ar-tp4": {}, "dflash-tp1": {}, "dflash-tp4": {}}
+    for reference in ("ar", "ar-tp1"):
+        assert [c for c in found if lossless.is_reference(c, reference)] == ["ar-tp1", "ar-tp4"]
+        assert [c for c in found if keys.is_reference(c, reference)] == ["ar-tp1", "ar-tp4"]
+        assert lossless.reference_of("dflash-tp4", reference, found) == "ar-tp4"
+        assert lossless.reference_of("dflash-tp1", reference, found) == "ar-tp1"
+    assert lossless.reference_of("dflash", "ar", {"ar": {}, "dflash": {}}) == "ar"
+    # A budgeted config is never a reference; a name outside the grammar is only itself.
+    assert not is_reference("ddtree-b16", "ddtree")
+    assert is_reference("a b", "a b") and not is_reference("a b", "a")
+    assert reference_at_tp("ar-tp1", 8) == "ar-tp8" and reference_at_tp("ar", None) == "ar"
