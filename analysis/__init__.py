@@ -9,6 +9,9 @@ warnings), or raising ResultsError (every problem with the results, each naming 
 the field) or OutputError (the output folder cannot be used; nothing is written then).
 """
 
+# The kit's module_utils/ as ansible.module_utils.<stage> (module_utils/__init__.py): the
+# analysis reads the contract (module_utils/contract/) the writer writes by.
+import module_utils  # noqa: F401
 from analysis.report import Outcome, OutputError, compare, report
 from analysis.results import ResultsError, load
 

@@ -30,7 +30,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from module_utils.secret_scrub import Scrubber
+from ansible.module_utils.host.secret_scrub import Scrubber
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "KIMI_SERVER_API_KEY")
 DEFAULT_MAX_FILE_BYTES = 512 << 20

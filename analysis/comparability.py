@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 NOT_COMPARABLE, EXPECTED = "not_comparable", "expected_difference"
 KINDS = (NOT_COMPARABLE, EXPECTED)
 
-MASK = "********"  # module_utils/host_helpers.MASK: how the kit masks a secret
+MASK = "********"  # module_utils/host/helpers.MASK: how the kit masks a secret
 ABSENT = "(absent)"  # a flag or variable one run's launch does not have
 SET = "(set)"  # a flag without a value
 # Bounds on what files may hold: a value's key (longer ones are compared by sha256), values
@@ -56,7 +56,7 @@ MAX_MESSAGE = 1500
 MAX_NAME = 200
 MAX_PACKAGES = 20_000
 # pip's own tooling: whatever ensurepip brought, never frozen in the study lock
-# (module_utils/runtime_freeze.NOT_FROZEN) and no part of what the server runs.
+# (module_utils/runtime/freeze.NOT_FROZEN) and no part of what the server runs.
 NOT_FROZEN = ("pip", "setuptools", "wheel")
 _SEPARATORS = re.compile(r"[-_.]+")  # PEP 503 name normalisation
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -124,7 +124,7 @@ IGNORED_ENVIRONMENT = {"KIMI_RUNTIME_DIR"}
 WEIGHT_FLAGS = {"--model-path": "target", "--speculative-draft-model-path": "drafter"}
 SECRET_FLAGS = {"--api-key", "--config"}  # --config: the kit's root-only file with the key
 ATTENTION_BACKEND = re.compile(r"^--(?:[a-z0-9]+-)*attention-backend$")
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PROXY")  # module_utils/serving.py's
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PROXY")  # module_utils/plan/serving.py's
 
 
 # -- values ----------------------------------------------------------------------------
@@ -679,28 +679,3 @@ def _launch(a: Facts, b: Facts, model_differs: bool) -> list[dict]:
 
 def counts(warnings: list[dict]) -> dict[str, int]:
     return {kind: sum(w.get("kind") == kind for w in warnings) for kind in KINDS}
-
-
-def html_section(found: list[dict]) -> str:
-    """compare.html's Comparability section: both kinds, the ones that matter first."""
-    from analysis import html
-
-    intro = (
-        "<p>Every recorded difference between the runs that could explain a difference in "
-        "their results, one per field: benchmark settings, prompt and workload hashes, "
-        "weights revisions, the SGLang runtime and its package set, each config's launch argv "
-        "and environment, and the GPUs. <b>not_comparable</b>: the results do not measure the "
-        "same thing; <b>expected_difference</b>: what comparing hardware or models on purpose "
-        "changes. Fields only one run records are not compared.</p>"
-    )
-    if not found:
-        return intro + (
-            "<p>None: both runs used the same settings, prompts, weights, runtime, launches "
-            "and hardware, as far as both record them.</p>"
-        )
-    parts = []
-    for kind, heading in ((NOT_COMPARABLE, "Not comparable"), (EXPECTED, "Expected differences")):
-        listed = [w for w in found if w["kind"] == kind]
-        if listed:
-            parts.append(f"<h3>{heading} ({len(listed)})</h3>" + html.warnings_html(listed))
-    return intro + "".join(parts)

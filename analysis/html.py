@@ -6,6 +6,7 @@ import base64
 import html
 import json
 
+from analysis import comparability
 from analysis.plots import Plot
 from analysis.tables import fmt
 
@@ -191,3 +192,29 @@ def page(title: str, sections: list[tuple[str, str, str]], meta: str) -> str:
 
 def json_block(value) -> str:
     return f"<pre>{esc(json.dumps(value, indent=1, sort_keys=True, default=str))}</pre>"
+
+
+def comparability_section(found: list[dict]) -> str:
+    """compare.html's Comparability section: both kinds, the ones that matter first."""
+    intro = (
+        "<p>Every recorded difference between the runs that could explain a difference in "
+        "their results, one per field: benchmark settings, prompt and workload hashes, "
+        "weights revisions, the SGLang runtime and its package set, each config's launch argv "
+        "and environment, and the GPUs. <b>not_comparable</b>: the results do not measure the "
+        "same thing; <b>expected_difference</b>: what comparing hardware or models on purpose "
+        "changes. Fields only one run records are not compared.</p>"
+    )
+    if not found:
+        return intro + (
+            "<p>None: both runs used the same settings, prompts, weights, runtime, launches "
+            "and hardware, as far as both record them.</p>"
+        )
+    parts = []
+    for kind, heading in (
+        (comparability.NOT_COMPARABLE, "Not comparable"),
+        (comparability.EXPECTED, "Expected differences"),
+    ):
+        listed = [w for w in found if w["kind"] == kind]
+        if listed:
+            parts.append(f"<h3>{heading} ({len(listed)})</h3>" + warnings_html(listed))
+    return intro + "".join(parts)

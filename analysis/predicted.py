@@ -3,7 +3,7 @@ what the level measured, a warning where a step ran more than 25% slower than th
 expects with the part the run's records point at, and the speed model's view of each DDTree
 sweep (analysis.sweep.shapes).
 
-The prediction is module_utils/speed_model.py's predict_launch for the level's own launch (its
+The prediction is module_utils/plan/speed_model.py's predict_launch for the level's own launch (its
 argv as the provenance records it), the host's hardware profile (group_vars/all/
 speed_hardware.json), the level's measured mean context per request (analysis.results:
 prompt + half the output, token-weighted) and its concurrency, with the host's records laid
@@ -47,9 +47,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ansible.module_utils.plan import speed_model
+
 from analysis import sweep, telemetry
 from analysis.results import Results, run_model
-from module_utils import speed_model
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 # The kit's model before models were data: what a run.json without a model ran.

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 
-from analysis.results import Results, accuracy_floors
+from analysis.keys import at_tp, is_reference, level_key, rows_by_file
+from analysis.results import Results, accuracy_floors, config_order
 
 SIGNIFICANCE = 0.05
 # Above this share of unanswered (cut off, failed) requests, a low accuracy is first of all a
@@ -66,7 +67,6 @@ def accuracy_rows(results: Results, table: list[dict], reference: str) -> list[d
     """One row per scored level: its counts, and against the reference config's level at the
     same host, prompt set, concurrency and TP size, the discordant pairs, McNemar's p and the
     verdict (or why it was not compared)."""
-    from analysis.tables import _at_tp, is_reference, level_key, rows_by_file
 
     # Each level file's row (repeats of a level share one); levels are paired repeat by
     # repeat, and at rate levels by rate.
@@ -110,7 +110,7 @@ def accuracy_rows(results: Results, table: list[dict], reference: str) -> list[d
         if not accuracy["n"]:
             entry["note"] = "not compared: no request scored"
             continue
-        base = _at_tp(references, level_key(level), row["tp_size"])
+        base = at_tp(references, level_key(level), row["tp_size"])
         if base is None:
             entry["note"] = (
                 f"not compared: no scored {reference} level at this prompt set and level"
@@ -251,7 +251,6 @@ def _text(value) -> str:
 
 def api_check_rows(results: Results) -> list[dict]:
     """One row per check of every host's and config's api-check.json."""
-    from analysis.results import config_order
 
     out = []
     for (host, config), record in sorted(

@@ -600,7 +600,7 @@ def _predicted_html(expected: predicted.Predictions) -> str:
         for n in expected.note_rows()[:100]
     )
     intro = (
-        "<p>Each closed-loop level against the speed model (module_utils/speed_model.py): its "
+        "<p>Each closed-loop level against the speed model (module_utils/plan/speed_model.py): its "
         "own launch, the host's hardware profile, the level's measured mean context per "
         "request (prompt plus half the output) and concurrency, with the host's speed "
         "calibration and all-reduce check laid over the profile's figures where the run "
@@ -836,7 +836,7 @@ def compare(
         for k in only[side][:200]
     )
     sections = [
-        ("comparability", "Comparability", comparability.html_section(comparable)),
+        ("comparability", "Comparability", html.comparability_section(comparable)),
         ("table", "Side by side", html.table_html(pairs, short)),
         ("plots", "Plots", html.figure_html(figure) if figure else "<p>Nothing in common.</p>"),
         (

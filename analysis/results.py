@@ -350,7 +350,7 @@ def level_validator():
 
 
 # The parts of a level's open provenance the report reads, typed as the writers write them
-# (gpu: module_utils/gpu_topology.py; launch and runtime: the server and runtime stages'
+# (gpu: module_utils/host/gpu_topology.py; launch and runtime: the server and runtime stages'
 # records). The schema leaves these open; the analysis cannot show what it cannot read.
 _PROVENANCE_READ = {
     "profile": {"type": ["string", "null"]},
@@ -1306,7 +1306,7 @@ LOSSLESS_SCHEMA = {
     },
     "required": ["configs"],
 }
-# api-check.json as the server stage writes it (module_utils/api_check.py), copied beside
+# api-check.json as the server stage writes it (module_utils/server/api_check.py), copied beside
 # the config's levels: untrusted, so every field shown is typed and bounded.
 _CHECK_TEXT = {"type": ["string", "null"], "maxLength": 4000}
 API_CHECK_SCHEMA = {
@@ -1718,7 +1718,7 @@ def _size(path: str) -> int:
 
 # -- names -----------------------------------------------------------------------------
 
-# Expanded serving config names, as the server role expands them (module_utils/serving.py
+# Expanded serving config names, as the server role expands them (module_utils/plan/serving.py
 # parse_config_name; the analysis does not import the kit, so it reads them itself):
 # <config>, <config>-tp<N> (a config expanded over TP sizes), ddtree-b<B> and
 # ddtree-tp<N>-b<B> (one per budget, and TP size).

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from analysis import quality, sweep, telemetry
+from analysis.keys import at_tp, is_reference, level_key
 from analysis.results import (
     CHAIN_CONTROL,
     Results,
@@ -18,7 +19,6 @@ from analysis.results import (
     config_order,
     ddtree_budget,
     incomplete,
-    parse_config_name,
     ratio,
     tp_size,
     verify_tokens_per_step,
@@ -149,30 +149,6 @@ def _small_count(value) -> bool:
     return isinstance(value, str) and value.isdecimal() and len(value) <= 6
 
 
-def is_reference(config: str, reference: str) -> bool:
-    """The reference config, or it at another TP size (ar-tp4 when the reference is ar or
-    ar-tp1): each TP size's speedups are against its own."""
-    base, _tp, budget = parse_config_name(config)
-    reference_base, _reference_tp, reference_budget = parse_config_name(reference)
-    return config == reference or (
-        budget is None and reference_budget is None and base == reference_base
-    )
-
-
-def _at_tp(values: dict, place: tuple, tp: int | None):
-    """The value recorded at place for TP size tp: the same TP size's, else one whose TP size
-    is unknown; a row whose TP size is unknown takes the only one there is. Never a value of
-    another known TP size: a TP4 server is not measured against a TP1 one."""
-    by_tp = values.get(place) or {}
-    if tp in by_tp:
-        return by_tp[tp]
-    if None in by_tp:
-        return by_tp[None]
-    if tp is None and len(by_tp) == 1:
-        return next(iter(by_tp.values()))
-    return None
-
-
 def lossless_state(results: Results, host: str, config: str, reference: str) -> tuple:
     """(state, mismatch rate): reference, passed, flagged or not checked."""
     if is_reference(config, reference):
@@ -213,14 +189,14 @@ def rows(results: Results, reference: str = "ar", slo: dict | None = None) -> li
         throughput = summary.get("output_tokens_per_s")
         tp = tp_size(level.config, level.provenance)
         key = level_key(level)
-        ar = _at_tp(base, key, tp)
+        ar = at_tp(base, key, tp)
         tpot = _stat(summary, "tpot_ms", "mean")
         gpus = gpus_of(level.provenance)
         state, rate = lossless_state(results, level.host, level.config, reference)
         budget = ddtree_budget(level.config, level.provenance)
         # Only DDTree rows have a chain to be compared with; the control must have run at the
         # same host, prompt set, level and TP size.
-        control, chain_value = (_at_tp(chain, key, tp) if budget is not None else None) or (
+        control, chain_value = (at_tp(chain, key, tp) if budget is not None else None) or (
             None,
             None,
         )
@@ -293,21 +269,10 @@ def rows(results: Results, reference: str = "ar", slo: dict | None = None) -> li
     return out
 
 
-def level_key(level) -> tuple:
-    """Where a level's speedup is measured: the same host, prompt set, concurrency, request
-    rate and repeat (TP size is matched apart)."""
-    return (level.host, level.prompt_set, level.concurrency, level.request_rate, level.repeat)
-
-
 def closed_loop(table: list[dict]) -> list[dict]:
     """The rows of closed-loop levels (c<N>.json): the ones concurrency bands, the budget
     sweep and the concurrency plots are about."""
     return [row for row in table if row.get("request_rate") is None]
-
-
-def rows_by_file(table: list[dict]) -> dict[str, dict]:
-    """Each level file's row (a row of averaged repeats holds several files)."""
-    return {path: row for row in table for path in row.get("files") or [row.get("file")]}
 
 
 # -- repeats ---------------------------------------------------------------------------

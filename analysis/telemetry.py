@@ -1,5 +1,5 @@
 """What the report makes of a level's GPU telemetry (summary.gpu, written by
-module_utils/gpu_telemetry.py): power and tokens per joule columns, and throttle warnings.
+module_utils/benchmark/gpu_telemetry.py): power and tokens per joule columns, and throttle warnings.
 
 Level files are outside input: every field read here is type-checked and bounded, and a summary of
 the wrong shape yields empty columns and no warning rather than an exception.
@@ -19,7 +19,8 @@ REASON_CONSEQUENCE = {
     "hw_slowdown": "throughput at this level is limited by a hardware slowdown (power brake or "
     "external signal)",
 }
-# Matches module_utils/gpu_telemetry.THROTTLE_SHARE: the writer lists reasons at or above it, and a
+# Matches module_utils/benchmark/gpu_telemetry.THROTTLE_SHARE: the writer lists reasons at or above
+# it, and a
 # hand-edited or older file listing less is not worth a warning.
 THROTTLE_SHARE = 0.2
 MAX_POWER_W = 1.0e6  # a whole host's GPUs, with margin

@@ -7,7 +7,7 @@ this callback prints it whenever it changes, so the person watching sees bytes, 
 It does so under any stdout callback (ansible-runner's and AWX's too); the kit's own stdout
 callback, kimi_readable, leaves these lines to it and drops the retry lines around them.
 
-The per-host lock (module_utils/host_lock.py) needs to name this run's ansible-playbook process:
+The per-host lock (module_utils/host/lock.py) needs to name this run's ansible-playbook process:
 a callback runs in that process, before any task, while templates are rendered in worker
 processes forked from it (or in it). So the callback puts the description into the
 environment, KIMI_RUN_HOLDER, which every fork inherits and group_vars/all/lock.yml reads.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     # weights_download and weights_check take the same repository and verification options
-    # (module_utils/weights.py REPOSITORY_OPTIONS is their argument spec).
+    # (module_utils/weights/manifest.py REPOSITORY_OPTIONS is their argument spec).
     DOCUMENTATION = r"""
 options:
   repo_id:

@@ -6,7 +6,7 @@ Jinja cannot quote safely for systemd: ExecStart= splits on whitespace, expands 
 %-specifiers; an EnvironmentFile value needs double quotes and escapes. These do it once.
 
 Serving config names (<config>, <config>-tp<N>, ddtree-b<B>, ddtree-tp<N>-b<B>) are read by
-module_utils/serving.py alone; the name filters here call it, so no role parses them with a
+module_utils/plan/serving.py alone; the name filters here call it, so no role parses them with a
 regular expression of its own.
 """
 
@@ -14,39 +14,52 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import ipaddress
 import os
 import re
+import sys
 from pathlib import Path
 
-import ansible.module_utils
 from ansible.errors import AnsibleFilterError
 
-# Modules get the kit's module_utils/ shipped with them; a filter runs in the controller's own
-# process, where only ansible's are importable: add the kit's folder to the same package.
-_KIT_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _KIT_MODULE_UTILS not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_KIT_MODULE_UTILS)
+
+def _kit_module_utils() -> None:
+    """Modules get the kit's module_utils/ shipped with them; a filter runs in ansible-playbook,
+    where the kit's folder is not on sys.path: load module_utils/__init__.py by path once, which
+    makes ansible.module_utils.<stage> importable (its finder), as for the analysis and tests."""
+    if "module_utils" in sys.modules:
+        return
+    init = Path(__file__).resolve().parents[1] / "module_utils" / "__init__.py"
+    spec = importlib.util.spec_from_file_location(
+        "module_utils", init, submodule_search_locations=[str(init.parent)]
+    )
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["module_utils"] = package
+    spec.loader.exec_module(package)
+
+
+_kit_module_utils()
 
 import yaml  # noqa: E402
-from ansible.module_utils.canary import CanaryError, launches, source_files  # noqa: E402
-from ansible.module_utils.model_data import (  # noqa: E402
+from ansible.module_utils.canary.serve import CanaryError, launches, source_files  # noqa: E402
+from ansible.module_utils.host.rollout import RolloutError, rollout  # noqa: E402
+from ansible.module_utils.host.secret_scrub import Scrubber  # noqa: E402
+from ansible.module_utils.plan.model_data import (  # noqa: E402
     MAX_MODEL_FILE_BYTES,
     ModelDataError,
     config_paths,
     load_model,
     serving_definitions,
 )
-from ansible.module_utils.rollout import RolloutError, rollout  # noqa: E402
-from ansible.module_utils.secret_scrub import Scrubber  # noqa: E402
-from ansible.module_utils.serving import (  # noqa: E402
+from ansible.module_utils.plan.serving import (  # noqa: E402
     ServingConfigError,
     ddtree_rules,
     ordered_run,
     parse_config_name,
 )
-from ansible.module_utils.speed_model import SpeedModelError  # noqa: E402
-from ansible.module_utils.speed_plan import (  # noqa: E402
+from ansible.module_utils.plan.speed_model import SpeedModelError  # noqa: E402
+from ansible.module_utils.plan.speed_plan import (  # noqa: E402
     hardware_figures,
     plan_inputs,
     plan_speed,
@@ -72,7 +85,7 @@ description:
     their TP sizes and DDTree budgets, each control before what it controls, the reference
     config's servers first.
   - C(kimi_model_data) loads models/<name>/model.yml, checked field by field
-    (module_utils/model_data.py); an unknown name or a bad field fails naming the file, the
+    (module_utils/plan/model_data.py); an unknown name or a bad field fails naming the file, the
     field and the fix. C(kimi_serving_definitions) gives the model's serving configs with the
     DDTree budgets and the TP sizes to expand over; C(kimi_model_configs) the shipped
     config.json path of the target and of each drafter. group_vars/all/model.yml derives every
@@ -83,16 +96,17 @@ description:
     repositories' revisions, the prompt sets' dataset revisions, the SGLang git source when a
     config runs on it); C(kimi_lock_pinned) gives kimi_repos, prompt set definitions or the git
     source with the lock's commits in place of what they asked for.
-  - C(kimi_rollout) is deploy_kimi.yml's rolling order (module_utils/rollout.py) from
+  - C(kimi_rollout) is deploy_kimi.yml's rolling order (module_utils/host/rollout.py) from
     kimi_deploy_serial, the inventory's groups, the play's group and the hosts --limit leaves
     (hosts, serial batch sizes, batches, rolling); the hosts of a kimi_cluster_* group go in
     one batch. A bad kimi_deploy_serial fails naming the value and the fix.
-  - C(kimi_scrub) masks the given secrets (in every form module_utils/secret_scrub.py knows)
+  - C(kimi_scrub) masks the given secrets (in every form module_utils/host/secret_scrub.py knows)
     and secret-shaped values (an C(api_key) assignment, a bearer header) in a text or a list
     of lines, for a server log's lines that reach a result file.
   - C(kimi_ddtree_rules) says whether the study runs DDTree's SGLang at the commit the kit's
     DDTree rules (the contract overlay) were read at: drift, both commits, the files to re-read.
-  - C(kimi_speed_plan) is the plan's speed prediction (module_utils/speed_plan.py): per rendered
+  - C(kimi_speed_plan) is the plan's speed prediction (module_utils/plan/speed_plan.py): per
+    rendered
     launch and concurrency level the predicted step time with its parts, accepted tokens per
     step and tokens/s, per DDTree config its curve over the budgets and best budget, from the
     profile's hardware figures (the host's calibration record on the controller where it is
@@ -193,7 +207,7 @@ def _names(function, *args):
 def kimi_study_requested(
     repos, selected, definitions, prompt_sets, prompt_set_definitions, git
 ) -> dict:
-    """What a host asks the study lock for (module_utils/study_lock.py's `requested`). A config
+    """What a host asks the study lock for (module_utils/plan/study_lock.py's `requested`). A config
     name it cannot place is left out: the stage's own checks name it with their fix."""
     if not all(isinstance(value, dict) for value in (repos, definitions, prompt_set_definitions)):
         raise AnsibleFilterError(
@@ -328,7 +342,7 @@ def kimi_config_name_parts(name) -> dict:
 
 
 def kimi_expanded_configs(definitions, selected, reference=None, budgets=None) -> list[str]:
-    """The ordered run list of `selected` (module_utils/serving.py ordered_run)."""
+    """The ordered run list of `selected` (module_utils/plan/serving.py ordered_run)."""
     if not isinstance(definitions, dict) or not isinstance(selected, (list, tuple)):
         raise AnsibleFilterError(
             "kimi_expanded_configs needs the definitions mapping and a list of config names, got "
@@ -390,7 +404,7 @@ def kimi_rollout(groups, serial, play_group, present) -> dict:
 
 def kimi_small_files(hub, max_bytes) -> dict:
     """hub_repo_info's result with each repository's files cut to its small ones (no weights,
-    none over max_bytes: module_utils/canary.py source_files), total_bytes to match: the
+    none over max_bytes: module_utils/canary/serve.py source_files), total_bytes to match: the
     canary's sources, fetched by the weights stage's own transfer."""
     if not isinstance(hub, dict) or not isinstance(hub.get("repos"), dict):
         raise AnsibleFilterError("kimi_small_files needs hub_repo_info's result")
@@ -407,7 +421,7 @@ def kimi_small_files(hub, max_bytes) -> dict:
 
 def kimi_canary_launches(configs, extra) -> dict:
     """serving_render's unmasked configs as canary launches, secrets apart
-    (module_utils/canary.py launches)."""
+    (module_utils/canary/serve.py launches)."""
     try:
         return launches(configs, extra)
     except (CanaryError, KeyError, TypeError) as error:
@@ -427,7 +441,7 @@ MAX_OVERLAY_BYTES = 1 << 20
 
 
 def kimi_ddtree_rules(overlay_path, locked, git) -> dict:
-    """module_utils/serving.py ddtree_rules() for the overlay file at overlay_path: whether the
+    """module_utils/plan/serving.py ddtree_rules() for the overlay file at overlay_path: whether the
     study runs DDTree's SGLang at the commit the kit's rules were read at."""
     try:
         with open(str(overlay_path), "rb") as handle:
@@ -458,7 +472,7 @@ def kimi_speed_plan(
     allreduce_note=None,
     sources=None,
 ) -> dict:
-    """module_utils/speed_plan.py plan_speed() for serving_render's launches: `capacities`
+    """module_utils/plan/speed_plan.py plan_speed() for serving_render's launches: `capacities`
     maps a launch name to its capacity plan's max_running_requests; `calibration_file` is the
     host's calibration record on the controller, used where it exists; `allreduce_note` says
     why the all-reduce figure is the profile's nominal one."""

@@ -216,8 +216,8 @@ elapsed_s:
   type: float
 """
 
-from ansible.module_utils.allreduce_run import CheckFailed, run_check  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.tuning.allreduce_run import CheckFailed, run_check  # noqa: E402
 
 
 def main() -> None:

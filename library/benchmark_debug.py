@@ -154,7 +154,7 @@ dest:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.benchmark_debug import collect  # noqa: E402
+from ansible.module_utils.benchmark.debug import collect  # noqa: E402
 
 
 def main() -> None:

@@ -75,11 +75,12 @@ import re  # noqa: E402
 import stat  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.benchmark import SCHEMA_VERSION, compare_outputs  # noqa: E402
-from ansible.module_utils.serving import (  # noqa: E402
+from ansible.module_utils.benchmark.stats import SCHEMA_VERSION, compare_outputs  # noqa: E402
+from ansible.module_utils.plan.serving import (  # noqa: E402
     ServingConfigError,
-    config_name,
+    is_reference,
     parse_config_name,
+    reference_at_tp,
 )
 
 LEVEL = re.compile(r"^c(\d+)\.json$")
@@ -168,21 +169,11 @@ def _tp(config: str) -> int | None:
 
 
 def reference_of(config: str, reference: str, found: dict) -> str:
-    """The reference config a config is checked against: the reference at the config's own
-    TP size when the run expanded TP sizes (greedy outputs agree only at one TP size), else the
-    reference itself."""
-    tp = _tp(config)
-    at_tp = config_name(reference, tp) if tp is not None else reference
+    """The reference config a config is checked against: the reference's definition at the
+    config's own TP size when the run expanded TP sizes (greedy outputs agree only at one TP
+    size), else the reference itself."""
+    at_tp = reference_at_tp(reference, _tp(config))
     return at_tp if at_tp in found else reference
-
-
-def is_reference(config: str, reference: str) -> bool:
-    """The reference itself, or the reference at some TP size (ar, ar-tp4)."""
-    try:
-        base, _tp_size, budget = parse_config_name(config)
-    except ServingConfigError:
-        return config == reference
-    return config == reference or (base == reference and budget is None)
 
 
 def check(results_dir: str, reference: str, threshold: float) -> dict:

@@ -36,7 +36,7 @@ description:
     with C(id) and C(input_ids) a line) and C(<name>.meta.json), whose C(workload) (name,
     isl, osl, C(ignore_eos) true, the tokenizer file's name, sha256 and the model revision of
     C(kimi-manifest.json), the seed) tells the benchmark to send ids and ask for exactly M
-    tokens (module_utils/workloads.py). They need no chat template, jinja2 or download.
+    tokens (module_utils/benchmark/workloads.py). They need no chat template, jinja2 or download.
   - Reports changed only when a prompts file's content changed.
 version_added: "0.1.0"
 options:
@@ -49,7 +49,8 @@ options:
         C({answer})). A long set adds C(long) (C(tokens), C(chars_per_token), C(question)) and
         C(max_new_tokens), and its prompts are the rows one after another from a first row
         of their own, about C(tokens) long, ending in C(question)
-        (module_utils/long_prompts.py), with C(length) in the meta. Other keys are ignored.
+        (module_utils/benchmark/long_prompts.py), with C(length) in the meta. Other keys are
+        ignored.
     type: dict
     default: {}
   files:
@@ -148,8 +149,8 @@ sets:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.prompt_sets import PromptError, prepare_all  # noqa: E402
-from ansible.module_utils.workloads import WorkloadError  # noqa: E402
+from ansible.module_utils.benchmark.prompt_sets import PromptError, prepare_all  # noqa: E402
+from ansible.module_utils.benchmark.workloads import WorkloadError  # noqa: E402
 
 
 def main() -> None:

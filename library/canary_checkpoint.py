@@ -19,7 +19,7 @@ description:
     heads per TP rank, the per-rank expert width the Marlin INT4 MoE kernels need, the Gated
     DeltaNet and gated attention heads, vision head dims, the vocabulary); the rest is scaled
     down. RV(scaled) names every dimension changed. The logic and its sources are in
-    module_utils/canary_checkpoint.py; docs/models.md has the table per model.
+    module_utils/canary/checkpoint.py; docs/models.md has the table per model.
   - Writes C(config.json), C(model.safetensors), its own C(model.safetensors.index.json), and
     copies every other small file of O(source_dir) (tokenizer, chat template, remote code) but
     the real weights and index. Nothing else in O(dest_dir) is touched.
@@ -127,8 +127,8 @@ scaled:
   type: dict
 """
 
-from ansible.module_utils import canary_checkpoint as cc  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.canary import checkpoint as cc  # noqa: E402
 
 
 def main() -> None:

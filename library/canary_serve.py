@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: canary_serve
 short_description: Run a serving config's SGLang launch on a tiny checkpoint, check it, record it
 description:
-  - The logic is in module_utils/canary.py; its docstring says what the canary proves and what
+  - The logic is in module_utils/canary/serve.py; its docstring says what the canary proves and what
     it cannot (kernels and flags, not the real weights' numerics).
   - O(action=plan) works out each config's identity (argv, environment with secret values
     masked, the runtime folder the python link points at, the checkpoints' digests the argv
@@ -194,7 +194,7 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.canary import (  # noqa: E402
+from ansible.module_utils.canary.serve import (  # noqa: E402
     CanaryError,
     build_record,
     check_launch,
@@ -207,12 +207,12 @@ from ansible.module_utils.canary import (  # noqa: E402
     summary,
     write_record,
 )
-from ansible.module_utils.host_helpers import (  # noqa: E402
+from ansible.module_utils.host.helpers import (  # noqa: E402
     CommandFailed,
     DeadlineRunner,
     systemd_is_pid1,
 )
-from ansible.module_utils.server_control import supervisor_status, systemd_status  # noqa: E402
+from ansible.module_utils.server.control import supervisor_status, systemd_status  # noqa: E402
 
 
 def server_active(server: dict) -> tuple[bool, str]:

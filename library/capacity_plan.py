@@ -258,7 +258,7 @@ mamba_ssm_dtype:
 import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.capacity import (  # noqa: E402
+from ansible.module_utils.plan.capacity import (  # noqa: E402
     KV_DTYPE_BYTES,
     MAMBA_STRATEGIES,
     SSM_DTYPE_BYTES,

@@ -238,7 +238,7 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.diagnose import BadInput, collect  # noqa: E402
+from ansible.module_utils.diagnose.bundle import BadInput, collect  # noqa: E402
 
 
 def main() -> None:

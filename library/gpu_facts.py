@@ -122,8 +122,8 @@ ansible_facts:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.gpu_topology import GpuFactsError, gather  # noqa: E402
-from ansible.module_utils.host_helpers import module_deadline  # noqa: E402
+from ansible.module_utils.host.gpu_topology import GpuFactsError, gather  # noqa: E402
+from ansible.module_utils.host.helpers import module_deadline  # noqa: E402
 
 
 def main() -> None:

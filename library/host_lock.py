@@ -98,7 +98,7 @@ same_controller:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_lock import LockError, LockHeld, acquire, release  # noqa: E402
+from ansible.module_utils.host.lock import LockError, LockHeld, acquire, release  # noqa: E402
 
 
 def main() -> None:

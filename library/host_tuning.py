@@ -219,8 +219,8 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import DeadlineRunner  # noqa: E402
-from ansible.module_utils.host_tuning import apply, new_run, restore  # noqa: E402
+from ansible.module_utils.host.helpers import DeadlineRunner  # noqa: E402
+from ansible.module_utils.tuning.host_tuning import apply, new_run, restore  # noqa: E402
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "choices": ["present", "restored"], "default": "present"},

@@ -94,7 +94,7 @@ repos:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-from ansible.module_utils.hub import HAS_HUB, inspect_repos  # noqa: E402
+from ansible.module_utils.weights.hub import HAS_HUB, inspect_repos  # noqa: E402
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ description:
     sglang's own parser (in sglang.srt.server_args, prepare_server_args where building the record
     reads no model, as in 0.5.23; add_cli_args and its argparse parser otherwise, as on DDTree's
     pull request). No model is loaded and no GPU is touched.
-  - Then applies the config-free launch rules the kit mirrors (module_utils/sglang_args.py) to
+  - Then applies the config-free launch rules the kit mirrors (module_utils/plan/sglang_args.py) to
     the values that parser produced, and asks the runtime whether it knows the speculative
-    algorithm (module_utils/launch_check.py says which checks need the model and are left to
+    algorithm (module_utils/server/launch_check.py says which checks need the model and are left to
     the server).
   - Fails naming the flag when the runtime would refuse the command, so that the server role
     stops before it touches the running server.
@@ -90,17 +90,17 @@ flags:
 import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import (  # noqa: E402
+from ansible.module_utils.host.helpers import (  # noqa: E402
     CommandFailed,
     DeadlineRunner,
     marked_json,
 )
-from ansible.module_utils.launch_check import (  # noqa: E402
+from ansible.module_utils.server.launch_check import (  # noqa: E402
     errors_of,
     probe_argv,
     probe_source,
 )
-from ansible.module_utils.launch_probe import MARKER  # noqa: E402
+from ansible.module_utils.server.launch_probe import MARKER  # noqa: E402
 
 
 def main() -> None:

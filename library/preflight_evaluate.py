@@ -94,7 +94,7 @@ warning_messages:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.preflight import CHECKS, evaluate  # noqa: E402
+from ansible.module_utils.preflight.verdicts import CHECKS, evaluate  # noqa: E402
 
 
 def main() -> None:

@@ -84,7 +84,7 @@ fabricmanager:
   type: dict
 acs:
   description: >-
-    The ACS report of module_utils/pci_acs.py (the one host_tuning writes) - checked, reason
+    The ACS report of module_utils/tuning/pci_acs.py (the one host_tuning writes) - checked, reason
     when not (or GPUs missing from sysfs), lspci used, GPU bus ids, bridges with their ACSCtl
     flags and the GPUs below them, the redirecting bridges.
   returned: always
@@ -94,15 +94,15 @@ acs:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import (  # noqa: E402
+from ansible.module_utils.host.helpers import (  # noqa: E402
     CommandFailed,
     DeadlineRunner,
     module_runner,
     read_text,
     systemd_is_pid1,
 )
-from ansible.module_utils.host_inspect import bytes_present, disk_space  # noqa: E402
-from ansible.module_utils.pci_acs import acs_report, acs_unchecked  # noqa: E402
+from ansible.module_utils.host.inspection import bytes_present, disk_space  # noqa: E402
+from ansible.module_utils.tuning.pci_acs import acs_report, acs_unchecked  # noqa: E402
 
 
 def fabricmanager_state(module: AnsibleModule, systemd: bool, run: DeadlineRunner) -> dict:

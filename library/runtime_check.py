@@ -135,9 +135,8 @@ import_seconds:
 import inspect  # noqa: E402
 import json  # noqa: E402
 
-from ansible.module_utils import runtime_freeze, runtime_probe, runtime_report  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import (  # noqa: E402
+from ansible.module_utils.host.helpers import (  # noqa: E402
     CommandFailed,
     command_environment,
     marked_json,
@@ -145,6 +144,9 @@ from ansible.module_utils.host_helpers import (  # noqa: E402
     module_runner,
     run_with_deadline,
 )
+from ansible.module_utils.runtime import freeze as runtime_freeze  # noqa: E402
+from ansible.module_utils.runtime import probe as runtime_probe  # noqa: E402
+from ansible.module_utils.runtime import report as runtime_report  # noqa: E402
 
 
 def main() -> None:
@@ -182,7 +184,7 @@ def main() -> None:
                 "host; raise timeout only if it is merely slow."
             )
 
-    # The probe is module_utils/runtime_probe.py: imported above, so Ansible ships it in this
+    # The probe is module_utils/runtime/probe.py: imported above, so Ansible ships it in this
     # module's payload (no file to copy, no parameter naming one), and run from its source in
     # the environment's own Python, which has no Ansible. Its MARKER line is the report.
     probe = inspect.getsource(runtime_probe)

@@ -11,7 +11,7 @@ module: runtime_freeze
 short_description: Record and reinstall a runtime venv's exact package set (the study lock's)
 description:
   - The runtime role's steps for the study lock's C(runtime.<kind>) entry; the logic is
-    module_utils/runtime_freeze.py.
+    module_utils/runtime/freeze.py.
   - O(action=merge_report) merges the pip C(--report) file O(report) into the host's hash
     record O(hashes) (name to version to sha256) and removes the report. A missing report (pip
     did not run) leaves the record as it is. Changed only when the record changed.
@@ -118,15 +118,15 @@ import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 
-from ansible.module_utils import runtime_freeze as rf  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import (  # noqa: E402
+from ansible.module_utils.host.helpers import (  # noqa: E402
     CommandFailed,
     TooLarge,
     atomic_write,
     module_runner,
 )
-from ansible.module_utils.host_helpers import read_bounded as host_read_bounded  # noqa: E402
+from ansible.module_utils.host.helpers import read_bounded as host_read_bounded  # noqa: E402
+from ansible.module_utils.runtime import freeze as rf  # noqa: E402
 
 
 def read_bounded(path: str, limit: int) -> bytes | None:

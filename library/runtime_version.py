@@ -12,7 +12,7 @@ short_description: Versioned runtime venvs, the symlink to the active one, and r
 description:
   - Each build of a runtime kind lives in O(versions_dir)/<kind>-<id>, the id a short sha256
     over O(inputs) (what builds it), and O(link) (the configured venv path) is a symlink to the
-    active one. The logic is module_utils/runtime_versions.py.
+    active one. The logic is module_utils/runtime/versions.py.
   - O(action=plan) names the folder O(inputs) build, whether it is built, the active version,
     the history of activations and the rollback target. Read-only.
   - O(action=switch) points O(link) at version O(name) (or the version folder O(path))
@@ -132,8 +132,8 @@ runtime_dir:
   type: str
 """
 
-from ansible.module_utils import runtime_versions as rv  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.runtime import versions as rv  # noqa: E402
 
 REQUIRED = {
     "plan": ("link", "state_dir", "inputs"),

@@ -20,7 +20,7 @@ description:
     fail on a failed check, the caller decides (the server role fails with RV(failures) when
     C(kimi_server_api_check_fatal) is true).
   - Changed when the recorded outcome differs from the one already at O(dest) (times aside).
-  - The logic is in module_utils/api_check.py.
+  - The logic is in module_utils/server/api_check.py.
 version_added: "0.1.0"
 options:
   url:
@@ -84,9 +84,9 @@ failures:
   elements: str
 """
 
-from ansible.module_utils.api_check import failures, outcome_of, run_checks  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import read_json, write_json_atomic  # noqa: E402
+from ansible.module_utils.host.helpers import read_json, write_json_atomic  # noqa: E402
+from ansible.module_utils.server.api_check import failures, outcome_of, run_checks  # noqa: E402
 
 
 def main() -> None:

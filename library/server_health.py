@@ -149,9 +149,9 @@ import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import CommandFailed, module_runner  # noqa: E402
-from ansible.module_utils.secret_scrub import Scrubber  # noqa: E402
-from ansible.module_utils.server_control import (  # noqa: E402
+from ansible.module_utils.host.helpers import CommandFailed, module_runner  # noqa: E402
+from ansible.module_utils.host.secret_scrub import Scrubber  # noqa: E402
+from ansible.module_utils.server.control import (  # noqa: E402
     file_tail,
     supervisor_status,
     systemd_status,

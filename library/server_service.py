@@ -128,18 +128,18 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import (  # noqa: E402
+from ansible.module_utils.host.helpers import (  # noqa: E402
     CommandFailed,
     command_environment,
     run_with_deadline,
 )
-from ansible.module_utils.server_control import (  # noqa: E402
+from ansible.module_utils.server.control import (  # noqa: E402
     running_config_hash,
     stop_supervisor,
     supervisor_status,
     systemd_status,
 )
-from ansible.module_utils.server_identity import (  # noqa: E402
+from ansible.module_utils.server.identity import (  # noqa: E402
     IdentityError,
     wanted_identity,
 )

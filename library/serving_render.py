@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: serving_render
 short_description: Render SGLang serving configs into launch commands for one host
 description:
-  - Pure computation (module_utils/serving.py), shared by the server role and plan.yml.
+  - Pure computation (module_utils/plan/serving.py), shared by the server role and plan.yml.
   - DDTree budgets expand into one config each (C(ddtree-b16), ...); a definition with a
     C(tp) list expands over those tensor parallel sizes too (C(ar-tp4), C(ddtree-tp4-b16)),
     each server launched with its own C(--tp-size). A name in C(selected) may also be one
@@ -40,7 +40,7 @@ options:
     elements: str
     required: true
   settings:
-    description: Host settings (see module_utils/serving.py render()); no secrets here.
+    description: Host settings (see module_utils/plan/serving.py render()); no secrets here.
     type: dict
     required: true
   api_key:
@@ -92,7 +92,7 @@ configs_unmasked:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.serving import (  # noqa: E402
+from ansible.module_utils.plan.serving import (  # noqa: E402
     ServingConfigError,
     load_contracts,
     masked,

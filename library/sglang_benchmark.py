@@ -267,8 +267,8 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.benchmark_client import masked, secret_forms  # noqa: E402
-from ansible.module_utils.benchmark_level import (  # noqa: E402
+from ansible.module_utils.benchmark.client import masked, secret_forms  # noqa: E402
+from ansible.module_utils.benchmark.level import (  # noqa: E402
     TELEMETRY_MODES,
     check_params,
     run_benchmark,

@@ -10,9 +10,10 @@ DOCUMENTATION = r"""
 module: speed_calibration
 short_description: Measure a GPU's copy bandwidth and the K2.6 MoE layer time for the speed model
 description:
-  - Runs C(module_utils/speed_calibration.py) with the runtime environment's Python (O(python))
+  - Runs C(module_utils/tuning/speed_calibration.py) with the runtime environment's Python
+    (O(python))
     on GPU O(gpu) and writes its record to O(record_file), which the speed model
-    (C(module_utils/speed_model.py)) reads in place of the profile's nominal figures.
+    (C(module_utils/plan/speed_model.py)) reads in place of the profile's nominal figures.
   - The program measures the GPU's device-to-device copy bandwidth and a read-only bandwidth
     over a buffer far above L2, and the time of one TP8 rank's slice of one Kimi K2.6 MoE layer
     (hidden 7168, 384 experts of intermediate 256, top-8 uniform routing from a fixed seed,
@@ -106,7 +107,7 @@ elapsed_s:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.speed_calibration_run import (  # noqa: E402
+from ansible.module_utils.tuning.speed_calibration_run import (  # noqa: E402
     CalibrationFailed,
     run_calibration,
 )

@@ -163,8 +163,8 @@ runtime:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import run_with_deadline  # noqa: E402
-from ansible.module_utils.study_lock import (  # noqa: E402
+from ansible.module_utils.host.helpers import run_with_deadline  # noqa: E402
+from ansible.module_utils.plan.study_lock import (  # noqa: E402
     LockError,
     git_resolver,
     hub_resolver,

@@ -69,7 +69,7 @@ hashed:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.weights import (  # noqa: E402
+from ansible.module_utils.weights.manifest import (  # noqa: E402
     REPOSITORY_OPTIONS,
     UnsafeListing,
     check_listing,

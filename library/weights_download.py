@@ -151,8 +151,8 @@ repaired:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.weights import REPOSITORY_OPTIONS  # noqa: E402
-from ansible.module_utils.weights_transfer import Download, Failure  # noqa: E402
+from ansible.module_utils.weights.manifest import REPOSITORY_OPTIONS  # noqa: E402
+from ansible.module_utils.weights.transfer import Download, Failure  # noqa: E402
 
 
 def main() -> None:

@@ -70,8 +70,8 @@ status:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host_helpers import pid_alive  # noqa: E402
-from ansible.module_utils.weights import progress_line, read_json  # noqa: E402
+from ansible.module_utils.host.helpers import pid_alive  # noqa: E402
+from ansible.module_utils.weights.manifest import progress_line, read_json  # noqa: E402
 
 
 def main() -> None:

@@ -69,12 +69,10 @@ def playbook(tmp_path):
     return run
 
 
-# Custom modules import ansible.module_utils.<name> from the repo's module_utils/, the way
-# Ansible ships them to a host; make the same names importable in-process for unit tests.
-import ansible.module_utils  # noqa: E402
-
-if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+# Custom modules import ansible.module_utils.<stage>.<name> from the repo's module_utils/, the
+# way Ansible ships them to a host; module_utils/__init__.py makes the same names importable
+# in-process for unit tests.
+import module_utils  # noqa: E402, F401
 
 
 def downloaded_wheels(requirements: Path, folder: Path) -> Path:

@@ -1,7 +1,7 @@
 """The tiny K2.6 canary checkpoint on a real GPU (run_canary_h200.sh runs this).
 
 1. Generates the tiny K2.6 target and its DFlash and EAGLE-3 drafters with the kit's own
-   module_utils/canary_checkpoint.py (TP 8, seed 0, as the canary stage does), timing each.
+   module_utils/canary/checkpoint.py (TP 8, seed 0, as the canary stage does), timing each.
 2. Makes a text-only view of the target: text_config as config.json (DeepseekV3ForCausalLM,
    model_type deepseek_v3: transformers has no kimi_k2 type), the language model's tensors
    without their "language_model." prefix, the vision tower left out. Same bytes otherwise.
@@ -46,7 +46,7 @@ def report(step: str, **fields) -> dict:
 
 
 def kit_module():
-    """module_utils/canary_checkpoint.py as Ansible ships it (ansible.module_utils.*), without
+    """module_utils/canary/checkpoint.py as Ansible ships it (ansible.module_utils.*), without
     Ansible installed: a namespace package over the repository's module_utils/."""
     try:
         import ansible.module_utils as module_utils
@@ -59,7 +59,7 @@ def kit_module():
         sys.modules["ansible"], sys.modules["ansible.module_utils"] = ansible, module_utils
     if str(REPO / "module_utils") not in module_utils.__path__:
         module_utils.__path__.append(str(REPO / "module_utils"))
-    from ansible.module_utils import canary_checkpoint
+    from ansible.module_utils.canary import checkpoint as canary_checkpoint
 
     return canary_checkpoint
 

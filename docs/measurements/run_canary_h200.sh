@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tiny K2.6 canary checkpoint on one real H200: generated with the kit's own
-# module_utils/canary_checkpoint.py, its text model loaded with transformers' DeepseekV3 class
+# module_utils/canary/checkpoint.py, its text model loaded with transformers' DeepseekV3 class
 # (the compressed-tensors quantizer first, BF16 after compressed-tensors' own decompression if
 # that fails) and run forward on the GPU (canary_h200.py says what each step checks).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The speed model's calibration on one real H200: module_utils/speed_calibration.py run bare
+# The speed model's calibration on one real H200: module_utils/tuning/speed_calibration.py run bare
 # (plain python3, no Ansible), then the tagged tasks that run it on a GPU host
 # (deploy_kimi.yml --tags calibrate) twice against localhost in the h200 profile: the first
 # measures and records, the second must keep the record and report changed=0.
@@ -44,9 +44,9 @@ EOF
 } > "$LOG" 2>&1
 
 # 1. Bare, with its defaults (tokens 1,8,17,33,65,129,257, 20 repeats, deadline 300 s).
-echo "== 1. python3 module_utils/speed_calibration.py --out \$OUT_DIR/speed-calibration-h200.json ($(date -u +%T))" >> "$LOG"
+echo "== 1. python3 module_utils/tuning/speed_calibration.py --out \$OUT_DIR/speed-calibration-h200.json ($(date -u +%T))" >> "$LOG"
 start=$(date +%s.%N)
-timeout 400 python3 module_utils/speed_calibration.py --out "$OUT_DIR/speed-calibration-h200.json" >> "$LOG" 2>&1
+timeout 400 python3 module_utils/tuning/speed_calibration.py --out "$OUT_DIR/speed-calibration-h200.json" >> "$LOG" 2>&1
 rc=$?
 end=$(date +%s.%N)
 echo "== exit $rc after $(python3 -c "print(round($end - $start, 1))") s" >> "$LOG"

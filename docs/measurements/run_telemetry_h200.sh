@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurement behind telemetry-h200.csv / .json / .md: module_utils/gpu_telemetry.py run bare
+# The measurement behind telemetry-h200.csv / .json / .md: module_utils/benchmark/gpu_telemetry.py run bare
 # (plain python3, no Ansible) at 200 ms while one H200 idles, then runs a sustained bf16 matmul
 # load, then idles again. The point is what a GPU does under a long dense load (the power cap,
 # the SM clock it settles at), which decides what a benchmark level's throughput means.
@@ -42,8 +42,8 @@ smi_q() {  # smi_q LABEL
 smi_q "before the load"
 
 SAMPLE_S=$((IDLE_S + LOAD_S + IDLE_S + 15))
-echo "== sampler: python3 module_utils/gpu_telemetry.py --seconds $SAMPLE_S --interval-ms 200 (start $(date -u +%T.%N))" >> "$LOG"
-python3 module_utils/gpu_telemetry.py --seconds "$SAMPLE_S" --interval-ms 200 \
+echo "== sampler: python3 module_utils/benchmark/gpu_telemetry.py --seconds $SAMPLE_S --interval-ms 200 (start $(date -u +%T.%N))" >> "$LOG"
+python3 module_utils/benchmark/gpu_telemetry.py --seconds "$SAMPLE_S" --interval-ms 200 \
   --csv "$OUT_DIR/telemetry-h200.csv" --json "$OUT_DIR/telemetry-h200.json" >> "$LOG" 2>&1 &
 SAMPLER=$!
 

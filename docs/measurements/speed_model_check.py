@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "module_utils"))
+sys.path.insert(0, str(REPO / "module_utils" / "plan"))
 
 import speed_model  # noqa: E402
 

@@ -34,7 +34,7 @@ calculate_metrics; python/sglang/bench_serving.py is its deprecated alias), run 
 divides by output tokens - 1, which is right only because the first event carries exactly
 one token (prefill); it counts the time from the last token to the end of the stream.
 
-1. The kit's client - module_utils/benchmark_client.py's own measuring functions, without
+1. The kit's client - module_utils/benchmark/client.py's own measuring functions, without
    Ansible - at each level of --levels. Its TTFT difference is split, on the clock all
    processes share, into the time before the server read the request (send) and after it
    wrote the first event (receive: the client's reading and stamping).
@@ -86,28 +86,24 @@ json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
 
 
 def load_client(folder: Path | None = None):
-    """The kit's client (module_utils/benchmark_client.py and the level summary of
-    module_utils/benchmark.py), imported as Ansible ships them to a host. The client needs only
-    the standard library; where Ansible is not installed (a bare GPU machine), a stand-in
-    ansible.module_utils package points at the repo's module_utils. `folder`: another copy of
-    module_utils (an earlier commit's, to measure before and after a change), searched first."""
+    """The kit's client (module_utils/benchmark/client.py and the level summary of
+    module_utils/benchmark/stats.py), imported as Ansible ships them to a host. The client needs
+    only the standard library; module_utils/__init__.py gives ansible.module_utils stand-ins
+    where Ansible is not installed (a bare GPU machine). `folder`: another copy of module_utils
+    (an earlier commit's, to measure before and after a change), loaded in place of this one."""
     import importlib
+    import importlib.util
     import types
 
-    folder = str(folder or REPO / "module_utils")
-    try:
-        import ansible.module_utils
-
-        if folder not in ansible.module_utils.__path__:
-            ansible.module_utils.__path__.insert(0, folder)
-    except ImportError:
-        package = types.ModuleType("ansible.module_utils")
-        package.__path__ = [folder]
-        sys.modules.update(
-            {"ansible": types.ModuleType("ansible"), "ansible.module_utils": package}
-        )
-    client = importlib.import_module("ansible.module_utils.benchmark_client")
-    level = importlib.import_module("ansible.module_utils.benchmark")
+    folder = Path(folder or REPO / "module_utils")
+    spec = importlib.util.spec_from_file_location(
+        "module_utils", folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    kit = importlib.util.module_from_spec(spec)
+    sys.modules["module_utils"] = kit
+    spec.loader.exec_module(kit)
+    client = importlib.import_module("ansible.module_utils.benchmark.client")
+    level = importlib.import_module("ansible.module_utils.benchmark.stats")
     return types.SimpleNamespace(
         Target=client.Target,
         run_level=client.run_level,
@@ -500,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         "--processes",
         type=int,
         help="event loops (processes) the kit's client spreads a level over; by default its "
-        "own choice (module_utils/benchmark_client.py process_count)",
+        "own choice (module_utils/benchmark/client.py process_count)",
     )
     parser.add_argument(
         "--client-dir",

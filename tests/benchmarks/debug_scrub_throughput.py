@@ -4,7 +4,7 @@ Generates a server log of --mib MiB (SGLang's decode-batch lines, NCCL INFO line
 10000 lines, a line with the API key, the HF token or an Authorization header), then times:
 
 - baseline: gzip of the log's bytes alone (what a collector that scrubbed nothing would pay);
-- collector: module_utils/benchmark_debug.py's `end` phase on that log (read, scrub with two
+- collector: module_utils/benchmark/debug.py's `end` phase on that log (read, scrub with two
   secrets and the patterns, gzip, NCCL lines, index), no nvidia-smi/dmesg/journalctl on PATH;
 - bundle: `analysis.bundle` over a run holding the collector's server.log.gz and a level file
   of the same size (decompress, scrub, recompress, scrub, tar.gz).
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import base64
 import gzip
+import importlib
 import json
 import os
 import statistics
@@ -69,11 +70,10 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    import ansible.module_utils
-
-    ansible.module_utils.__path__.append(str(REPO / "module_utils"))
     sys.path.insert(0, str(REPO))
-    from ansible.module_utils.benchmark_debug import collect
+    # First: the kit's stages become importable as ansible.module_utils.<stage>.
+    importlib.import_module("module_utils")
+    from ansible.module_utils.benchmark.debug import collect
 
     from analysis.bundle import bundle
 

@@ -250,7 +250,7 @@ def check_requests(requests: list[dict], lfs_files: int) -> dict:
 
 def hashing(folder: Path, listing: list[dict], cores: int) -> tuple[float, float]:
     """Best of three: one thread of hashlib, then the module's parallel verification."""
-    from ansible.module_utils.weights import inspect_files
+    from ansible.module_utils.weights.manifest import inspect_files
 
     def single() -> None:
         for entry in listing:
@@ -402,10 +402,10 @@ def summarize(args: argparse.Namespace, runs: list[dict], info: dict) -> dict:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "fetch":
         return fetch_main(sys.argv[2:])
-    import ansible.module_utils
+    # The kit's module_utils, under the names Ansible ships them with to a module.
+    sys.path.insert(0, str(REPO_ROOT))
+    import module_utils  # noqa: F401
 
-    # The kit's module_utils, as Ansible ships them to a module.
-    ansible.module_utils.__path__.append(str(REPO_ROOT / "module_utils"))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=32)
     parser.add_argument("--mib", type=int, default=128, help="size of each file")

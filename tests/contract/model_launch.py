@@ -2,7 +2,8 @@
 
 Reads models/<name>/model.yml's launch keys (serving configs, budgets, parsers, launch_args,
 per-profile attention backends and memory fraction) the way group_vars/all does
-(module_utils/model_data.py serving_definitions) and renders them with module_utils/serving.py,
+(module_utils/plan/model_data.py serving_definitions) and renders them with
+module_utils/plan/serving.py,
 so the contract tests check the commands the kit would run, not copies of them. The config
 files capacity planning reads play no part in a command, so they are not needed here.
 """
@@ -12,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from ansible.module_utils.model_data import serving_definitions
-from ansible.module_utils.serving import render_all, with_controls
+from ansible.module_utils.plan.model_data import serving_definitions
+from ansible.module_utils.plan.serving import render_all, with_controls
 
 REPO = Path(__file__).resolve().parents[2]
 WEIGHTS = "/opt/kimi/weights"

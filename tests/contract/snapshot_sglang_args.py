@@ -5,7 +5,8 @@ Run from the repo root with the python of the contract venv that `make test-cont
 
     tests/.state/contract-venv/bin/python tests/contract/snapshot_sglang_args.py
 
-The snapshot holds everything module_utils/sglang_args.py needs to rebuild an equivalent argparse
+The snapshot holds everything module_utils/plan/sglang_args.py needs to rebuild an equivalent
+argparse
 parser, so CI can validate launch commands without installing sglang and torch (several GB).
 The output carries no timestamp or host detail, so regenerating from the same release and venv
 gives a byte-identical file and a diff means the parser really changed (or, in
@@ -166,7 +167,8 @@ def facts(parser: argparse.ArgumentParser, algorithms: dict) -> dict:
 
 
 # What ServerArgs.from_cli_args adds on top of argparse in this release, and what the launch-time
-# resolution checks that the kit mirrors; module_utils/sglang_args.py implements the rules named
+# resolution checks that the kit mirrors; module_utils/plan/sglang_args.py implements the rules
+# named
 # here, and the cross-check test compares them with the real code where it can run on a CPU.
 POST_PARSE_NOTES = {
     "from_cli_args": (

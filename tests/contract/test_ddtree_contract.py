@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.sglang_args import (
+from ansible.module_utils.plan.sglang_args import (
     FORCED,
     RULES,
     ArgvError,
@@ -272,7 +272,7 @@ def test_all_broken_rules_are_reported_together(contract):
 
 
 def test_what_the_pull_request_forces(contract):
-    from ansible.module_utils.sglang_args import parse_argv
+    from ansible.module_utils.plan.sglang_args import parse_argv
 
     values = vars(parse_argv(without(ddtree(None), "--disable-overlap-schedule", 0), contract))
     assert values["disable_overlap_schedule"] is False
@@ -343,7 +343,7 @@ def test_hybrid_model_ddtree_commands_pass_the_git_contract_only(contract, relea
 def test_hybrid_model_budgets_against_its_block_size(contract):
     """Block size 16: budget 15 is the drafter's own chain (spine mode, any backend), 32 and 64
     full trees, which the pull request verifies only on triton with page size 1."""
-    from ansible.module_utils.sglang_args import parse_argv
+    from ansible.module_utils.plan.sglang_args import parse_argv
 
     for profile in profiles(QWEN):
         for budget in (15, 32, 64):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.sglang_args import (
+from ansible.module_utils.plan.sglang_args import (
     ArgvError,
     build_parser,
     deprecated_flags,

@@ -52,7 +52,7 @@ CONTEXT_CAPACITY = (
 # K2.6 plans from before models became data (tests/fixtures/plans-kimi-k2.6/README.md).
 BEFORE_MODEL_DATA = REPO / "tests" / "fixtures" / "plans-kimi-k2.6"
 # The plan fields that models as data added (issue 17), "[]" for any list index.
-# The capacity plan's fields for a hybrid target's recurrent state (module_utils/capacity.py).
+# The capacity plan's fields for a hybrid target's recurrent state (module_utils/plan/capacity.py).
 HYBRID_CAPACITY = (
     "attention", "verify_tokens", "max_running_requests", "mamba_ssm_dtype",
     "recurrent_state_bytes_per_request", "recurrent_state_bytes_per_verify_token",
@@ -548,7 +548,7 @@ def check_launch_commands(plan: dict) -> None:
     """The contract: every argv the kit renders passes its runtime's contract (the release's
     parser; for the git runtime, that plus the DDTree pull request's overlay), the plan records
     so per launch, and the same argv with one flag misspelt does not pass."""
-    from ansible.module_utils.sglang_args import (
+    from ansible.module_utils.plan.sglang_args import (
         check_argv,
         load_contract,
         load_snapshot,

@@ -97,7 +97,7 @@ def restarts(cluster, host) -> int:
 def legacy_hash_of(cluster, host, secrets: dict) -> str:
     """The unkeyed hash earlier kits recorded for the launch now on the host (its argv and
     environment hold no secret here, so launch.json has them unmasked)."""
-    from ansible.module_utils.server_identity import legacy_hash
+    from ansible.module_utils.server.identity import legacy_hash
 
     record = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
     return legacy_hash(record["argv"], record["environment"], secrets)

@@ -240,7 +240,7 @@ def test_calibrate_tag_records_on_host_and_controller_and_a_second_run_changes_n
 ):
     """deploy_kimi.yml --tags calibrate: the calibration alone (no stage), its record on the host
     and fetched to the controller; the second run keeps it (changed=0)."""
-    from ansible.module_utils.speed_calibration import record_problems
+    from ansible.module_utils.tuning.speed_calibration import record_problems
 
     fake = (FAKES / "speed_calibration_python.py").read_bytes()
     put_file(hosts, "h200-nofm", "/root/fake-calibration-python", fake, "0755")

@@ -25,11 +25,14 @@ PACKAGE = f"ansible_collections.{NAMESPACE}.{NAME}.plugins"
 # The version the collection copy claims; only ansible-test reads it.
 VERSION = "0.1.0"
 # ansible-core's own module_utils the kit imports from (basic, common.*) keep their names.
-KIT_UTILS = frozenset(path.stem for path in (REPO / "module_utils").glob("*.py"))
+# The kit's stage packages (module_utils/<stage>/__init__.py); imports name them first.
+KIT_UTILS = frozenset(path.parent.name for path in (REPO / "module_utils").glob("*/__init__.py"))
 FRAGMENTS = frozenset(path.stem for path in (REPO / "doc_fragments").glob("*.py"))
 
 # `from ansible.module_utils.X import ...` and `from ansible.module_utils import X, Y`.
-_FROM_UTIL = re.compile(r"^([ \t]*)from ansible\.module_utils\.(\w+) import ", re.MULTILINE)
+_FROM_UTIL = re.compile(
+    r"^([ \t]*)from ansible\.module_utils\.(\w+)((?:\.\w+)*) import ", re.MULTILINE
+)
 _FROM_UTILS = re.compile(
     r"^([ \t]*)from ansible\.module_utils import ([\w, ]+?)([ \t]*#.*)?$", re.MULTILINE
 )
@@ -49,7 +52,7 @@ def rewrite_imports(source: str, path: Path) -> str:
         name = match.group(2)
         if name not in KIT_UTILS:
             return match.group(0)
-        return f"{match.group(1)}from {PACKAGE}.module_utils.{name} import "
+        return f"{match.group(1)}from {PACKAGE}.module_utils.{name}{match.group(3)} import "
 
     def from_utils(match: re.Match[str]) -> str:
         # `import a, b as c`: the imported names are the first word of each part.
@@ -94,11 +97,14 @@ def rewrite_fragments(source: str) -> str:
 def _copy_python(source_dir: Path, target_dir: Path, modules: bool) -> list[Path]:
     target_dir.mkdir(parents=True)
     written = []
-    for path in sorted(source_dir.glob("*.py")):
+    for path in sorted(source_dir.rglob("*.py")):
+        if "__pycache__" in path.parts or path == source_dir / "__init__.py":
+            continue  # module_utils/__init__.py is the controller's finder, never shipped
         text = rewrite_imports(path.read_text(encoding="utf-8"), path)
         if modules:
             text = rewrite_fragments(text)
-        target = target_dir / path.name
+        target = target_dir / path.relative_to(source_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         written.append(target)
     return written

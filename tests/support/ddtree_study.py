@@ -3,7 +3,7 @@ docs/studies/ddtree-budget.md.
 
 Two simulated hosts run the same serving configs the kit renders for a ct200 host (ar, dflash,
 the chain control dflash-tree-backend, DDTree at budgets 16, 32, 64 and 128; argv from
-models/kimi-k2.6/model.yml through module_utils/serving.py): `sim-healthy` plays the healthy
+models/kimi-k2.6/model.yml through module_utils/plan/serving.py): `sim-healthy` plays the healthy
 pure-attention sweep of tests/support/ddtree_tables.py, `sim-hybrid-collapse` the sweep shaped
 like the hybrid model's collapse. Each config is served by tests/support/sglang_sim.py as the
 runtime the kit
@@ -83,11 +83,9 @@ def free_port() -> int:
 
 def launches(port: int) -> list[dict]:
     """The kit's own launch commands for the study's configs, as on a ct200 host."""
-    import ansible.module_utils
+    from ansible.module_utils.plan.serving import render_all
 
-    if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(str(REPO / "module_utils"))
-    from ansible.module_utils.serving import render_all
+    import module_utils  # noqa: F401
 
     definitions = models.definitions("kimi-k2.6", budgets=BUDGETS)
     settings = {

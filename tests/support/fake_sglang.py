@@ -6,7 +6,7 @@ tests/support/sglang_sim.py, the argv validator and the pinned parser's snapshot
 what sglang 0.5.23 refuses.
 It also ships sglang's parser entry point, `sglang.srt.server_args` (ServerArgs.add_cli_args,
 prepare_server_args) and `sglang.srt.speculative.spec_info.SpeculativeAlgorithm`, built from the
-same contract, so the deploy's launch check (module_utils/launch_check.py) runs against it as
+same contract, so the deploy's launch check (module_utils/server/launch_check.py) runs against it as
 against the real package.
 Its requirements are pinned like the real wheel's (PyYAML, which `--config` needs, packaging,
 Jinja2), so the runtime role's pin and `pip check` assertions have something to check.
@@ -141,11 +141,11 @@ def package_files(version: str, ddtree: bool = False) -> dict[str, bytes]:
         "sglang/simulator.py": (REPO / "tests/support/sglang_sim.py").read_bytes(),
         # What `python -m sglang.check_env` prints, from the test host's own tools.
         "sglang/check_env.py": (REPO / "tests/support/sim_check_env.py").read_bytes(),
-        "sglang/sglang_args.py": (REPO / "module_utils/sglang_args.py").read_bytes(),
+        "sglang/sglang_args.py": (REPO / "module_utils/plan/sglang_args.py").read_bytes(),
         # The simulator's step times under SGLANG_SIM_SPEED_MODEL: the kit's speed model, the
         # capacity code it reads parameter groups from, and the hardware figures.
-        "sglang/speed_model.py": (REPO / "module_utils/speed_model.py").read_bytes(),
-        "sglang/capacity.py": (REPO / "module_utils/capacity.py").read_bytes(),
+        "sglang/speed_model.py": (REPO / "module_utils/plan/speed_model.py").read_bytes(),
+        "sglang/capacity.py": (REPO / "module_utils/plan/capacity.py").read_bytes(),
         "sglang/speed_hardware.json": (REPO / "group_vars/all/speed_hardware.json").read_bytes(),
         "sglang/sglang-0.5.23-args.json": (
             REPO / "tests/contract/sglang-0.5.23-args.json"

@@ -1,5 +1,5 @@
 """The shipped models' data for tests, read the way group_vars/all reads it
-(module_utils/model_data.py), so that tests never copy a model's flags or repositories."""
+(module_utils/plan/model_data.py), so that tests never copy a model's flags or repositories."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import yaml
-
-from module_utils.model_data import config_paths, load_model, serving_definitions
+from ansible.module_utils.plan.model_data import config_paths, load_model, serving_definitions
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "models"
@@ -44,7 +43,7 @@ def write_kimi_tokenizer(folder: Path, ranks: int = 2000, revision: str | None =
     `ranks` tokens (one `<base64 bytes> <rank>` a line, as K2.6 ships it) and
     tokenizer_config.json whose added_tokens_decoder holds KIMI_SPECIALS, plus
     kimi-manifest.json naming `revision` when given. Enough for synthetic workloads
-    (module_utils/workloads.py); every id it yields is inside K2.6's 163840 vocabulary."""
+    (module_utils/benchmark/workloads.py); every id it yields is inside K2.6's 163840 vocabulary."""
     folder.mkdir(parents=True, exist_ok=True)
     lines = (f"{base64.b64encode(b'tok%d' % rank).decode()} {rank}\n" for rank in range(ranks))
     (folder / "tiktoken.model").write_text("".join(lines))

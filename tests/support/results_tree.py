@@ -14,7 +14,8 @@ first streamed event with the one token prefill produced, then one event per dec
 as the simulator does) per verify step with it; spec_verify_ct and spec_accept_length come
 with the last event only; a closed loop keeps `concurrency` requests in flight. The
 per-request timings and the level summary come from the module's own functions
-(module_utils/benchmark.py), and every field is the writer's (module_utils/benchmark_level.py),
+(module_utils/benchmark/stats.py), and every field is the writer's
+(module_utils/benchmark/level.py),
 so the files follow the contract, docs/schema/level.schema.json (level_problems() checks a
 document against it, as the writer's tests do), and expected_output_tokens_per_s() gives the
 throughput those settings imply.
@@ -49,21 +50,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# The module's helpers are stdlib-only; Ansible ships them as ansible.module_utils.benchmark,
+# The module's helpers are stdlib-only; Ansible ships them as ansible.module_utils.benchmark.stats,
 # and the tests (conftest) make that name resolve to the repository's module_utils/.
-import ansible.module_utils  # noqa: E402
-
-if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(REPO / "module_utils"))
-
-from ansible.module_utils.benchmark import (  # noqa: E402
+from ansible.module_utils.benchmark.scoring import accuracy_summary  # noqa: E402
+from ansible.module_utils.benchmark.stats import (  # noqa: E402
     SCHEMA_VERSION,
     accepted_tokens_per_step,
     decode_steps,
     request_timings,
     summarize_level,
 )
-from ansible.module_utils.scoring import accuracy_summary  # noqa: E402
+
+import module_utils  # noqa: E402, F401
 
 LEVEL_SCHEMA = REPO / "docs" / "schema" / "level.schema.json"
 VOCAB = 163840
@@ -181,7 +179,8 @@ DEFAULT_CONFIGS = {
 }
 
 
-# summary.gpu as module_utils/gpu_telemetry.py summarises a level (issue 19's design): eight
+# summary.gpu as module_utils/benchmark/gpu_telemetry.py summarises a level (issue 19's design):
+# eight
 # GPUs drawing 5.6 kW together, GPU 3 held at its power cap in 90% of the samples.
 GPU_SUMMARY = {
     "source": "nvidia-smi",
@@ -548,7 +547,8 @@ def _ranks(seed: int, prompt_set: str, count: int) -> dict[int, int]:
 
 
 def score_of(plan: Plan, sim: Sim, prompt_set: str, index: int, failed: bool) -> dict:
-    """A request's score as the benchmark records it (module_utils/scoring.py's outcome)."""
+    """A request's score as the benchmark records it (module_utils/benchmark/scoring.py's
+    outcome)."""
     expected = str(index * 3 + 7)
     value = draw(plan, prompt_set, index)
     if failed or value >= 1 - sim.unanswered - 1e-9:

@@ -7,7 +7,7 @@ the server role and the benchmark, and it is only as good as its likeness, so ev
 below follows SGLang 0.5.23's source (paths under python/sglang/):
 
 Arguments
-    Refuses any argv its runtime's contract refuses (module_utils/sglang_args.py over the
+    Refuses any argv its runtime's contract refuses (module_utils/plan/sglang_args.py over the
     committed parser snapshot: the pinned release's; as the fake DDTree pull-request runtime,
     plus that pull request's overlay, tests/contract/sglang-pr29907-overlay.json); `--config
     FILE.yaml` is merged first, as srt/server_args.py prepare_server_args does.
@@ -216,7 +216,8 @@ Environment (all optional):
                               without it a DDTree server uses SGLANG_SIM_STEP_MS and _ACCEPT
     SGLANG_SIM_SPEED_MODEL    a model folder (models/<name>: config.json, the drafters'
                               configs): each decode step then takes what
-                              module_utils/speed_model.py predicts for this launch's argv at the
+                              module_utils/plan/speed_model.py predicts for this launch's argv at
+                              the
                               requests decoding in it and their mean context (prompt plus the
                               tokens so far), in place of SGLANG_SIM_STEP_MS and a DDTree row's
                               step time (its accept still applies), so a healthy run measures
@@ -366,7 +367,7 @@ def validator_paths() -> tuple[Path, Path, Path | None]:
         overlay = here / OVERLAY
         return here, here / SNAPSHOT, overlay if overlay.is_file() else None
     tests = here.parent  # tests/support/sglang_sim.py in the repo
-    return tests.parent / "module_utils", tests / "contract" / SNAPSHOT, None
+    return tests.parent / "module_utils" / "plan", tests / "contract" / SNAPSHOT, None
 
 
 def merge_config_file(argv: list[str]) -> list[str]:
@@ -439,7 +440,7 @@ CONTEXT_BUCKET = 32
 
 class StepModel:
     """SGLANG_SIM_SPEED_MODEL: decode steps as long as the kit's speed model predicts for this
-    launch (module_utils/speed_model.py, shipped beside this file in the stand-in package), at
+    launch (module_utils/plan/speed_model.py, shipped beside this file in the stand-in package), at
     the step's batch and mean context, times SGLANG_SIM_SPEED_SLOWDOWN."""
 
     def __init__(self, settings: Settings, argv: list[str], resolved: dict):

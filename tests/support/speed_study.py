@@ -1,9 +1,9 @@
 """Measured against predicted, played against the simulator: a run whose step times follow the
-kit's speed model (module_utils/speed_model.py), with one config slowed by a power cap and one
+kit's speed model (module_utils/plan/speed_model.py), with one config slowed by a power cap and one
 host whose all-reduce is slow.
 
 Two simulated H200 hosts (TP 8) serve the kit's own launches (models/kimi-k2.6/model.yml
-through module_utils/serving.py, the h200 profile's attention backends) through
+through module_utils/plan/serving.py, the h200 profile's attention backends) through
 tests/support/sglang_sim.py with SGLANG_SIM_SPEED_MODEL: every decode step takes what the
 speed model predicts for the launch at the requests decoding and their context, each config
 accepts what the model expects from the published acceptance (so a healthy level's ratios sit
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -75,11 +76,9 @@ TELEMETRY_HEADER = (
 
 def launches(port: int) -> list[dict]:
     """The kit's launch commands for the study's configs on an h200 host."""
-    import ansible.module_utils
-
-    if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(str(REPO / "module_utils"))
-    from ansible.module_utils.serving import render_all
+    # First: the kit's stages become importable as ansible.module_utils.<stage>.
+    importlib.import_module("module_utils")
+    from ansible.module_utils.plan.serving import render_all
 
     settings = {
         **RENDER_SETTINGS,
@@ -92,10 +91,10 @@ def launches(port: int) -> list[dict]:
 
 
 def allreduce_record(host: str, slower: float = 1.0) -> dict:
-    """An all-reduce record as the tuning stage's check writes it (module_utils/allreduce.py
+    """An all-reduce record as the tuning stage's check writes it (module_utils/tuning/allreduce.py
     make_baseline) over eight GPUs: the profile's latency and bus bandwidth, `slower` times."""
     sys.path.insert(0, str(REPO))
-    from module_utils import speed_model
+    from ansible.module_utils.plan import speed_model
 
     figures = speed_model.profile_figures(PROFILE)
     rows = []
@@ -143,7 +142,7 @@ def accepted(config: str, launch: dict) -> float | None:
     """What the speed model expects a step of this config to accept on the study's prompt set
     (None for AR): the simulator is told the same, so acceptance is as published."""
     sys.path.insert(0, str(REPO))
-    from module_utils import speed_model
+    from ansible.module_utils.plan import speed_model
 
     if config == "ar":
         return None

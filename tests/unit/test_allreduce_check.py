@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import allreduce_probe, allreduce_worker
-from ansible.module_utils.allreduce import (
+from ansible.module_utils.tuning import allreduce_probe, allreduce_worker
+from ansible.module_utils.tuning.allreduce import (
     AllreduceError,
     ProcessResult,
     bandwidth_row,
@@ -598,11 +598,11 @@ def test_bad_parameters():
     assert "iterations is 0" in result["msg"] and "multiple of 2" in result["msg"]
 
 
-# The module's run (module_utils/allreduce_run.py) and process-group kill, called directly.
+# The module's run (module_utils/tuning/allreduce_run.py) and process-group kill, called directly.
 
 
 def test_kill_group_ends_a_group_that_obeys_sigterm_without_waiting_out_the_grace():
-    from ansible.module_utils.allreduce import kill_group
+    from ansible.module_utils.tuning.allreduce import kill_group
 
     proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
     time.sleep(0.3)  # both sleeps started
@@ -615,7 +615,7 @@ def test_kill_group_ends_a_group_that_obeys_sigterm_without_waiting_out_the_grac
 
 
 def test_kill_group_sigkills_what_ignores_sigterm():
-    from ansible.module_utils.allreduce import kill_group
+    from ansible.module_utils.tuning.allreduce import kill_group
 
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", stubborn], start_new_session=True)
@@ -627,7 +627,7 @@ def test_kill_group_sigkills_what_ignores_sigterm():
 
 
 def test_run_arguments_baseline_read_and_write(tmp_path):
-    from ansible.module_utils.allreduce_run import (
+    from ansible.module_utils.tuning.allreduce_run import (
         CheckFailed,
         read_baseline,
         resolve_python,

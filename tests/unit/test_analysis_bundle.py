@@ -11,9 +11,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.host.secret_scrub import MASK, Scrubber
 
 from analysis.__main__ import main
-from module_utils.secret_scrub import MASK, Scrubber
 from tests.support.secret_scan import derived_forms, scan
 
 pytestmark = pytest.mark.analysis

@@ -12,10 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.plan import speed_model
 
 import analysis
 from analysis import predicted, sweep, telemetry
-from module_utils import speed_model
 from tests.support import speed_study
 from tests.support.report_check import check_report
 from tests.support.results_tree import GPU_SUMMARY, KIMI, Plan, Sim, ddtree_sweep, write_run

@@ -443,9 +443,9 @@ def test_an_api_check_file_too_large_or_not_a_file_is_refused(checked):
 
 
 def test_the_server_stages_own_record_of_a_parser_that_does_not_engage(tmp_path):
-    """module_utils/api_check.py's record, from the simulator launched with the tool-call
+    """module_utils/server/api_check.py's record, from the simulator launched with the tool-call
     parser asked for but not engaging, read by the report as the benchmark lands it."""
-    from ansible.module_utils.api_check import run_checks
+    from ansible.module_utils.server.api_check import run_checks
 
     from tests.support.results_tree import TEMPLATE
     from tests.support.sim_process import start, stop

@@ -1,4 +1,5 @@
-"""The API checks after health (module_utils/api_check.py) against the simulator's OpenAI API:
+"""The API checks after health (module_utils/server/api_check.py) against the simulator's OpenAI
+API:
 a healthy launch passes all five, and each way a launch can fail its users fails its own check
 with what was found, what was expected and what to check."""
 
@@ -42,7 +43,7 @@ def checks_of(record: dict) -> dict:
 
 
 def run(url: str, argv: list[str], **kwargs) -> dict:
-    from ansible.module_utils.api_check import run_checks
+    from ansible.module_utils.server.api_check import run_checks
 
     return run_checks(url, argv, config="dflash", timeout=20, **kwargs)
 
@@ -93,7 +94,7 @@ def test_a_server_whose_parsers_do_not_engage_fails_those_checks(model, ignored)
     """The launch asks for kimi_k2 parsers, the server runs without them: the forced tool
     choice comes back as JSON text in content (SGLang's json_schema constraint, unparsed), the
     reasoning inside the content. Each failure is its own check's; the others pass."""
-    from ansible.module_utils.api_check import failures
+    from ansible.module_utils.server.api_check import failures
 
     argv = launch(model)
     process, url = start(
@@ -169,7 +170,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
 
 
 def test_answers_are_bounded_and_deadlined():
-    from ansible.module_utils.api_check import ApiError, Client
+    from ansible.module_utils.server.api_check import ApiError, Client
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -196,7 +197,7 @@ def test_answers_are_bounded_and_deadlined():
 
 
 def test_expectations_come_from_the_launch():
-    from ansible.module_utils.api_check import expectations, outcome_of
+    from ansible.module_utils.server.api_check import expectations, outcome_of
 
     argv = ["python", "-m", "sglang.launch_server", "--model-path", "/w/t", "--reasoning-parser=x"]
     assert expectations(argv) == {

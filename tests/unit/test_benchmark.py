@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from ansible.module_utils import benchmark_client
-from ansible.module_utils.benchmark import (
+from ansible.module_utils.benchmark import client as benchmark_client
+from ansible.module_utils.benchmark.stats import (
     SCHEMA_VERSION,
     ResponseParser,
     StreamError,

@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from ansible.module_utils import benchmark_client
+from ansible.module_utils.benchmark import client as benchmark_client
 
 from tests.support.sim_process import BASE, start, stop
 

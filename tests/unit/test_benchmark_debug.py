@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.benchmark_debug import Scrubber, collect, read_capped
-from ansible.module_utils.host_helpers import MASK
+from ansible.module_utils.benchmark.debug import Scrubber, collect, read_capped
+from ansible.module_utils.host.helpers import MASK
 
 from tests.support.modules import run_module
 from tests.support.secret_scan import derived_forms, scan

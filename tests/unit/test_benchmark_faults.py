@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import benchmark_client
-from ansible.module_utils.benchmark import ResponseParser
+from ansible.module_utils.benchmark import client as benchmark_client
+from ansible.module_utils.benchmark.stats import ResponseParser
 
 from tests.support.modules import run_module
 from tests.support.results_tree import check_contract
@@ -280,9 +280,8 @@ def test_a_module_given_bad_server_info_fails_with_a_message(tmp_path, prompts_f
 RSS_PROBE = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[2])
-import ansible.module_utils
-ansible.module_utils.__path__.append(sys.argv[2] + "/module_utils")
-from ansible.module_utils import benchmark_client as client
+import module_utils  # noqa: F401
+from ansible.module_utils.benchmark import client
 
 def hwm():
     for line in open("/proc/self/status"):
@@ -474,8 +473,7 @@ def test_the_lossless_check_reads_only_regular_files(tmp_path):
 LOSSLESS_RUN = r"""
 import json, sys
 sys.path.insert(0, sys.argv[2])
-import ansible.module_utils
-ansible.module_utils.__path__.append(sys.argv[2] + "/module_utils")
+import module_utils  # noqa: F401
 from tests.support.modules import run_module
 print(json.dumps(run_module("benchmark_lossless", json.loads(sys.argv[1]))))
 """
@@ -483,7 +481,7 @@ print(json.dumps(run_module("benchmark_lossless", json.loads(sys.argv[1]))))
 
 @pytest.mark.parametrize("answer", [b"[1]", b"not json", b'{"sha": 5}', b"[" * 100_000])
 def test_a_hub_answer_that_is_no_commit_is_a_clear_error(answer):
-    from ansible.module_utils import prompt_sets
+    from ansible.module_utils.benchmark import prompt_sets
 
     server = Canned(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(answer) + answer)
     try:

@@ -1,4 +1,4 @@
-"""The canary (module_utils/canary.py): each known failure text classified with its hint, the
+"""The canary (module_utils/canary/serve.py): each known failure text classified with its hint, the
 log's first error line scrubbed of secrets, identities, the record's schema, and the deadlines
 of a real process: one that never opens its port, one that hangs on /generate, one that
 crashes, one that serves. The servers are the SGLang simulator packaged as the runtime is
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import canary
+from ansible.module_utils.canary import serve as canary
 
 from tests.support.fake_sglang import write_package
 from tests.support.safetensors_files import tiny_folders

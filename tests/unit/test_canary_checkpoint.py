@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ansible.module_utils import canary_checkpoint as cc
+from ansible.module_utils.canary import checkpoint as cc
 from safetensors import safe_open
 
 from tests.support.modules import run_module

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import canary_checkpoint as cc
+from ansible.module_utils.canary import checkpoint as cc
 
 from tests.contract import contract_venv as cv
 from tests.support import loader_venv

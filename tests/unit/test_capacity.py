@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.capacity import (
+from ansible.module_utils.plan.capacity import (
     GIB,
     CapacityError,
     checkpoint_bytes,

@@ -25,7 +25,12 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_LOCK = REPO / "requirements.lock"
 DEV_LOCK = REPO / "requirements-dev.lock"
-CONTROLLER_PYTHONS = ("3.11", "3.12", "3.13")
+# The controllers `make setup` supports, as the Makefile names them.
+CONTROLLER_PYTHONS = tuple(
+    re.search(r"^CONTROLLER_PYTHONS := (.+)$", (REPO / "Makefile").read_text(), re.M)
+    .group(1)
+    .split()
+)
 PIP_TIMEOUT = 300
 
 PIN = re.compile(

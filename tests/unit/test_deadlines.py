@@ -20,8 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.host_helpers import CommandFailed, DeadlineRunner
-from ansible.module_utils.pci_acs import acs_report
+from ansible.module_utils.host.helpers import CommandFailed, DeadlineRunner
+from ansible.module_utils.tuning.pci_acs import acs_report
 
 from tests.support.hostprep import pcie_tree, warning_text
 from tests.support.modules import marked_processes, run_module

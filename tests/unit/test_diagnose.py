@@ -1,4 +1,5 @@
-"""The support bundle's logic (module_utils/diagnose.py) on this machine, without test hosts: a
+"""The support bundle's logic (module_utils/diagnose/bundle.py) on this machine, without test
+hosts: a
 hung command is killed at its deadline, an endless one at its cap, a missing one recorded;
 every secret is scrubbed (file names included, and their digest and base64 forms); member names
 stay safe on the host and on the controller, whatever a hostile host archive holds; caps hold;
@@ -17,8 +18,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import diagnose
-from ansible.module_utils.diagnose import (
+from ansible.module_utils.diagnose import bundle as diagnose
+from ansible.module_utils.diagnose.bundle import (
     BadInput,
     Collection,
     build_bundle,
@@ -28,7 +29,7 @@ from ansible.module_utils.diagnose import (
     safe_part,
     valid_member,
 )
-from ansible.module_utils.secret_scrub import Scrubber
+from ansible.module_utils.host.secret_scrub import Scrubber
 
 from tests.support.diagnose_plant import SCRUBBED_SOURCES, SECRET_NAMED_LOG, forms, planted
 from tests.support.modules import marked_processes, run_module

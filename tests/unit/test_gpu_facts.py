@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.gpu_topology import GpuFactsError, build_facts, classify_interconnect
-from ansible.module_utils.host_helpers import run_with_deadline
+from ansible.module_utils.host.gpu_topology import GpuFactsError, build_facts, classify_interconnect
+from ansible.module_utils.host.helpers import run_with_deadline
 
 from tests.support.modules import marked_processes, run_module
 

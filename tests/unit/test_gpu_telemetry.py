@@ -14,8 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import gpu_telemetry
-from ansible.module_utils.gpu_telemetry import GpuSampler, parse_row, summarize
+from ansible.module_utils.benchmark import gpu_telemetry
+from ansible.module_utils.benchmark.gpu_telemetry import GpuSampler, parse_row, summarize
 
 from tests.support.modules import marked_processes
 
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "fixtures" / "gpu-hosts"
 FAKE = REPO / "tests" / "support" / "fakes" / "nvidia_smi.py"
 H200_TELEMETRY = REPO / "docs" / "measurements" / "telemetry-h200.csv"
-MODULE = REPO / "module_utils" / "gpu_telemetry.py"
+MODULE = REPO / "module_utils" / "benchmark" / "gpu_telemetry.py"
 # How long a test waits for rows the fake prints every 20 ms; a bound, not a measurement.
 WAIT_S = 30.0
 

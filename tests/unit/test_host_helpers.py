@@ -1,4 +1,4 @@
-"""module_utils/host_helpers.py: the helpers every host-side module shares."""
+"""module_utils/host/helpers.py: the helpers every host-side module shares."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils import host_helpers as helpers
+from ansible.module_utils.host import helpers
 
 
 def test_atomic_write_leaves_the_whole_file_with_its_mode_and_nothing_else(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils import host_lock
+from ansible.module_utils.host import lock as host_lock
 
 from tests.support.modules import run_module
 

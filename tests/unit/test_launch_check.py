@@ -1,6 +1,6 @@
 """The deploy-time launch check: argv parsed by the installed runtime's own parser.
 
-Unit tests run the probe (module_utils/launch_check.py) in this Python against the test
+Unit tests run the probe (module_utils/server/launch_check.py) in this Python against the test
 runtimes' packages (tests/support/fake_sglang.py: the release flavour, and the fake DDTree
 pull-request flavour), and against the real sglang 0.5.23 where `make test-contract` built its
 venv. The
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import launch_probe
-from ansible.module_utils.host_helpers import marked_json
-from ansible.module_utils.launch_check import (
+from ansible.module_utils.host.helpers import marked_json
+from ansible.module_utils.server import launch_probe
+from ansible.module_utils.server.launch_check import (
     errors_of,
     flag_in,
     probe_argv,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.long_prompts import (
+from ansible.module_utils.benchmark.long_prompts import (
     LongPromptError,
     build,
     context_of,

@@ -1,4 +1,4 @@
-"""models/<name>/model.yml read and checked (module_utils/model_data.py): the shipped models
+"""models/<name>/model.yml read and checked (module_utils/plan/model_data.py): the shipped models
 load, and a bad name, path or field fails with the file, the field, what was found and what is
 needed; a thousand random mutations of a real model.yml never raise anything else."""
 
@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from module_utils.model_data import (
+from ansible.module_utils.plan.model_data import (
     ModelDataError,
     check_model,
     config_paths,

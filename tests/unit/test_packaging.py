@@ -155,18 +155,18 @@ def test_ansible_builder_create_makes_a_context_that_installs_the_lock(tmp_path)
 def test_rewrite_imports_moves_only_the_kits_module_utils():
     source = (
         "from ansible.module_utils.basic import AnsibleModule  # noqa: E402\n"
-        "from ansible.module_utils.host_helpers import (  # noqa: E402\n"
-        "    from ansible.module_utils import hub\n"
-        "from ansible.module_utils import runtime_freeze as rf  # noqa: E402\n"
+        "from ansible.module_utils.host.helpers import (  # noqa: E402\n"
+        "    from ansible.module_utils import weights\n"
+        "from ansible.module_utils import runtime as rt  # noqa: E402\n"
     )
     assert collection.rewrite_imports(source, Path("x.py")) == (
         "from ansible.module_utils.basic import AnsibleModule  # noqa: E402\n"
-        f"from {collection.PACKAGE}.module_utils.host_helpers import (  # noqa: E402\n"
-        f"    from {collection.PACKAGE}.module_utils import hub\n"
-        f"from {collection.PACKAGE}.module_utils import runtime_freeze as rf  # noqa: E402\n"
+        f"from {collection.PACKAGE}.module_utils.host.helpers import (  # noqa: E402\n"
+        f"    from {collection.PACKAGE}.module_utils import weights\n"
+        f"from {collection.PACKAGE}.module_utils import runtime as rt  # noqa: E402\n"
     )
     with pytest.raises(collection.LayoutError, match="mixes"):
-        collection.rewrite_imports("from ansible.module_utils import hub, basic\n", Path("x"))
+        collection.rewrite_imports("from ansible.module_utils import weights, basic\n", Path("x"))
 
 
 def test_rewrite_fragments_names_them_by_fqcn_and_refuses_unknown_ones():
@@ -185,8 +185,13 @@ def test_build_lays_out_every_module_with_no_import_left_on_the_kits_path(tmp_pa
     assert (galaxy["namespace"], galaxy["name"]) == (collection.NAMESPACE, collection.NAME)
     assert galaxy["license"] == ["Apache-2.0"]
     for kind, source in (("modules", "library"), ("module_utils", "module_utils")):
-        names = sorted(path.name for path in (REPO / source).glob("*.py"))
-        assert sorted(path.name for path in (root / "plugins" / kind).glob("*.py")) == names
+        names = sorted(
+            path.relative_to(REPO / source).as_posix()
+            for path in (REPO / source).rglob("*.py")
+            if "__pycache__" not in path.parts and path != REPO / "module_utils" / "__init__.py"
+        )
+        copied = root / "plugins" / kind
+        assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*.py")) == names
     for path in (root / "plugins").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:

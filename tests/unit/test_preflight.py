@@ -6,14 +6,14 @@ import copy
 import os
 
 import pytest
-from ansible.module_utils.host_inspect import bytes_present, nearest_existing
-from ansible.module_utils.pci_acs import (
+from ansible.module_utils.host.inspection import bytes_present, nearest_existing
+from ansible.module_utils.preflight.verdicts import evaluate
+from ansible.module_utils.tuning.pci_acs import (
     acs_redirects,
     acs_report,
     parse_acs,
     upstream_bridges,
 )
-from ansible.module_utils.preflight import evaluate
 
 pytestmark = pytest.mark.preflight
 

@@ -1,4 +1,4 @@
-"""Rolling deploys (module_utils/rollout.py, the kimi_rollout filter): which hosts go through
+"""Rolling deploys (module_utils/host/rollout.py, the kimi_rollout filter): which hosts go through
 every stage together, in what order, and what a bad kimi_deploy_serial says."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.rollout import RolloutError, rollout, serial_size
+from ansible.module_utils.host.rollout import RolloutError, rollout, serial_size
 
 from tests.support.modules import load_filters
 

@@ -1,4 +1,4 @@
-"""The frozen runtime (module_utils/runtime_freeze.py and library/runtime_freeze.py) without
+"""The frozen runtime (module_utils/runtime/freeze.py and library/runtime_freeze.py) without
 hosts: pip reports merged into the hash record (and the ones that cannot be trusted refused),
 the lock record, the frozen requirements text, the drift and its one-line report, nvidia-smi's
 driver lines, and runtime_check's expect_packages. tests/integration/test_git_runtime.py runs
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible.module_utils import runtime_freeze as rf
+from ansible.module_utils.runtime import freeze as rf
 
 from tests.support.modules import run_module
 

@@ -1,4 +1,4 @@
-"""runtime_check's probe (module_utils/runtime_probe.py) without hosts: run as the module runs
+"""runtime_check's probe (module_utils/runtime/probe.py) without hosts: run as the module runs
 it against a small distribution on PYTHONPATH, its pure parts, and the module reading it back.
 tests/integration/test_server.py runs the module over SSH against the runtime role's
 environments."""
@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import runtime_probe
-from ansible.module_utils.host_helpers import marked_json
+from ansible.module_utils.host.helpers import marked_json
+from ansible.module_utils.runtime import probe as runtime_probe
 
 from tests.support.modules import run_module
 

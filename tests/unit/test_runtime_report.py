@@ -1,4 +1,4 @@
-"""What the runtime stage records of a runtime about itself (module_utils/runtime_report.py,
+"""What the runtime stage records of a runtime about itself (module_utils/runtime/report.py,
 runtime_check's check_env and kernels): the kernel packages' versions from the probe's list,
 and `python -m sglang.check_env` run in the environment, bounded and scrubbed, a failure
 recorded rather than fatal. The test runtime's check_env is tests/support/sim_check_env.py, as
@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible.module_utils import runtime_report
+from ansible.module_utils.runtime import report as runtime_report
 
 from tests.support.fake_sglang import write_package
 from tests.support.modules import run_module

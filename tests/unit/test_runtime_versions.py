@@ -1,4 +1,4 @@
-"""Versioned runtimes (module_utils/runtime_versions.py, library/runtime_version.py): ids,
+"""Versioned runtimes (module_utils/runtime/versions.py, library/runtime_version.py): ids,
 the atomic switch of the link, the bounded history, pruning, rollback targets, the migration of
 a venv deployed before versions, and versions.json read as untrusted input."""
 
@@ -9,7 +9,7 @@ import os
 import threading
 
 import pytest
-from ansible.module_utils import runtime_versions as rv
+from ansible.module_utils.runtime import versions as rv
 
 from tests.support.modules import assert_unchanged, run_module
 

@@ -1,4 +1,5 @@
-"""module_utils/scoring.py: answers read and compared as GSM8K's and MATH-500's graders do,
+"""module_utils/benchmark/scoring.py: answers read and compared as GSM8K's and MATH-500's graders
+do,
 on the answer forms those sets hold and on outputs a broken or hostile server could send."""
 
 from __future__ import annotations
@@ -6,8 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from ansible.module_utils import scoring
-from ansible.module_utils.scoring import (
+from ansible.module_utils.benchmark import scoring
+from ansible.module_utils.benchmark.scoring import (
     accuracy_summary,
     extract_gsm8k,
     extract_math,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils import server_identity
+from ansible.module_utils.server import identity as server_identity
 
 from tests.support.modules import add_filter_plugins, run_module
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.serving import MASK, ServingConfigError, masked, render_all
+from ansible.module_utils.plan.serving import MASK, ServingConfigError, masked, render_all
 
 pytestmark = pytest.mark.runtime
 
@@ -151,7 +151,7 @@ def shipped_definitions() -> dict:
 
 
 def test_chain_control_comes_with_ddtree_just_before_it():
-    from ansible.module_utils.serving import with_controls
+    from ansible.module_utils.plan.serving import with_controls
 
     definitions = shipped_definitions()
     assert with_controls(definitions, ["ar", "dflash", "ddtree"]) == [
@@ -171,7 +171,7 @@ def test_chain_control_comes_with_ddtree_just_before_it():
 def test_chain_control_runs_like_the_ddtree_servers_but_for_the_tree():
     """Same runtime, attention backend, page size, scheduler and drafter flags: the argv of
     dflash-tree-backend and of a DDTree budget differ only in the algorithm and the budget."""
-    from ansible.module_utils.serving import with_controls
+    from ansible.module_utils.plan.serving import with_controls
 
     definitions = shipped_definitions()
     configs = {
@@ -210,7 +210,7 @@ def test_ddtree_draft_tokens_are_the_drafter_block_size_not_budget_plus_one():
 def test_validation_records_the_contract_verdict_per_launch():
     from pathlib import Path
 
-    from ansible.module_utils.serving import load_contracts, validation, with_controls
+    from ansible.module_utils.plan.serving import load_contracts, validation, with_controls
 
     contract_dir = Path(__file__).resolve().parents[1] / "contract"
     spec = {
@@ -339,7 +339,7 @@ def test_benchmark_runs_the_chain_control_whenever_ddtree_runs(playbook, tmp_pat
 
 
 def test_config_names_parse_into_base_tp_and_budget():
-    from ansible.module_utils.serving import config_name, parse_config_name
+    from ansible.module_utils.plan.serving import config_name, parse_config_name
 
     cases = {
         "ar": ("ar", None, None),
@@ -360,7 +360,7 @@ def test_config_names_parse_into_base_tp_and_budget():
 
 
 def test_tp_sizes_expand_like_budgets_and_reach_the_argv():
-    from ansible.module_utils.serving import expand
+    from ansible.module_utils.plan.serving import expand
 
     definitions = {
         **DEFINITIONS,
@@ -424,7 +424,7 @@ def test_bad_selections_fail_naming_what_exists():
 
 
 def test_controls_come_with_tp_expanded_names():
-    from ansible.module_utils.serving import with_controls
+    from ansible.module_utils.plan.serving import with_controls
 
     definitions = shipped_definitions()
     tp = {name: {**d, "tp": [1, 4]} for name, d in definitions.items()}
@@ -440,7 +440,7 @@ def test_controls_come_with_tp_expanded_names():
 
 
 def test_run_order_keeps_todays_lists_and_puts_the_reference_first():
-    from ansible.module_utils.serving import ordered_run
+    from ansible.module_utils.plan.serving import ordered_run
 
     definitions = shipped_definitions()
     budgets = definitions["ddtree"]["budgets"]
@@ -592,7 +592,7 @@ PR_GIT = {"url": "https://github.com/sgl-project/sglang.git", "ref": "refs/pull/
 
 
 def test_ddtree_rules_drift_names_both_commits_and_the_files():
-    from ansible.module_utils.serving import DDTREE_RULE_FILES, ddtree_rules
+    from ansible.module_utils.plan.serving import DDTREE_RULE_FILES, ddtree_rules
 
     moved = "1" * 40
     drift = ddtree_rules(OVERLAY, {**PR_GIT, "commit": moved}, PR_GIT)
@@ -622,10 +622,33 @@ def test_ddtree_rules_drift_names_both_commits_and_the_files():
     ],
 )
 def test_ddtree_rules_reads_hostile_values_as_unknown(overlay, locked):
-    from ansible.module_utils.serving import ddtree_rules
+    from ansible.module_utils.plan.serving import ddtree_rules
 
     try:
         result = ddtree_rules(overlay, locked, PR_GIT)
     except (AttributeError, TypeError) as error:  # pragma: no cover - the failure it guards
         pytest.fail(f"ddtree_rules raised {error!r}")
     assert result["drift"] is None
+
+
+def test_each_tp_size_is_checked_against_its_own_reference_server():
+    """With the reference named at a TP size (ar-tp1), ar-tp4 is TP4's reference, not a config
+    to check against TP1's outputs (greedy outputs agree only at one TP size); the lossless
+    module and the analysis read it the same way."""
+    from ansible.module_utils.plan.serving import is_reference, reference_at_tp
+
+    from analysis import keys
+    from tests.support.modules import load_module
+
+    lossless = load_module("benchmark_lossless")
+    found = {"ar-tp1": {}, "ar-tp4": {}, "dflash-tp1": {}, "dflash-tp4": {}}
+    for reference in ("ar", "ar-tp1"):
+        assert [c for c in found if lossless.is_reference(c, reference)] == ["ar-tp1", "ar-tp4"]
+        assert [c for c in found if keys.is_reference(c, reference)] == ["ar-tp1", "ar-tp4"]
+        assert lossless.reference_of("dflash-tp4", reference, found) == "ar-tp4"
+        assert lossless.reference_of("dflash-tp1", reference, found) == "ar-tp1"
+    assert lossless.reference_of("dflash", "ar", {"ar": {}, "dflash": {}}) == "ar"
+    # A budgeted config is never a reference; a name outside the grammar is only itself.
+    assert not is_reference("ddtree-b16", "ddtree")
+    assert is_reference("a b", "a b") and not is_reference("a b", "a")
+    assert reference_at_tp("ar-tp1", 8) == "ar-tp8" and reference_at_tp("ar", None) == "ar"

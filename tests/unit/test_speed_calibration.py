@@ -13,16 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import speed_calibration as sc
-from ansible.module_utils import speed_calibration_run
-from ansible.module_utils.speed_calibration import CalibrationError
+from ansible.module_utils.tuning import speed_calibration as sc
+from ansible.module_utils.tuning import speed_calibration_run
+from ansible.module_utils.tuning.speed_calibration import CalibrationError
 
 from tests.support.modules import assert_unchanged, run_module
 
 pytestmark = pytest.mark.tuning
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAM = REPO / "module_utils" / "speed_calibration.py"
+PROGRAM = REPO / "module_utils" / "tuning" / "speed_calibration.py"
 FAKE_PYTHON = REPO / "tests" / "support" / "fakes" / "speed_calibration_python.py"
 CONTRACT_KEYS = {
     "schema",

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils import speed_model
-from ansible.module_utils.speed_model import SpeedModelError
+from ansible.module_utils.plan import speed_model
+from ansible.module_utils.plan.speed_model import SpeedModelError
 
 REPO = Path(__file__).resolve().parents[2]
 K26 = REPO / "models" / "kimi-k2.6"
 QWEN = REPO / "models" / "qwen3.6-27b"
-SCRIPT = REPO / "module_utils" / "speed_model.py"
+SCRIPT = REPO / "module_utils" / "plan" / "speed_model.py"
 pytestmark = pytest.mark.preflight
 
 # One TP8 rank's slice of one K2.6 MoE layer on one H200 (bf16 weights, grouped GEMM, L2

@@ -1,4 +1,4 @@
-"""The plan's speed prediction (module_utils/speed_plan.py): per launch and benchmark level the
+"""The plan's speed prediction (module_utils/plan/speed_plan.py): per launch and benchmark level the
 step, accepted tokens and tokens/s against figures worked out by hand, the prompt sets grouped
 by their published acceptance, running caps, DDTree curves per config, the host's calibration
 and all-reduce records, and what it refuses or leaves null with a reason."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils import speed_model, speed_plan
-from ansible.module_utils.speed_model import SpeedModelError
+from ansible.module_utils.plan import speed_model, speed_plan
+from ansible.module_utils.plan.speed_model import SpeedModelError
 
 REPO = Path(__file__).resolve().parents[2]
 K26 = REPO / "models" / "kimi-k2.6"

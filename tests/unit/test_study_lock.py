@@ -1,4 +1,4 @@
-"""The study lock (module_utils/study_lock.py): reading it as outside input, resolving,
+"""The study lock (module_utils/plan/study_lock.py): reading it as outside input, resolving,
 recording, pins, and writers that meet."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import subprocess
 
 import pytest
 import yaml
-
-from module_utils import study_lock as sl
-from module_utils.host_helpers import run_with_deadline
+from ansible.module_utils.host.helpers import run_with_deadline
+from ansible.module_utils.plan import study_lock as sl
 
 A = "a" * 40
 B = "b" * 40

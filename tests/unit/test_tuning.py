@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.host_tuning import acs_warning, restore_entry
-from ansible.module_utils.tuning_gpu_services import (
+from ansible.module_utils.tuning.gpu_services import (
     fabricmanager_package_hint,
     parse_gpu_query,
     parse_version,
 )
-from ansible.module_utils.tuning_host_values import (
+from ansible.module_utils.tuning.host_tuning import acs_warning, restore_entry
+from ansible.module_utils.tuning.host_values import (
     cpufreq_governor_files,
     manage_file,
     nccl_environment_problems,
@@ -34,7 +34,7 @@ from ansible.module_utils.tuning_host_values import (
     sysctl_problems,
     tune_sysctls,
 )
-from ansible.module_utils.tuning_record import (
+from ansible.module_utils.tuning.record import (
     TuningAbort,
     TuningError,
     TuningRun,
@@ -46,7 +46,7 @@ from ansible.module_utils.tuning_record import (
     record,
     summarise,
 )
-from ansible.module_utils.tuning_services import (
+from ansible.module_utils.tuning.services import (
     parse_unit_show,
     pids_named,
     start_daemon,

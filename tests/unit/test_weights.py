@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import weights_worker
-from ansible.module_utils.weights import (
+from ansible.module_utils.weights import worker as weights_worker
+from ansible.module_utils.weights.manifest import (
     bytes_on_disk,
     inspect_files,
     partial_files,
@@ -330,7 +330,7 @@ def test_weights_check_records_files_it_verified(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# The download worker (module_utils/weights_worker.py): its pure parts, and the program itself
+# The download worker (module_utils/weights/worker.py): its pure parts, and the program itself
 # run as the module runs it, in a Python with the standard library alone (-I -S: no Ansible,
 # no huggingface_hub), over its plain HTTP transfer against the local hub.
 
@@ -435,7 +435,7 @@ def test_worker_program_downloads_and_reports_hub_errors(tmp_path):
             assert weights_worker.last_error(failed.stderr.splitlines())["error"] == kind
 
 
-# The download's logic (module_utils/weights_transfer.py) without a hub.
+# The download's logic (module_utils/weights/transfer.py) without a hub.
 
 
 def transfer_params(tmp_path: Path, **extra) -> dict:
@@ -461,7 +461,7 @@ def transfer_params(tmp_path: Path, **extra) -> dict:
 
 
 def test_download_arguments_are_refused_before_anything_is_touched(tmp_path):
-    from ansible.module_utils.weights_transfer import Download, Failure, argument_problem
+    from ansible.module_utils.weights.transfer import Download, Failure, argument_problem
 
     assert argument_problem(transfer_params(tmp_path)) is None
     branch = argument_problem(transfer_params(tmp_path, revision="main"))
@@ -481,7 +481,7 @@ def test_download_arguments_are_refused_before_anything_is_touched(tmp_path):
 
 
 def test_download_names_incomplete_files_and_picks_the_transfer(tmp_path, monkeypatch):
-    from ansible.module_utils.weights_transfer import Download
+    from ansible.module_utils.weights.transfer import Download
 
     download = Download(transfer_params(tmp_path))
     (tmp_path / "w").mkdir()
@@ -500,7 +500,7 @@ def test_download_names_incomplete_files_and_picks_the_transfer(tmp_path, monkey
 
 
 def test_only_a_worker_this_module_started_is_killed(tmp_path):
-    from ansible.module_utils.weights_transfer import kill_previous_worker
+    from ansible.module_utils.weights.transfer import kill_previous_worker
 
     def start(*argv: str) -> subprocess.Popen:
         return subprocess.Popen(
@@ -576,7 +576,7 @@ def test_unsafe_listing_paths_are_named(tmp_path, path, reason):
 
 
 def test_listing_entries_are_type_checked(tmp_path):
-    from ansible.module_utils.weights import UnsafeListing, check_listing
+    from ansible.module_utils.weights.manifest import UnsafeListing, check_listing
 
     where = {"endpoint": "http://hub.test", "repo_id": "o/n", "revision": "r" * 40}
     good = [{"path": "a", "size": 1, "sha256": "0" * 64, "blob_id": None}]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from ansible.module_utils import workloads
-from ansible.module_utils.workloads import WorkloadError
+from ansible.module_utils.benchmark import workloads
+from ansible.module_utils.benchmark.workloads import WorkloadError
 
 from tests.support.models import KIMI_SPECIALS, write_kimi_tokenizer
 from tests.support.modules import run_module

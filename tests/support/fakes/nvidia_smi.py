@@ -27,7 +27,8 @@ FAKE_NVIDIA_SMI_TELEMETRY; telemetry.csv in the state dir (/etc/fake-nvidia-smi,
 drop one onto a running host); telemetry.csv in the capture folder (beside nvidia-smi-q.xml);
 else one idle row per GPU synthesised from the -q -x capture (power, clocks, temperature,
 utilization, memory and clock-event reasons as it shows them). A capture file is what
-module_utils/gpu_telemetry.py --csv writes (docs/measurements/telemetry-h200.csv): a header line
+module_utils/benchmark/gpu_telemetry.py --csv writes (docs/measurements/telemetry-h200.csv): a
+header line
 of field names, then nvidia-smi's noheader,nounits rows. The replay starts at the capture's first
 poll with a GPU at 95% of its power limit or more (else the first with a busy GPU), so a short
 level sees the settled load, not the capture's idle lead-in and power ramp; the capture's

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""A stand-in for the runtime's Python when it runs module_utils/speed_calibration.py: test hosts
+"""A stand-in for the runtime's Python when it runs module_utils/tuning/speed_calibration.py: test
+hosts
 have neither GPU nor torch. It runs the program it is given (arguments, deadline, routing, the
 record, its check and its atomic write are the program's own) with figures in place of what
 torch would measure: the 4.3 TB/s copy and the MoE slice's times of the issue's H200 run,
