@@ -9,14 +9,16 @@ comes from; docs/speed-model.md carries the table this printed.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "module_utils" / "plan"))
-
-import speed_model  # noqa: E402
+# The kit's stages under the names Ansible ships them with (module_utils/__init__.py).
+sys.path.insert(0, str(REPO))
+importlib.import_module("module_utils")
+speed_model = importlib.import_module("ansible.module_utils.plan.speed_model")
 
 # One TP8 rank's slice of one K2.6 MoE layer on one H200 (issue 31, DESIGN.md third build).
 H200_MOE_SLICE = {1: 0.08, 8: 0.31, 17: 0.54, 33: 0.80, 65: 1.16, 129: 1.44, 257: 1.58}
