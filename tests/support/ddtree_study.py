@@ -108,6 +108,27 @@ def serve(launch: dict, runtime: Path, environment: dict, log: Path) -> subproce
         return subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT, text=True)
 
 
+def serve_healthy(launch_at, runtime: Path, environment: dict, log: Path, label: str):
+    """The simulator for launch_at(port), started and healthy: (process, url, launch). A free
+    port may be taken by another process before the simulator binds it (a quick run starts
+    several at once, beside other tests): then another port, at most three times."""
+    for attempt in range(3):
+        port = free_port()
+        launch = launch_at(port)
+        process = serve(launch, runtime, environment, log)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, process)
+            return process, url, launch
+        except RuntimeError as error:
+            process.kill()
+            process.wait()
+            tail = log.read_text(errors="replace")[-2000:]
+            if "address already in use" not in tail.lower() or attempt == 2:
+                raise RuntimeError(f"{label}: {error}; its log ends:\n{tail}") from None
+    raise AssertionError("unreachable")
+
+
 def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 60) -> None:
     import urllib.error
     import urllib.request
@@ -160,9 +181,9 @@ def measure(job: dict) -> str:
     """Serve one config on one simulated host and benchmark it with the kit's module."""
     from tests.support.modules import run_module
 
-    port = free_port()
-    launch = next(item for item in launches(port) if item["name"] == job["config"])
     config, scale = job["config"], job["scale"]
+    # Which runtime serves it does not depend on the port.
+    launch = next(item for item in launches(0) if item["name"] == config)
     kind = "git" if launch["runtime"].startswith("git+") else "release"
     environment = {
         "SGLANG_SIM_PREFILL_MS": str(PREFILL_MS * scale),
@@ -180,24 +201,13 @@ def measure(job: dict) -> str:
         json.dumps({"host": job["host"], "config": config, "records": {"launch": str(record)}})
     )
     log = Path(job["work"]) / f"{job['host']}-{config}.log"
-    # A free port may be taken by another process before the simulator binds it (the quick
-    # run starts six at once, beside other tests): then another port, at most three times.
-    for attempt in range(3):
-        if attempt:
-            port = free_port()
-            launch = next(item for item in launches(port) if item["name"] == config)
-        process = serve(launch, Path(job["runtimes"][kind]), environment, log)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_healthy(url, process)
-            break
-        except RuntimeError as error:
-            process.kill()
-            process.wait()
-            tail = log.read_text(errors="replace")[-2000:]
-            if "address already in use" not in tail.lower() or attempt == 2:
-                problem = f"{job['host']} {config}: {error}; its log ends:\n{tail}"
-                raise RuntimeError(problem) from None
+    process, url, launch = serve_healthy(
+        lambda port: next(item for item in launches(port) if item["name"] == config),
+        Path(job["runtimes"][kind]),
+        environment,
+        log,
+        f"{job['host']} {config}",
+    )
     record.write_text(json.dumps({**launch, "config": config}) + "\n")
     try:
         result = run_module(

@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 
 from tests.support import models
-from tests.support.ddtree_study import HOST_PYTHONS, RENDER_SETTINGS, free_port, wait_healthy
+from tests.support.ansible_run import patched_environ
+from tests.support.ddtree_study import HOST_PYTHONS, RENDER_SETTINGS, serve_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 LABEL = "SIMULATED"
@@ -195,16 +196,8 @@ def fake_nvidia_smi(work: Path, telemetry: Path):
         "FAKE_NVIDIA_SMI_FAULT_FILE": str(state / "fault"),
         "FAKE_NVIDIA_SMI_LOOP_MAX_S": "600",
     }
-    saved = {key: os.environ.get(key) for key in changes}
-    os.environ.update(changes)
-    try:
+    with patched_environ(changes):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def measure(root: Path, work: Path, runtimes: dict, host: str, config: str, prompts: Path):
@@ -218,30 +211,16 @@ def measure(root: Path, work: Path, runtimes: dict, host: str, config: str, prom
         slower = ALLREDUCE_SLOWER if host == SLOW_NCCL_HOST else 1.0
         record.write_text(json.dumps(allreduce_record(host, slower)) + "\n")
     log = work / f"{host}-{config}.log"
-    for attempt in range(3):  # a free port may be taken before the simulator binds it
-        port = free_port()
-        launch = next(item for item in launches(port) if item["name"] == config)
-        kind = "git" if launch["runtime"].startswith("git+") else "release"
-        argv = [sys.executable, *launch["argv"][1:]]
-        environment = {
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(runtimes[kind]),
-            **sim_environment(host, config, launch, record),
-        }
-        with log.open("w") as handle:
-            process = subprocess.Popen(
-                argv, env=environment, stdout=handle, stderr=subprocess.STDOUT, text=True
-            )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_healthy(url, process)
-            break
-        except RuntimeError as error:
-            process.kill()
-            process.wait()
-            tail = log.read_text(errors="replace")[-2000:]
-            if "address already in use" not in tail.lower() or attempt == 2:
-                raise RuntimeError(f"{host} {config}: {error}; its log ends:\n{tail}") from None
+    # Its runtime and simulator settings do not depend on the port it is given.
+    unbound = next(item for item in launches(0) if item["name"] == config)
+    kind = "git" if unbound["runtime"].startswith("git+") else "release"
+    process, url, launch = serve_healthy(
+        lambda port: next(item for item in launches(port) if item["name"] == config),
+        Path(runtimes[kind]),
+        sim_environment(host, config, unbound, record),
+        log,
+        f"{host} {config}",
+    )
     launch_record = folder / "launch.json"
     launch_record.write_text(json.dumps({**launch, "config": config}) + "\n")
     (folder / "provenance.json").write_text(
