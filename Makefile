@@ -7,6 +7,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# make test's timings: each phase's wall time and pytest's slowest tests.
+TIMINGS := .test-timings
 # The controller environment is two locks made together by `make lock`: requirements.lock, what
 # deploy, plan, benchmark and the analysis need, and requirements-dev.lock, what tests and lint
 # add. `make setup LOCKS=requirements.lock` makes an environment that only deploys.
@@ -102,8 +104,14 @@ check-lock: setup
 
 # Lint and the syntax checks run beside pytest (they need the CPU its waiting leaves idle);
 # each one's output comes out in lines, and any failure fails the target.
+# It ends with the 20 slowest tests and each phase's wall time (tests/support/timings.py).
 test: setup test-deps
-	$(MAKE) --no-print-directory -j3 --output-sync=line lint syntax pytest
+	@rm -rf $(TIMINGS) && mkdir -p $(TIMINGS)
+	@start=$$(date +%s); status=0; \
+	$(MAKE) --no-print-directory -j3 --output-sync=line lint syntax pytest || status=$$?; \
+	$(BIN)/python -m tests.support.timings $(TIMINGS)/pytest.json $$(cat $(TIMINGS)/*.phase 2>/dev/null) \
+	  --phase total=$$(( $$(date +%s) - start )); \
+	exit $$status
 
 # The inner loop: modules, module_utils, analysis, simulator and hub, without test hosts.
 test-unit: setup
@@ -118,23 +126,28 @@ test-deps:
 	fi
 
 lint: setup
+	@mkdir -p $(TIMINGS) && date +%s > $(TIMINGS)/lint.start
 	$(BIN)/yamllint --strict .
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-lint --profile production
+	@echo "--phase lint=$$(( $$(date +%s) - $$(cat $(TIMINGS)/lint.start) ))" > $(TIMINGS)/lint.phase
 
 syntax: setup
+	@mkdir -p $(TIMINGS) && date +%s > $(TIMINGS)/syntax.start
 	@for inv in $(INVENTORIES); do for pb in $(ROOT_PLAYBOOKS); do \
 	  echo "syntax-check $$pb -i $$(dirname $$inv)"; \
 	  $(BIN)/ansible-playbook --syntax-check -i $$(dirname $$inv) $$pb >/dev/null; \
 	done; done
+	@echo "--phase syntax=$$(( $$(date +%s) - $$(cat $(TIMINGS)/syntax.start) ))" > $(TIMINGS)/syntax.phase
 
 # make test's pytest runs three workers (pytest-xdist), each taking whole files, so
 # module-scoped test hosts are made once. An integration test mostly waits (SSH, the
 # simulator's steps, server start-ups): on two workers the suite used 0.55 of a core.
 pytest: setup test-deps
 	$(BIN)/python -m tests.support.testhosts down --stale
-	$(BIN)/pytest -n 3 --dist loadfile
+	@mkdir -p $(TIMINGS)
+	KIT_TIMINGS_FILE=$(TIMINGS)/pytest.json $(BIN)/pytest -n 3 --dist loadfile
 
 # The launch-command contract against the real parser of the pinned sglang, in a CPU-only venv
 # holding sglang and only what its argument parsing imports (tests/contract/README.md). Every
@@ -150,4 +163,4 @@ clean-testhosts: setup
 	$(BIN)/python -m tests.support.testhosts down --all
 
 clean: clean-testhosts
-	rm -rf $(VENV) plan .pytest_cache .ruff_cache
+	rm -rf $(VENV) plan .pytest_cache .ruff_cache $(TIMINGS)

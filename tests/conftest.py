@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import testhosts
+from tests.support import testhosts, timings
 from tests.support.ansible_run import run_playbook
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,6 +19,12 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')
 def _terminate(signum, frame):
     # Turn SIGTERM into the same unwinding as Ctrl-C, so fixtures tear hosts down.
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config):
+    plugin = timings.plugin_for(config)
+    if plugin is not None:
+        config.pluginmanager.register(plugin, "kit-timings")
 
 
 def pytest_sessionstart(session):

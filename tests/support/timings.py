@@ -1,0 +1,115 @@
+"""Where the suite's time goes: the slowest tests and each phase's wall time.
+
+A pytest plugin (tests/conftest.py loads it) and a program. In a pytest run it prints, at the
+end, the SLOWEST tests by their whole time (setup, call and teardown: a module's first test
+carries its fixture, which is the cost worth seeing) and each phase's wall time, from its first
+test's start to its last test's end, across the xdist workers. Where KIT_TIMINGS_FILE names a
+file it writes the same figures there as JSON, which
+
+    python -m tests.support.timings FILE --phase lint=SECONDS --phase syntax=SECONDS ...
+
+prints as the last lines of make test, beside the lint and syntax phases it timed itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+SLOWEST = 20
+# A test's phase is its top folder under tests/.
+PHASES = ("unit", "contract", "integration")
+
+
+def phase_of(nodeid: str) -> str:
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+
+
+class Timings:
+    def __init__(self) -> None:
+        self.per_test: dict[str, float] = {}
+        self.spans: dict[str, list[float]] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        # Under xdist the controller gets every worker's reports, start and stop included.
+        self.per_test[report.nodeid] = self.per_test.get(report.nodeid, 0.0) + report.duration
+        start, stop = getattr(report, "start", 0.0), getattr(report, "stop", 0.0)
+        if start and stop:
+            span = self.spans.setdefault(phase_of(report.nodeid), [start, stop])
+            span[0], span[1] = min(span[0], start), max(span[1], stop)
+
+    def figures(self) -> dict:
+        slowest = sorted(self.per_test.items(), key=lambda item: item[1], reverse=True)
+        return {
+            "slowest": [[nodeid, round(seconds, 2)] for nodeid, seconds in slowest[:SLOWEST]],
+            "phases": {
+                phase: round(stop - start, 1)
+                for phase, (start, stop) in sorted(self.spans.items(), key=_phase_rank)
+            },
+            "tests": len(self.per_test),
+        }
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.per_test:
+            return
+        figures = self.figures()
+        for line in summary_lines(figures):
+            terminalreporter.write_line(line)
+        target = os.environ.get("KIT_TIMINGS_FILE")
+        if target:
+            Path(target).write_text(json.dumps(figures, indent=1) + "\n")
+
+
+def _phase_rank(item) -> int:
+    return PHASES.index(item[0]) if item[0] in PHASES else len(PHASES)
+
+
+def summary_lines(figures: dict, phases_outside: dict | None = None) -> list[str]:
+    lines = [f"slowest {len(figures['slowest'])} tests (setup + call + teardown):"]
+    lines += [f"  {seconds:8.1f} s  {nodeid}" for nodeid, seconds in figures["slowest"]]
+    outside = dict(phases_outside or {})
+    total = outside.pop("total", None)
+    walls = {**outside, **figures["phases"], **({} if total is None else {"total": total})}
+    lines.append(
+        "phase wall times: "
+        + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in walls.items())
+    )
+    return lines
+
+
+def plugin_for(config) -> Timings | None:
+    # Only the process that sees every report: the controller, or a run without xdist.
+    if hasattr(config, "workerinput"):
+        return None
+    return Timings()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="make test's closing lines: where time went")
+    parser.add_argument("timings", type=Path, help="the file KIT_TIMINGS_FILE named")
+    parser.add_argument(
+        "--phase", action="append", default=[], metavar="NAME=SECONDS", help="a phase timed outside"
+    )
+    args = parser.parse_args(argv)
+    outside = {}
+    for item in args.phase:
+        name, _, seconds = item.partition("=")
+        outside[name] = float(seconds)
+    try:
+        figures = json.loads(args.timings.read_text())
+    except (OSError, ValueError) as error:
+        print(
+            f"no pytest timings in {args.timings} ({error}): pytest did not finish", file=sys.stderr
+        )
+        figures = {"slowest": [], "phases": {}}
+    for line in summary_lines(figures, outside):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""make test's closing lines: the slowest tests by whole time and each phase's wall time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from tests.support.timings import Timings, phase_of, plugin_for
+
+
+def report(nodeid: str, duration: float, start: float, stop: float):
+    return SimpleNamespace(nodeid=nodeid, duration=duration, start=start, stop=stop)
+
+
+def test_a_test_s_phases_add_up_and_a_phase_spans_its_first_start_to_its_last_stop():
+    timings = Timings()
+    # A module's first test carries its fixture's setup: that is what makes it slow.
+    timings.pytest_runtest_logreport(report("tests/integration/test_a.py::one", 90, 100, 190))
+    timings.pytest_runtest_logreport(report("tests/integration/test_a.py::one", 2, 190, 192))
+    timings.pytest_runtest_logreport(report("tests/unit/test_b.py::two", 1, 101, 102))
+    timings.pytest_runtest_logreport(report("tests/unit/test_c.py::three", 3, 150, 153))
+    figures = timings.figures()
+    assert figures["slowest"] == [
+        ["tests/integration/test_a.py::one", 92],
+        ["tests/unit/test_c.py::three", 3],
+        ["tests/unit/test_b.py::two", 1],
+    ]
+    # Unit before integration, whatever order the reports came in.
+    assert list(figures["phases"].items()) == [("unit", 52.0), ("integration", 92.0)]
+    assert phase_of("tests/contract/test_x.py::y") == "contract"
+    assert phase_of("test_x.py::y") == "other"
+
+
+def test_only_the_controller_collects_under_xdist():
+    assert plugin_for(SimpleNamespace(workerinput={})) is None
+    assert isinstance(plugin_for(SimpleNamespace()), Timings)
+
+
+def test_the_closing_lines_put_lint_and_syntax_first_and_the_total_last(tmp_path):
+    timings = tmp_path / "pytest.json"
+    timings.write_text(
+        json.dumps({"slowest": [["tests/unit/t.py::a", 4.0]], "phases": {"unit": 40.0}})
+    )
+    argv = [str(timings), "--phase", "total=99", "--phase", "lint=30", "--phase", "syntax=20"]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.timings", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.splitlines()[-1] == (
+        "phase wall times: lint 30 s, syntax 20 s, unit 40 s, total 99 s"
+    )
+    assert "4.0 s  tests/unit/t.py::a" in done.stdout
+
+
+def test_a_pytest_that_did_not_finish_still_gives_the_other_phases(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.timings",
+            str(tmp_path / "none.json"),
+            "--phase",
+            "lint=5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "pytest did not finish" in done.stderr
+    assert done.stdout.splitlines()[-1] == "phase wall times: lint 5 s"
