@@ -132,21 +132,14 @@ import_seconds:
   type: float
 """
 
-import inspect  # noqa: E402
-import json  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host.helpers import (  # noqa: E402
-    CommandFailed,
-    command_environment,
-    marked_json,
-    module_deadline,
-    module_runner,
-    run_with_deadline,
+from ansible.module_utils.host.helpers import module_deadline, module_runner  # noqa: E402
+from ansible.module_utils.runtime.check import (  # noqa: E402
+    CheckFailed,
+    check_env_record,
+    run_check,
 )
-from ansible.module_utils.runtime import freeze as runtime_freeze  # noqa: E402
-from ansible.module_utils.runtime import probe as runtime_probe  # noqa: E402
-from ansible.module_utils.runtime import report as runtime_report  # noqa: E402
+from ansible.module_utils.runtime.freeze import NOT_FROZEN  # noqa: E402
 
 
 def main() -> None:
@@ -158,11 +151,7 @@ def main() -> None:
             "expect_version": {"type": "str", "default": ""},
             "source_stamp": {"type": "path"},
             "expect_packages": {"type": "dict"},
-            "ignore_packages": {
-                "type": "list",
-                "elements": "str",
-                "default": list(runtime_freeze.NOT_FROZEN),
-            },
+            "ignore_packages": {"type": "list", "elements": "str", "default": list(NOT_FROZEN)},
             "fact_name": {"type": "str", "default": "kimi_runtime"},
             "fail_on_mismatch": {"type": "bool", "default": True},
             "timeout": {"type": "float", "default": 420},
@@ -171,126 +160,18 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    p = module.params
-    deadline_run = module_runner(module, "runtime_check", "the probe and pip check together", 420)
+    run = module_runner(module, "runtime_check", "the probe and pip check together", 420)
 
-    def run(argv: list[str], shown: str | None = None) -> tuple[int, str, str]:
-        try:
-            return deadline_run(argv, shown=shown)
-        except CommandFailed as exc:
-            module.fail_json(
-                msg=f"{exc} A hung import or pip usually means a broken environment or a "
-                "filesystem that does not answer (NFS). Fix: run the command by hand on the "
-                "host; raise timeout only if it is merely slow."
-            )
+    def check_env(python: str) -> dict:
+        # Checked only when asked for: a bad check_env_timeout fails only a run that uses it.
+        timeout = module_deadline(module, "python -m sglang.check_env", 180, "check_env_timeout")
+        return check_env_record(python, timeout)
 
-    # The probe is module_utils/runtime/probe.py: imported above, so Ansible ships it in this
-    # module's payload (no file to copy, no parameter naming one), and run from its source in
-    # the environment's own Python, which has no Ansible. Its MARKER line is the report.
-    probe = inspect.getsource(runtime_probe)
-    rc, out, err = run(
-        [p["python"], "-c", probe, p["package"], p["import_name"]],
-        shown=f"{p['python']} -c <runtime probe> {p['package']} {p['import_name']}",
-    )
-    record = marked_json(out, runtime_probe.MARKER)
-    if rc != 0 or record is None:
-        module.fail_json(
-            msg=(
-                f"could not inspect the environment of {p['python']} (exit {rc}): "
-                f"{(err or out).strip()[-1500:]}. Is it a Python virtual environment? The runtime "
-                "role creates it; rerun the deploy."
-            )
-        )
-    mismatches = []
-    if record["version"] is None:
-        mismatches.append(f"{p['package']} is not installed in {p['python']}")
-    elif p["expect_version"] and record["version"] != p["expect_version"]:
-        mismatches.append(
-            f"{p['package']} {record['version']} is installed; the kit pins {p['expect_version']}"
-        )
-    for req in record["requirements"]:
-        if not req["ok"]:
-            have = req["installed"] or "not installed"
-            mismatches.append(
-                f"{req['name']}: {have}, but {p['package']} {record['version']} requires "
-                f"{req['name']}{req['required'] if req['required'] != 'any' else ''}"
-            )
-    rc, pip_out, pip_err = run([p["python"], "-m", "pip", "check"])
-    record["pip_check"] = {"ok": rc == 0, "output": (pip_out + pip_err).strip()}
-    if rc != 0:
-        mismatches.append(f"pip check: {(pip_out + pip_err).strip()}")
-    if record["import_error"] and record["version"] is not None:
-        mismatches.append(f"import {p['import_name']} failed: {record['import_error']}")
-    record["source"] = None
-    if p["source_stamp"]:
-        try:
-            with open(p["source_stamp"], encoding="utf-8") as handle:
-                record["source"] = json.load(handle)
-        except (OSError, ValueError):
-            mismatches.append(f"no record of the git source at {p['source_stamp']}")
-    drift = []
-    if p["expect_packages"] is not None:
-        try:
-            drift = runtime_freeze.package_drift(
-                record["packages"], p["expect_packages"], p["ignore_packages"]
-            )
-        except runtime_freeze.FreezeError as exc:
-            module.fail_json(msg=f"expect_packages cannot be compared: {exc}.")
-        if drift:
-            mismatches.append(
-                "installed packages differ from the expected set: "
-                + runtime_freeze.drift_line(drift)
-            )
-    record["package"] = p["package"]
-    record["kernels"] = runtime_report.kernel_versions(record["packages"])
-    if p["check_env"]:
-        record["check_env"] = check_env(module, p["python"])
-    # Timing varies run to run; kept out of the record so that writing it stays idempotent.
-    import_seconds = record.pop("import_seconds")
-    record["ok"] = not mismatches
-    record["mismatches"] = mismatches
-    facts = {p["fact_name"]: record}
-    if mismatches and p["fail_on_mismatch"]:
-        module.fail_json(
-            msg=(
-                f"The runtime at {p['python']} does not match what {p['package']} requires: "
-                + "; ".join(mismatches)
-                + ". Fix: uninstall what was added to the environment by hand, or remove the "
-                "environment and rerun the deploy, which recreates it with exactly these pins."
-            ),
-            mismatches=mismatches,
-            drift=drift,
-            drift_report=runtime_freeze.drift_line(drift),
-            import_seconds=import_seconds,
-            ansible_facts=facts,
-        )
-    module.exit_json(
-        changed=False,
-        ok=not mismatches,
-        mismatches=mismatches,
-        drift=drift,
-        drift_report=runtime_freeze.drift_line(drift),
-        import_seconds=import_seconds,
-        ansible_facts=facts,
-    )
-
-
-def check_env(module, python: str) -> dict:
-    """runtime_report's check_env record of one run, under its own deadline: a report, so a
-    failure is written down instead of failing the module."""
-    timeout = module_deadline(module, "python -m sglang.check_env", 180, "check_env_timeout")
-    argv = [python, "-m", runtime_report.CHECK_ENV_MODULE]
     try:
-        rc, out, err = run_with_deadline(
-            argv,
-            timeout,
-            env=command_environment(),
-            max_output_bytes=4 << 20,
-            what=f"runtime_check's check_env_timeout={timeout:g}s",
-        )
-    except CommandFailed as exc:
-        return runtime_report.check_env_record(None, "", "", error=str(exc))
-    return runtime_report.check_env_record(rc, out, err)
+        result = run_check(module.params, run, check_env)
+    except CheckFailed as failed:
+        module.fail_json(msg=str(failed), **failed.fields)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -144,43 +144,9 @@ http_status:
   type: int
 """
 
-import time  # noqa: E402
-import urllib.error  # noqa: E402
-import urllib.request  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host.helpers import CommandFailed, module_runner  # noqa: E402
-from ansible.module_utils.host.secret_scrub import Scrubber  # noqa: E402
-from ansible.module_utils.server.control import (  # noqa: E402
-    file_tail,
-    supervisor_status,
-    systemd_status,
-)
-
-# SGLang's /health_generate waits up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default) for
-# its one-token generation: the probe must outlast it to hear the answer.
-PROBE_TIMEOUT_S = 30
-
-
-def probe(url: str, api_key: str) -> tuple[int | None, str, bool]:
-    """(HTTP status or None, what went wrong, whether the server took the request)."""
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"url must be http(s): {url}")
-    request = urllib.request.Request(url.rstrip("/") + "/health_generate")  # noqa: S310
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        # http(s) only, checked above.
-        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as response:  # noqa: S310
-            return response.status, "", True
-    except urllib.error.HTTPError as error:
-        return error.code, f"HTTP {error.code}", True
-    except urllib.error.URLError as error:  # not connected, or the request not sent
-        return None, str(error.reason), False
-    except TimeoutError:  # sent, and no answer came
-        return None, f"no answer within {PROBE_TIMEOUT_S} s", True
-    except OSError as error:  # the connection broke while waiting for the answer
-        return None, str(error), False
+from ansible.module_utils.server.health import poll  # noqa: E402
 
 
 def main() -> None:
@@ -203,76 +169,14 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    p = module.params
-
     # One poll's commands (systemctl show): a hung one fails this poll, naming it,
     # rather than the task's timeout killing the module and leaving the command behind.
     run = module_runner(module, "server_health", "one poll's commands", 60, "command_timeout")
     try:
-        if p["manager"] == "systemd":
-            status = systemd_status(run, p["name"])
-        else:
-            status = supervisor_status(p["pid_file"], p["state_file"])
-        # SGLang logs its resolved arguments, the API key among them; the file keeps the lines
-        # of earlier launches too, whose key no_log would not know.
-        scrub = Scrubber([p["api_key"]])
-        tail = [scrub(line) for line in file_tail(p["log_file"], p["log_lines"])]
+        result = poll(module.params, run)
     except CommandFailed as error:
         module.fail_json(msg=str(error))
-    now = time.time()
-    elapsed = round(now - p["since"], 1) if p["since"] else 0.0
-    last = next((line for line in reversed(tail) if line.strip()), "(no log yet)")
-    message = ""
-    if not status["running"] or status["failed"]:
-        message = (
-            f"the server is not running (manager {p['manager']}: {status['status']}, "
-            f"last exit status {status['last_exit']})"
-        )
-    elif status["restarts"] > p["restarts_before"]:
-        message = (
-            f"the server crashed while starting and was restarted "
-            f"{status['restarts'] - p['restarts_before']} time(s)"
-        )
-    code = None
-    if not message:
-        code, error, answered = probe(p["url"], p["api_key"])
-        answer = error or f"HTTP {code}"
-        if code == 200:
-            state, progress = "healthy", f"healthy after {elapsed:.0f} s"
-        elif not answered:
-            state = "loading"
-            limit = f" of {p['timeout']} s" if p["timeout"] else ""
-            progress = (
-                f"loading: {elapsed:.0f} s{limit}, /health_generate {answer}; log: {last[-160:]}"
-            )
-        elif p["phase"] == "generate" and elapsed >= p["generate_timeout"]:
-            message = (
-                f"the model loaded and the server answers HTTP, but it has not generated a "
-                f"token in {elapsed:.0f} s: /health_generate answered {answer} every time (SGLang "
-                "answers 503 until its warmup request has generated, and when its one-token "
-                "health generation gets no output within SGLANG_HEALTH_CHECK_TIMEOUT). Look for "
-                "the scheduler's error in the log; raise server_health_generate_timeout_s only "
-                "if the first generation is just slow"
-            )
-        else:
-            state = "answering"
-            limit = f" of {p['generate_timeout']} s" if p["phase"] == "generate" else ""
-            progress = (
-                f"loaded, not generating yet: {elapsed:.0f} s{limit}, /health_generate "
-                f"{answer}; log: {last[-160:]}"
-            )
-    if message:
-        state, progress = "failed", message
-    module.exit_json(
-        changed=False,
-        state=state,
-        message=message,
-        progress=progress,
-        log_tail=tail,
-        elapsed=elapsed,
-        checked_at=round(now, 3),
-        http_status=code,
-    )
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -178,13 +178,7 @@ def acquire(
     was not judged yet (no `takeover`): then acquired is false and the controller is to judge.
     `takeover` is {run_id, proc_stat}: the holder the controller judged, and what it read."""
     me = check_holder(holder, "this run")
-    if takeover is not None and (
-        not isinstance(takeover, dict)
-        or not isinstance(takeover.get("run_id"), str)
-        or not isinstance(takeover.get("proc_stat"), (str, type(None)))
-        or len(takeover.get("proc_stat") or "") > MAX_FIELD
-    ):
-        raise LockError(f"takeover is {takeover!r}; needed: run_id and proc_stat strings")
+    check_takeover(takeover)
     now = time.time() if now is None else now
     result = {"acquired": False, "reentered": False, "previous": None, "same_controller": False}
     result["note"] = ""
@@ -192,13 +186,7 @@ def acquire(
         current, bad = read_lock(path)
         note = ""
         if bad is not None:
-            if not break_lock:
-                raise LockHeld(
-                    f"The lock file {path} is {bad}. Nothing the kit writes looks like that: "
-                    f"find out who wrote it, then break it with {BREAK_HINT}.",
-                    None,
-                )
-            note = f"broke the lock file {path}, which was {bad}"
+            note = broken_file_note(path, bad, break_lock)
         elif current is not None and current["run_id"] == me["run_id"]:
             return {**result, "acquired": True, "reentered": True, "holder": current}
         elif current is not None:
@@ -209,46 +197,9 @@ def acquire(
             )
             result["same_controller"] = same
             who = describe(current) + age(current, now)
-            if break_lock:
-                note = f"broke the lock of a live {who}; that run may still be changing this host"
-            elif same and current["boot_id"] != me["boot_id"]:
-                note = f"took over the lock of {who}: controller {me['controller']} has rebooted"
-            elif same and takeover is None:
+            note = take_over_note(current, me, same, who, break_lock, takeover)
+            if note is None:
                 return {**result, "holder": current, "msg": f"held by {who}"}
-            elif same and takeover.get("proc_stat") is None:
-                # A controller without /proc cannot tell a live pid from a gone one.
-                raise LockHeld(
-                    f"Another run holds this host: {who}. This controller has no /proc, so "
-                    f"whether that run still lives cannot be told from here. Wait for it to "
-                    f"end; if it is gone, break the lock with {BREAK_HINT}.",
-                    current,
-                )
-            elif same and takeover["run_id"] == current["run_id"]:
-                reason = gone_reason(current, takeover["proc_stat"])
-                if reason is None:
-                    raise LockHeld(
-                        f"Another run holds this host: {who}, and it is still running. Wait "
-                        f"for it to end. If it is stuck, stop it first; {BREAK_HINT} takes the "
-                        "lock from a live run.",
-                        current,
-                    )
-                note = f"took over the lock of {who}: {reason}"
-            elif same:
-                # Taken over by a third run since the controller looked: judge that one anew.
-                raise LockHeld(
-                    f"Another run holds this host: {who} (it took the lock while this run "
-                    f"was judging run {takeover['run_id']}). Wait for it to end, or use "
-                    f"{BREAK_HINT}.",
-                    current,
-                )
-            else:
-                raise LockHeld(
-                    f"Another run holds this host: {who}. It was taken from another "
-                    f"controller, so whether that run still lives cannot be told from here. "
-                    f"Wait for it to end; if it is gone (its controller crashed or was shut "
-                    f"down), break the lock with {BREAK_HINT}.",
-                    current,
-                )
             result["previous"] = current
         record = {
             **me,
@@ -258,6 +209,75 @@ def acquire(
         if not check_mode:
             write_json_atomic(path, record, mode=0o600)
         return {**result, "acquired": True, "holder": record, "note": note}
+
+
+def check_takeover(takeover) -> None:
+    """LockError unless `takeover` is None or {run_id, proc_stat} of strings (bounded)."""
+    if takeover is not None and (
+        not isinstance(takeover, dict)
+        or not isinstance(takeover.get("run_id"), str)
+        or not isinstance(takeover.get("proc_stat"), (str, type(None)))
+        or len(takeover.get("proc_stat") or "") > MAX_FIELD
+    ):
+        raise LockError(f"takeover is {takeover!r}; needed: run_id and proc_stat strings")
+
+
+def broken_file_note(path: str, bad: str, break_lock: bool) -> str:
+    """The note for overwriting a lock file that is no lock record; LockHeld without break."""
+    if not break_lock:
+        raise LockHeld(
+            f"The lock file {path} is {bad}. Nothing the kit writes looks like that: "
+            f"find out who wrote it, then break it with {BREAK_HINT}.",
+            None,
+        )
+    return f"broke the lock file {path}, which was {bad}"
+
+
+def take_over_note(
+    current: dict, me: dict, same: bool, who: str, break_lock: bool, takeover: dict | None
+) -> str | None:
+    """The note for taking the lock from another run (`who` describes it); None when it runs on
+    this controller and the controller has not judged it yet. LockHeld when it may not be taken:
+    it lives, it runs on another controller, or whether it lives cannot be told."""
+    if break_lock:
+        return f"broke the lock of a live {who}; that run may still be changing this host"
+    if not same:
+        raise LockHeld(
+            f"Another run holds this host: {who}. It was taken from another "
+            f"controller, so whether that run still lives cannot be told from here. "
+            f"Wait for it to end; if it is gone (its controller crashed or was shut "
+            f"down), break the lock with {BREAK_HINT}.",
+            current,
+        )
+    if current["boot_id"] != me["boot_id"]:
+        return f"took over the lock of {who}: controller {me['controller']} has rebooted"
+    if takeover is None:
+        return None
+    if takeover.get("proc_stat") is None:
+        # A controller without /proc cannot tell a live pid from a gone one.
+        raise LockHeld(
+            f"Another run holds this host: {who}. This controller has no /proc, so "
+            f"whether that run still lives cannot be told from here. Wait for it to "
+            f"end; if it is gone, break the lock with {BREAK_HINT}.",
+            current,
+        )
+    if takeover["run_id"] != current["run_id"]:
+        # Taken over by a third run since the controller looked: judge that one anew.
+        raise LockHeld(
+            f"Another run holds this host: {who} (it took the lock while this run "
+            f"was judging run {takeover['run_id']}). Wait for it to end, or use "
+            f"{BREAK_HINT}.",
+            current,
+        )
+    reason = gone_reason(current, takeover["proc_stat"])
+    if reason is None:
+        raise LockHeld(
+            f"Another run holds this host: {who}, and it is still running. Wait "
+            f"for it to end. If it is stuck, stop it first; {BREAK_HINT} takes the "
+            "lock from a live run.",
+            current,
+        )
+    return f"took over the lock of {who}: {reason}"
 
 
 def release(path: str, holder: dict, check_mode: bool = False, wait_s: float = 10.0) -> dict:

@@ -127,91 +127,14 @@ def measure(params: dict, python: str, sizes: list[int], old_baseline: dict | No
     env = worker_environment(dict(os.environ), params["nccl_env"])
     deadline = time.monotonic() + params["timeout"]
     with tempfile.TemporaryDirectory(prefix="allreduce-check-") as workdir:
-        probe = run_in_group(
-            [python, "-c", probe_source()], env, params["timeout"], workdir, "probe"
-        )
-        if probe.timed_out:
-            raise CheckFailed(
-                f"`{python} -c <probe>` (import torch, count GPUs) did not finish within "
-                f"timeout={params['timeout']}s and was killed with its whole process group "
-                f"(PIDs {', '.join(map(str, probe.killed_pids))}). Fix: run `{python} -c "
-                "'import torch; print(torch.cuda.device_count())'` by hand; a hang there is "
-                "usually the driver or a GPU in a bad state (check `nvidia-smi`).",
-                **NOTHING,
-            )
-        try:
-            info = parse_probe(probe, python)
-            check_probe(info, python)
-        except AllreduceError as exc:
-            raise CheckFailed(str(exc), **NOTHING) from exc
+        info = probe_gpus(python, env, params["timeout"], workdir)
         gpus = int(info["gpus"])
         if gpus < 2:
-            return {
-                "changed": False,
-                "skipped": True,
-                "msg": f"torch in {python} sees {gpus} GPU ({', '.join(info['gpu_names'])}); "
-                "an all-reduce needs at least 2, so there is nothing to measure.",
-                "gpus": gpus,
-                "results": [],
-                "transport": None,
-                "busbw_GBps_max_size": None,
-                "baseline": old_baseline,
-                "drop_percent": None,
-                "baseline_written": False,
-            }
-
-        config_path = os.path.join(workdir, "config.json")
-        result_path = os.path.join(workdir, "result.json")
-        worker_path = os.path.join(workdir, "allreduce_worker.py")
-        with open(worker_path, "w") as handle:
-            handle.write(worker_source())
-        with open(config_path, "w") as handle:
-            json.dump(
-                make_config(
-                    world_size=gpus,
-                    sizes=sizes,
-                    warmup=params["warmup"],
-                    iterations=params["iterations"],
-                    store=os.path.join(workdir, "store"),
-                    result_file=result_path,
-                ),
-                handle,
-            )
-        remaining = max(1.0, deadline - time.monotonic())
-        worker = run_in_group([python, worker_path, config_path], env, remaining, workdir, "worker")
-        nccl = parse_nccl_log(worker.output)
-        failed = {"gpus": gpus, "baseline_written": False, **nccl}
-        if worker.timed_out or worker.rc != 0:
-            raise CheckFailed(
-                worker_failure_message(worker, params["timeout"], nccl),
-                rc=worker.rc,
-                timed_out=worker.timed_out,
-                output_tail=worker.output.strip().splitlines()[-40:],
-                **failed,
-            )
-        try:
-            with open(result_path) as handle:
-                measured = json.load(handle)
-            results = build_results(measured["sizes"], measured["time_us"], gpus)
-        except (OSError, ValueError, KeyError, AllreduceError) as exc:
-            raise CheckFailed(
-                f"The all-reduce worker exited 0 but left no usable result ({exc}). Its "
-                f"output ended:\n{worker.output.strip()[-2000:]}\nFix: run the module again; "
-                "if it repeats, report it with this output.",
-                **failed,
-            ) from exc
-
-    if measured.get("wrong_sizes"):
-        raise CheckFailed(
-            "The all-reduce returned wrong sums at "
-            + ", ".join(human_bytes(n) for n in measured["wrong_sizes"])
-            + f" over {nccl['transport']}. Data moved between GPUs is corrupted: usually "
-            "P2P across PCIe bridges with ACS or an IOMMU re-routing it. Needed: correct sums. "
-            "Fix: check `lspci -vvv | grep ACSCtl` (disable ACS on the GPU bridges) and retry "
-            "with NCCL_P2P_DISABLE=1 in nccl_env to confirm.",
-            results=results,
-            **failed,
+            return too_few_gpus(python, gpus, info, old_baseline)
+        worker, nccl, measured, results = run_worker(
+            params, python, env, sizes, gpus, workdir, deadline
         )
+    check_sums(measured, nccl, results, gpus)
     return {
         "gpus": gpus,
         "gpu_names": measured.get("gpu_names") or info.get("gpu_names", []),
@@ -224,6 +147,114 @@ def measure(params: dict, python: str, sizes: list[int], old_baseline: dict | No
         "nccl": nccl,
         "elapsed_s": worker.elapsed_s,
     }
+
+
+def probe_gpus(python: str, env: dict, timeout: int, workdir: str) -> dict:
+    """What the probe found in `python` (torch, the GPUs it sees); CheckFailed otherwise."""
+    probe = run_in_group([python, "-c", probe_source()], env, timeout, workdir, "probe")
+    if probe.timed_out:
+        raise CheckFailed(
+            f"`{python} -c <probe>` (import torch, count GPUs) did not finish within "
+            f"timeout={timeout}s and was killed with its whole process group "
+            f"(PIDs {', '.join(map(str, probe.killed_pids))}). Fix: run `{python} -c "
+            "'import torch; print(torch.cuda.device_count())'` by hand; a hang there is "
+            "usually the driver or a GPU in a bad state (check `nvidia-smi`).",
+            **NOTHING,
+        )
+    try:
+        info = parse_probe(probe, python)
+        check_probe(info, python)
+    except AllreduceError as exc:
+        raise CheckFailed(str(exc), **NOTHING) from exc
+    return info
+
+
+def too_few_gpus(python: str, gpus: int, info: dict, old_baseline: dict | None) -> dict:
+    """The skip result for a host with fewer than 2 GPUs."""
+    return {
+        "changed": False,
+        "skipped": True,
+        "msg": f"torch in {python} sees {gpus} GPU ({', '.join(info['gpu_names'])}); "
+        "an all-reduce needs at least 2, so there is nothing to measure.",
+        "gpus": gpus,
+        "results": [],
+        "transport": None,
+        "busbw_GBps_max_size": None,
+        "baseline": old_baseline,
+        "drop_percent": None,
+        "baseline_written": False,
+    }
+
+
+def run_worker(
+    params: dict,
+    python: str,
+    env: dict,
+    sizes: list[int],
+    gpus: int,
+    workdir: str,
+    deadline: float,
+) -> tuple:
+    """Runs the worker over `gpus` GPUs in `workdir` until `deadline`: (the worker's run, NCCL's
+    log read, the result file, the results per size); CheckFailed when it fails or leaves none."""
+    config_path = os.path.join(workdir, "config.json")
+    result_path = os.path.join(workdir, "result.json")
+    worker_path = os.path.join(workdir, "allreduce_worker.py")
+    with open(worker_path, "w") as handle:
+        handle.write(worker_source())
+    with open(config_path, "w") as handle:
+        json.dump(
+            make_config(
+                world_size=gpus,
+                sizes=sizes,
+                warmup=params["warmup"],
+                iterations=params["iterations"],
+                store=os.path.join(workdir, "store"),
+                result_file=result_path,
+            ),
+            handle,
+        )
+    remaining = max(1.0, deadline - time.monotonic())
+    worker = run_in_group([python, worker_path, config_path], env, remaining, workdir, "worker")
+    nccl = parse_nccl_log(worker.output)
+    failed = {"gpus": gpus, "baseline_written": False, **nccl}
+    if worker.timed_out or worker.rc != 0:
+        raise CheckFailed(
+            worker_failure_message(worker, params["timeout"], nccl),
+            rc=worker.rc,
+            timed_out=worker.timed_out,
+            output_tail=worker.output.strip().splitlines()[-40:],
+            **failed,
+        )
+    try:
+        with open(result_path) as handle:
+            measured = json.load(handle)
+        results = build_results(measured["sizes"], measured["time_us"], gpus)
+    except (OSError, ValueError, KeyError, AllreduceError) as exc:
+        raise CheckFailed(
+            f"The all-reduce worker exited 0 but left no usable result ({exc}). Its "
+            f"output ended:\n{worker.output.strip()[-2000:]}\nFix: run the module again; "
+            "if it repeats, report it with this output.",
+            **failed,
+        ) from exc
+    return worker, nccl, measured, results
+
+
+def check_sums(measured: dict, nccl: dict, results: list[dict], gpus: int) -> None:
+    """CheckFailed when the worker found wrong all-reduce sums at any size."""
+    if measured.get("wrong_sizes"):
+        raise CheckFailed(
+            "The all-reduce returned wrong sums at "
+            + ", ".join(human_bytes(n) for n in measured["wrong_sizes"])
+            + f" over {nccl['transport']}. Data moved between GPUs is corrupted: usually "
+            "P2P across PCIe bridges with ACS or an IOMMU re-routing it. Needed: correct sums. "
+            "Fix: check `lspci -vvv | grep ACSCtl` (disable ACS on the GPU bridges) and retry "
+            "with NCCL_P2P_DISABLE=1 in nccl_env to confirm.",
+            results=results,
+            gpus=gpus,
+            baseline_written=False,
+            **nccl,
+        )
 
 
 def run_check(params: dict, get_bin_path, warn, check_mode: bool) -> dict:

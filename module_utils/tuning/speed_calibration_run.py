@@ -3,9 +3,10 @@ checked, the record on the host kept when it is good (so a second run changes no
 module_utils/tuning/speed_calibration.py run with the runtime's Python under a deadline, its record
 checked and written into place.
 
-The program travels as this module's payload (it is imported here, so Ansible packs it) and is
-written as a file into a private (0700) work folder, where the runtime's Python runs it: it
-needs torch, which the module's own Python lacks. Everything the module must say comes back as
+The program travels as this module's payload (its two files are imported here, so Ansible packs
+them) and is written as one file, the contract's source then the program's, into a private
+(0700) work folder, where the runtime's Python runs it: it needs torch, which the module's own
+Python lacks. Everything the module must say comes back as
 a dict for exit_json, or as CalibrationFailed, whose message and fields go to fail_json.
 """
 
@@ -25,8 +26,8 @@ from ansible.module_utils.host.helpers import (
     marked_json,
     run_with_deadline,
 )
-from ansible.module_utils.tuning import speed_calibration
-from ansible.module_utils.tuning.speed_calibration import (
+from ansible.module_utils.tuning import speed_calibration, speed_calibration_contract
+from ansible.module_utils.tuning.speed_calibration_contract import (
     DEFAULT_REPEATS,
     ERROR_MARKER,
     MARKER,
@@ -53,8 +54,23 @@ class CalibrationFailed(Exception):
         self.fields = {"measured": False, **fields}
 
 
+# The program's block that imports its contract, which the contract's own text replaces in the
+# one program shipped.
+CONTRACT_START = "# -- contract:"
+CONTRACT_END = "# -- end of contract --\n"
+FUTURE = "from __future__ import annotations\n"
+
+
 def program_source() -> str:
-    return inspect.getsource(speed_calibration)
+    """The program shipped: the contract's source, then the program's without its import of the
+    contract and without its __future__ line (which only the first statement of a file may be)."""
+    contract = inspect.getsource(speed_calibration_contract)
+    program = inspect.getsource(speed_calibration)
+    head, found, rest = program.partition(CONTRACT_START)
+    _, ended, tail = rest.partition(CONTRACT_END)
+    if not (found and ended and FUTURE in head):
+        raise RuntimeError("speed_calibration.py lost its contract markers or its __future__ line")
+    return contract + "\n\n" + head.replace(FUTURE, "", 1) + tail
 
 
 def validate(params: dict) -> list[int]:

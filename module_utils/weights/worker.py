@@ -216,25 +216,45 @@ def retry_after(value: str | None) -> float | None:
     return None
 
 
-def http_transfer(spec: dict) -> None:
-    # Plain HTTP from /resolve/, resuming inside files with Range requests.
-    import urllib.error
-    import urllib.request
+class HttpHub:
+    """The hub's /resolve/ over plain HTTP: where it is, the token and the deadlines."""
 
-    endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT)
-    token = os.environ.get("HF_TOKEN")
-    partial_root = os.path.join(spec["local_dir"], PARTIAL_DIR)
-    timeout = spec.get("timeout_s") or READ_TIMEOUT_S
-    retry_s = spec.get("retry_s", RETRY_S)
+    def __init__(self, spec: dict) -> None:
+        self.endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT)
+        self.token = os.environ.get("HF_TOKEN")
+        self.timeout = spec.get("timeout_s") or READ_TIMEOUT_S
+        self.retry_s = spec.get("retry_s", RETRY_S)
 
-    def opened(request, path):
+    def timed_out(self, path: str, waiting_for: str) -> OSError:
+        return OSError(
+            f"{path}: the hub at {self.endpoint} timed out (no {waiting_for} within "
+            f"{self.timeout:g} s)"
+        )
+
+    def request(self, repo_id: str, revision: str, path: str, have: int):
+        """The GET of one file, from byte `have` on."""
+        import urllib.request
+
+        url = resolve_url(self.endpoint, repo_id, revision, path)
+        request = urllib.request.Request(url)  # noqa: S310 - the hub's endpoint, http(s)
+        if self.token:
+            # Unredirected: never sent on to a storage host that a redirect points at.
+            request.add_unredirected_header("Authorization", f"Bearer {self.token}")
+        if have:
+            request.add_header("Range", f"bytes={have}-")
+        return request
+
+    def opened(self, request, path: str):
         """urlopen with a deadline per request; 429 and 5xx retried with backoff, Retry-After
         honoured, for retry_s seconds at most."""
-        give_up = time.monotonic() + retry_s
+        import urllib.error
+        import urllib.request
+
+        give_up = time.monotonic() + self.retry_s
         wait = 1.0
         while True:
             try:
-                return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+                return urllib.request.urlopen(request, timeout=self.timeout)  # noqa: S310
             except urllib.error.HTTPError as error:
                 if error.code not in RETRY_STATUSES:
                     raise
@@ -242,59 +262,62 @@ def http_transfer(spec: dict) -> None:
                 pause = wait if asked is None else asked
                 if time.monotonic() + pause > give_up:
                     raise OSError(
-                        f"{path}: the hub at {endpoint} answered {error.code} for "
-                        f"{retry_s:g} s (Retry-After {asked}); giving up"
+                        f"{path}: the hub at {self.endpoint} answered {error.code} for "
+                        f"{self.retry_s:g} s (Retry-After {asked}); giving up"
                     ) from error
                 error.close()
                 time.sleep(pause)
                 wait = min(wait * 2, 30.0)
             except TimeoutError as error:
-                raise OSError(
-                    f"{path}: the hub at {endpoint} timed out (no answer within {timeout:g} s)"
-                ) from error
+                raise self.timed_out(path, "answer") from error
             except urllib.error.URLError as error:
                 if isinstance(error.reason, TimeoutError):
-                    raise OSError(
-                        f"{path}: the hub at {endpoint} timed out (no answer within {timeout:g} s)"
-                    ) from error
+                    raise self.timed_out(path, "answer") from error
                 raise
 
-    def fetch(entry):
-        final = os.path.join(spec["local_dir"], entry["path"])
-        size = entry.get("size")
-        if os.path.exists(final) and (size is None or os.path.getsize(final) == size):
-            return
-        part = os.path.join(partial_root, entry["path"] + partial_suffix(spec["revision"]))
-        os.makedirs(os.path.dirname(part), exist_ok=True)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        have = resume_offset(os.path.getsize(part) if os.path.exists(part) else 0, size)
-        if size is None or have < size:
-            url = resolve_url(endpoint, spec["repo_id"], spec["revision"], entry["path"])
-            request = urllib.request.Request(url)  # noqa: S310 - the hub's endpoint, http(s)
-            if token:
-                # Unredirected: never sent on to a storage host that a redirect points at.
-                request.add_unredirected_header("Authorization", f"Bearer {token}")
-            if have:
-                request.add_header("Range", f"bytes={have}-")
-            with opened(request, entry["path"]) as response:
-                if have and response.status != 206:
-                    have = 0
-                with open(part, "ab" if have else "wb") as out:
-                    try:
-                        while block := response.read(1 << 20):
-                            out.write(block)
-                    except TimeoutError as error:
-                        raise OSError(
-                            f"{entry['path']}: the hub at {endpoint} timed out (no bytes "
-                            f"within {timeout:g} s)"
-                        ) from error
-        if size is not None and os.path.getsize(part) != size:
-            raise OSError(f"{entry['path']}: got {os.path.getsize(part)} of {size} bytes")
-        os.replace(part, final)
 
+def fetch_file(hub: HttpHub, spec: dict, entry: dict) -> None:
+    """One file of the listing into local_dir, through a partial file that a later run resumes;
+    a file already there at its size is left alone."""
+    final = os.path.join(spec["local_dir"], entry["path"])
+    size = entry.get("size")
+    if os.path.exists(final) and (size is None or os.path.getsize(final) == size):
+        return
+    partial_root = os.path.join(spec["local_dir"], PARTIAL_DIR)
+    part = os.path.join(partial_root, entry["path"] + partial_suffix(spec["revision"]))
+    os.makedirs(os.path.dirname(part), exist_ok=True)
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    have = resume_offset(os.path.getsize(part) if os.path.exists(part) else 0, size)
+    if size is None or have < size:
+        request = hub.request(spec["repo_id"], spec["revision"], entry["path"], have)
+        with hub.opened(request, entry["path"]) as response:
+            # A server that ignores the Range sends the whole file: start the part anew.
+            if have and response.status != 206:
+                have = 0
+            append_body(hub, response, part, have, entry["path"])
+    if size is not None and os.path.getsize(part) != size:
+        raise OSError(f"{entry['path']}: got {os.path.getsize(part)} of {size} bytes")
+    os.replace(part, final)
+
+
+def append_body(hub: HttpHub, response, part: str, have: int, path: str) -> None:
+    """The response's body onto the partial file (kept from byte `have`, or written anew)."""
+    with open(part, "ab" if have else "wb") as out:
+        try:
+            while block := response.read(1 << 20):
+                out.write(block)
+        except TimeoutError as error:
+            raise hub.timed_out(path, "bytes") from error
+
+
+def http_transfer(spec: dict) -> None:
+    # Plain HTTP from /resolve/, resuming inside files with Range requests.
+    import urllib.error
+
+    hub = HttpHub(spec)
     try:
         with ThreadPoolExecutor(spec["max_workers"]) as pool:
-            list(pool.map(fetch, spec["files"]))
+            list(pool.map(lambda entry: fetch_file(hub, spec, entry), spec["files"]))
     except urllib.error.HTTPError as error:
         failure = http_failure(error.headers.get("X-Error-Code"), error.code)
         if failure:

@@ -79,7 +79,7 @@ class ServerArgs(SimpleNamespace):
             values,
             CONTRACT.get("launch_rules"),
             label=_contract.contract_label(CONTRACT),
-            algorithms=_contract._contract_algorithms(CONTRACT),
+            algorithms=_contract.contract_algorithms(CONTRACT),
         )
         if errors:
             raise ValueError(str(errors[0]))
@@ -141,7 +141,11 @@ def package_files(version: str, ddtree: bool = False) -> dict[str, bytes]:
         "sglang/simulator.py": (REPO / "tests/support/sglang_sim.py").read_bytes(),
         # What `python -m sglang.check_env` prints, from the test host's own tools.
         "sglang/check_env.py": (REPO / "tests/support/sim_check_env.py").read_bytes(),
+        # The argv validator: sglang_args.py and the launch rules it imports from beside it.
         "sglang/sglang_args.py": (REPO / "module_utils/plan/sglang_args.py").read_bytes(),
+        "sglang/sglang_launch_rules.py": (
+            REPO / "module_utils/plan/sglang_launch_rules.py"
+        ).read_bytes(),
         # The simulator's step times under SGLANG_SIM_SPEED_MODEL: the kit's speed model, the
         # capacity code it reads parameter groups from, and the hardware figures.
         "sglang/speed_model.py": (REPO / "module_utils/plan/speed_model.py").read_bytes(),

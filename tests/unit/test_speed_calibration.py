@@ -5,6 +5,7 @@ figures in place of torch's."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.tuning
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "module_utils" / "tuning" / "speed_calibration.py"
+CONTRACT = REPO / "module_utils" / "tuning" / "speed_calibration_contract.py"
 FAKE_PYTHON = REPO / "tests" / "support" / "fakes" / "speed_calibration_python.py"
 CONTRACT_KEYS = {
     "schema",
@@ -330,7 +332,9 @@ def device(kind, index):
 """
 
 
-def run_bare(tmp_path, stub: str | None, *args, **env) -> tuple[int, dict, str]:
+def run_bare(
+    tmp_path, stub: str | None, *args, program: Path = PROGRAM, **env
+) -> tuple[int, dict, str]:
     environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     if stub is not None:
         package = tmp_path / "stub" / "torch"
@@ -340,7 +344,7 @@ def run_bare(tmp_path, stub: str | None, *args, **env) -> tuple[int, dict, str]:
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, str(PROGRAM), "--out", str(tmp_path / "r.json"), *args],
+        [sys.executable, str(program), "--out", str(tmp_path / "r.json"), *args],
         env={**environ, **env},
         capture_output=True,
         text=True,
@@ -397,8 +401,28 @@ def runs(tmp_path, monkeypatch):
     return lambda: len(log.read_text().splitlines()) if log.exists() else 0
 
 
-def test_the_program_shipped_is_the_file():
-    assert speed_calibration_run.program_source() == PROGRAM.read_text()
+def test_the_program_shipped_is_the_two_files():
+    shipped = speed_calibration_run.program_source()
+    head, _, rest = PROGRAM.read_text().partition(speed_calibration_run.CONTRACT_START)
+    tail = rest.partition(speed_calibration_run.CONTRACT_END)[2]
+    head = head.replace(speed_calibration_run.FUTURE, "", 1)
+    assert shipped == CONTRACT.read_text() + "\n\n" + head + tail
+    # One program, standard library only: neither the kit nor the contract's file is imported.
+    imported = set()
+    for node in ast.walk(ast.parse(shipped)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module.split(".")[0])
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "torch"}, imported
+
+
+def test_the_program_shipped_runs_bare_on_its_own(tmp_path):
+    shipped = tmp_path / "alone" / "speed_calibration.py"
+    shipped.parent.mkdir()
+    shipped.write_text(speed_calibration_run.program_source())
+    code, error, _ = run_bare(tmp_path, STUB_TORCH, program=shipped)
+    assert code == sc.EXIT_NO_GPU and error["error"] == "no_cuda"
 
 
 def test_measures_once_then_keeps_the_record(tmp_path, runs):

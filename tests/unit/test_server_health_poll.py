@@ -1,0 +1,64 @@
+"""module_utils/server/health.py's judgement of one poll without a server: the process's
+status and /health_generate's answer into a state and a progress line. test_sglang_sim.py runs
+the module against the simulator."""
+
+from __future__ import annotations
+
+from ansible.module_utils.server import health
+
+PARAMS = {"timeout": 3600, "generate_timeout": 600, "phase": "load", "manager": "systemd"}
+RUNNING = {"running": True, "failed": False, "restarts": 0, "status": "active", "last_exit": 0}
+
+
+def test_a_stopped_or_restarted_process_is_a_failure():
+    params = {**PARAMS, "restarts_before": 1}
+    stopped = {**RUNNING, "running": False, "status": "inactive", "last_exit": 1}
+    assert health.process_problem(params, stopped) == (
+        "the server is not running (manager systemd: inactive, last exit status 1)"
+    )
+    restarted = {**RUNNING, "restarts": 3}
+    assert health.process_problem(params, restarted) == (
+        "the server crashed while starting and was restarted 2 time(s)"
+    )
+    assert health.process_problem(params, {**RUNNING, "restarts": 1}) == ""
+
+
+def test_the_answer_is_judged_into_a_state():
+    judge = health.judge_answer
+    assert judge(PARAMS, 12.0, "log", 200, "", True) == ("healthy", "healthy after 12 s", "")
+    state, progress, message = judge(PARAMS, 30.0, "Loading safetensors", None, "refused", False)
+    assert (state, message) == ("loading", "")
+    assert progress == "loading: 30 s of 3600 s, /health_generate refused; log: Loading safetensors"
+    generate = {**PARAMS, "phase": "generate"}
+    state, progress, message = judge(generate, 40.0, "warmup", 503, "HTTP 503", True)
+    assert state == "answering" and message == ""
+    assert progress.startswith(
+        "loaded, not generating yet: 40 s of 600 s, /health_generate HTTP 503"
+    )
+    state, progress, message = judge(generate, 600.0, "warmup", 503, "HTTP 503", True)
+    assert state == "failed" and progress == message
+    assert "has not generated a token in 600 s" in message
+
+
+def test_a_poll_of_a_failed_process_does_not_probe(monkeypatch, tmp_path):
+    def no_probe(url, api_key):
+        raise AssertionError("probed a server that is not running")
+
+    monkeypatch.setattr(health, "probe", no_probe)
+    monkeypatch.setattr(health, "systemd_status", lambda run, name: {**RUNNING, "failed": True})
+    log = tmp_path / "server.log"
+    log.write_text("started with --api-key sk-secret\n")
+    params = {
+        **PARAMS,
+        "name": "kimi-sglang",
+        "api_key": "sk-secret",
+        "log_file": str(log),
+        "log_lines": 40,
+        "since": 0,
+        "restarts_before": 0,
+        "url": "http://127.0.0.1:1",
+    }
+    result = health.poll(params, run=None)
+    assert result["state"] == "failed" and result["http_status"] is None
+    assert result["elapsed"] == 0.0
+    assert all("sk-secret" not in line for line in result["log_tail"])
