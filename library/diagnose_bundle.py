@@ -109,7 +109,8 @@ failed_hosts:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.diagnose.bundle import BadInput, build_bundle, prepare_output  # noqa: E402
+from ansible.module_utils.diagnose.members import BadInput  # noqa: E402
+from ansible.module_utils.diagnose.pack import build_bundle, prepare_output  # noqa: E402
 
 
 def main() -> None:

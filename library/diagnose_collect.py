@@ -238,7 +238,8 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.diagnose.bundle import BadInput, collect  # noqa: E402
+from ansible.module_utils.diagnose.collect import collect  # noqa: E402
+from ansible.module_utils.diagnose.members import BadInput  # noqa: E402
 
 
 def main() -> None:

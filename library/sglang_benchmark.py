@@ -267,12 +267,13 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.benchmark.client import masked, secret_forms  # noqa: E402
+from ansible.module_utils.benchmark.client_target import masked  # noqa: E402
 from ansible.module_utils.benchmark.level import (  # noqa: E402
     TELEMETRY_MODES,
     check_params,
     run_benchmark,
 )
+from ansible.module_utils.host.secret_scrub import secret_forms  # noqa: E402
 
 
 def main() -> None:

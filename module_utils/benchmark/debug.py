@@ -120,7 +120,7 @@ def capture(argv: list[str], timeout_s: float, cap: int, env: dict | None = None
     """argv's output, at most cap bytes of it (more on stdout or on stderr: the command is
     killed and the head kept), within timeout_s (past it: killed with its whole process
     group). Never raises: what went wrong is the problem. `env` replaces the module's
-    command environment (module_utils/diagnose/bundle.py points HOME at its work folder)."""
+    command environment (module_utils/diagnose/collector.py points HOME at its work folder)."""
     env = dict(command_environment() if env is None else env)
     env["LC_ALL"] = "C"
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

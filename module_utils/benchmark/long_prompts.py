@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import statistics
 
-from ansible.module_utils.benchmark.stats import fill
+from ansible.module_utils.benchmark.chat import fill
 from ansible.module_utils.host.helpers import read_json
 
 # English prose and math through BPE tokenizers of the Kimi/DeepSeek/Qwen kind run near 4

@@ -16,19 +16,19 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible.module_utils.benchmark.long_prompts import LongPromptError, long_rows
-from ansible.module_utils.benchmark.scoring import (
-    MAX_REFERENCE_CHARS,
-    SCORERS,
-    reference_of,
-)
-from ansible.module_utils.benchmark.stats import (
+from ansible.module_utils.benchmark.chat import (
     chat_template_of,
     fill,
     prompt_of,
     render_chat,
     special_tokens,
     template_files,
+)
+from ansible.module_utils.benchmark.long_prompts import LongPromptError, long_rows
+from ansible.module_utils.benchmark.scoring import (
+    MAX_REFERENCE_CHARS,
+    SCORERS,
+    reference_of,
 )
 from ansible.module_utils.benchmark.workloads import (
     load_tokenizer,
@@ -216,6 +216,8 @@ def reference(row: dict, spec: dict, scorer: str) -> str:
 
 
 def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
+    """One prompt set (a hub dataset or a user file) as <name>.jsonl and <name>.meta.json in
+    the output folder, each written only when it changed; its meta, with `changed`."""
     name = spec.get("name") or ""
     if not NAME.match(name):
         raise PromptError(f"prompt set name {name!r}: letters, digits, _ . - only")
@@ -226,73 +228,21 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
     kwargs = p["chat_template_kwargs"]
     if scorer is not None:
         kwargs = {**kwargs, **p["scored_chat_template_kwargs"]}
-    if spec.get("path"):
-        path = spec["path"]
-        source = {"path": path, "sha256": file_sha256(path)}
-        rows = read_rows(path)
-    else:
-        missing = [k for k in ("repo", "revision", "file", "template") if not spec.get(k)]
-        if missing:
-            raise PromptError(f"prompt set {name}: missing {', '.join(missing)}")
-        repo, revision, file_name = spec["repo"], str(spec["revision"]), spec["file"]
-        endpoint = p["hf_endpoint"].rstrip("/")
-        sha = revision if SHA.match(revision) else None
-        cached = os.path.join(p["cache_dir"], repo, sha or "-", file_name)
-        if sha is None or not os.path.isfile(cached):
-            sha = sha or resolve(endpoint, repo, revision, p["hf_token"], p["timeout"])
-            cached = os.path.join(p["cache_dir"], repo, sha, file_name)
-            if not os.path.isfile(cached):
-                url = f"{endpoint}/datasets/{repo}/resolve/{sha}/{urllib.parse.quote(file_name)}"
-                download(url, cached, p["hf_token"], p["timeout"])
-        source = {
-            "repo": repo,
-            "revision": revision,
-            "resolved": sha,
-            "file": file_name,
-            "sha256": file_sha256(cached),
-        }
-        rows = read_rows(cached)
+    source, rows = source_rows(name, spec, p)
     length = None
     if spec.get("long") is not None:
         try:
             rows, length = long_rows(name, spec, rows, p["limit"], p["model_dir"])
         except LongPromptError as error:
             raise PromptError(str(error)) from None
-    prompts = []
-    for index, row in enumerate(rows[: p["limit"]]):
-        if not isinstance(row, dict):
-            raise PromptError(f"prompt set {name} row {index}: not an object")
-        try:
-            if spec.get("path") and isinstance(row.get("prompt"), str):
-                prompt = row["prompt"]
-            else:
-                messages = row.get("messages") if spec.get("path") or length else None
-                if messages is None:
-                    messages = prompt_of(row, spec.get("template") or "{prompt}")
-                prompt = render_chat(text, messages, tokens, kwargs)
-            answer = reference(row, spec, scorer) if scorer is not None else None
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as error:
-            raise PromptError(
-                f"prompt set {name} row {index}: cannot build the prompt"
-                f"{' or its answer' if scorer else ''} ({error!r}); check its template"
-                f"{' and answer' if scorer else ''} against the dataset's fields"
-            ) from None
-        except ImportError:
-            raise PromptError(
-                "rendering through the chat template needs jinja2, which this Python lacks; "
-                "run the module with the runtime's Python (benchmark_prompts_python)"
-            ) from None
-        prompts.append(
-            {"id": f"{name}-{index}", "prompt": prompt}
-            | ({"answer": answer} if answer is not None else {})
-        )
+    chat = (text, tokens, kwargs)
+    prompts = [
+        prompt_row(name, index, row, spec, scorer, length, chat)
+        for index, row in enumerate(rows[: p["limit"]])
+    ]
     if not prompts:
         raise PromptError(f"prompt set {name}: no rows")
-    content = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in prompts).encode()
-    output = os.path.join(p["output_dir"], f"{name}.jsonl")
-    digest = hashlib.sha256(content).hexdigest()
-    changed = not os.path.isfile(output) or file_sha256(output) != digest
-    meta = {
+    described = {
         "name": name,
         "source": source,
         "rows": len(rows),
@@ -305,9 +255,79 @@ def prepare(spec: dict, p: dict, template: tuple[str, str, dict]) -> dict:
         },
         "scoring": scorer,
         **({"length": length} if length is not None else {}),
-        "output": output,
-        "sha256": digest,
     }
+    return write_set(p["output_dir"], name, prompts, described)
+
+
+def source_rows(name: str, spec: dict, p: dict) -> tuple[dict, list]:
+    """Where the set's rows come from (a user file, or a hub dataset's file at a commit,
+    fetched into the cache unless there) and the rows."""
+    if spec.get("path"):
+        path = spec["path"]
+        return {"path": path, "sha256": file_sha256(path)}, read_rows(path)
+    missing = [k for k in ("repo", "revision", "file", "template") if not spec.get(k)]
+    if missing:
+        raise PromptError(f"prompt set {name}: missing {', '.join(missing)}")
+    repo, revision, file_name = spec["repo"], str(spec["revision"]), spec["file"]
+    endpoint = p["hf_endpoint"].rstrip("/")
+    sha = revision if SHA.match(revision) else None
+    cached = os.path.join(p["cache_dir"], repo, sha or "-", file_name)
+    if sha is None or not os.path.isfile(cached):
+        sha = sha or resolve(endpoint, repo, revision, p["hf_token"], p["timeout"])
+        cached = os.path.join(p["cache_dir"], repo, sha, file_name)
+        if not os.path.isfile(cached):
+            url = f"{endpoint}/datasets/{repo}/resolve/{sha}/{urllib.parse.quote(file_name)}"
+            download(url, cached, p["hf_token"], p["timeout"])
+    source = {
+        "repo": repo,
+        "revision": revision,
+        "resolved": sha,
+        "file": file_name,
+        "sha256": file_sha256(cached),
+    }
+    return source, read_rows(cached)
+
+
+def prompt_row(name, index, row, spec, scorer, length, chat) -> dict:
+    """Row `index` of the set as the prompts file holds it: its id, its prompt rendered
+    through the chat template (a user file's ready prompt as it is), its reference answer
+    when scored. `chat`: the template, its special tokens and its kwargs."""
+    text, tokens, kwargs = chat
+    if not isinstance(row, dict):
+        raise PromptError(f"prompt set {name} row {index}: not an object")
+    try:
+        if spec.get("path") and isinstance(row.get("prompt"), str):
+            prompt = row["prompt"]
+        else:
+            messages = row.get("messages") if spec.get("path") or length else None
+            if messages is None:
+                messages = prompt_of(row, spec.get("template") or "{prompt}")
+            prompt = render_chat(text, messages, tokens, kwargs)
+        answer = reference(row, spec, scorer) if scorer is not None else None
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as error:
+        raise PromptError(
+            f"prompt set {name} row {index}: cannot build the prompt"
+            f"{' or its answer' if scorer else ''} ({error!r}); check its template"
+            f"{' and answer' if scorer else ''} against the dataset's fields"
+        ) from None
+    except ImportError:
+        raise PromptError(
+            "rendering through the chat template needs jinja2, which this Python lacks; "
+            "run the module with the runtime's Python (benchmark_prompts_python)"
+        ) from None
+    return {"id": f"{name}-{index}", "prompt": prompt} | (
+        {"answer": answer} if answer is not None else {}
+    )
+
+
+def write_set(output_dir: str, name: str, prompts: list[dict], described: dict) -> dict:
+    """<name>.jsonl with the prompts, and <name>.meta.json with what `described` says of the
+    set, its output and that output's sha256; each written only when it changed."""
+    content = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in prompts).encode()
+    output = os.path.join(output_dir, f"{name}.jsonl")
+    digest = hashlib.sha256(content).hexdigest()
+    changed = not os.path.isfile(output) or file_sha256(output) != digest
+    meta = {**described, "output": output, "sha256": digest}
     if changed:
         atomic_write(output, content, 0o644)
     # The scorer can change with the same prompts and answers: the meta follows it.

@@ -86,11 +86,12 @@ json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
 
 
 def load_client(folder: Path | None = None):
-    """The kit's client (module_utils/benchmark/client.py and the level summary of
-    module_utils/benchmark/stats.py), imported as Ansible ships them to a host. The client needs
-    only the standard library; module_utils/__init__.py gives ansible.module_utils stand-ins
-    where Ansible is not installed (a bare GPU machine). `folder`: another copy of module_utils
-    (an earlier commit's, to measure before and after a change), loaded in place of this one."""
+    """The kit's client (module_utils/benchmark/client.py, client_target.py, client_report.py
+    and the level summary of module_utils/benchmark/stats.py), imported as Ansible ships
+    them to a host. The client needs only the standard library; module_utils/__init__.py
+    gives ansible.module_utils stand-ins where Ansible is not installed (a bare GPU machine).
+    `folder`: another copy of module_utils (an earlier commit's, to measure before and after
+    a change), loaded in place of this one."""
     import importlib
     import importlib.util
     import types
@@ -104,11 +105,21 @@ def load_client(folder: Path | None = None):
     spec.loader.exec_module(kit)
     client = importlib.import_module("ansible.module_utils.benchmark.client")
     level = importlib.import_module("ansible.module_utils.benchmark.stats")
+    # Target and the client's report are modules of their own; an earlier commit's copy may
+    # still have them in client.py.
+    parts = [client]
+    for name in ("client_target", "client_report"):
+        with contextlib.suppress(ModuleNotFoundError):
+            parts.append(importlib.import_module(f"ansible.module_utils.benchmark.{name}"))
+
+    def kit(name: str):
+        return next(getattr(part, name) for part in reversed(parts) if hasattr(part, name))
+
     return types.SimpleNamespace(
-        Target=client.Target,
+        Target=kit("Target"),
         run_level=client.run_level,
-        record_of=client.record_of,
-        client_report=client.client_report,
+        record_of=kit("record_of"),
+        client_report=kit("client_report"),
         summarize_level=level.summarize_level,
     )
 

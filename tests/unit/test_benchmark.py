@@ -14,25 +14,22 @@ from pathlib import Path
 
 import pytest
 import requests
-from ansible.module_utils.benchmark import client as benchmark_client
+from ansible.module_utils.benchmark import client_target
+from ansible.module_utils.benchmark.chat import chat_template_of, fill, render_chat, special_tokens
+from ansible.module_utils.benchmark.client_report import client_report
+from ansible.module_utils.benchmark.client_stream import Tracker
 from ansible.module_utils.benchmark.stats import (
     SCHEMA_VERSION,
-    ResponseParser,
-    StreamError,
     accepted_tokens_per_step,
-    chat_template_of,
     compare_outputs,
-    completion_tokens,
     distribution,
-    fill,
     parse_metrics,
-    render_chat,
     request_timings,
     server_delta,
-    special_tokens,
     startup_record,
     summarize_level,
 )
+from ansible.module_utils.benchmark.stream import ResponseParser, StreamError, completion_tokens
 
 import analysis
 from analysis.results import SUPPORTED_SCHEMAS
@@ -516,7 +513,7 @@ def test_module_measures_steps_and_tokens_against_the_simulator(tmp_path, prompt
 def test_the_client_waits_for_an_idle_server_to_flush_and_says_when_it_was_not():
     import threading
 
-    module = benchmark_client
+    module = client_target
     process, url = start(BASE, SGLANG_SIM_STEP_MS=20)
     target = module.Target(url, "")
     busy = {"text": "long", "sampling_params": {"max_new_tokens": 40}}
@@ -941,10 +938,8 @@ def test_the_hub_prompt_sets_are_pinned_but_mt_bench_which_the_study_lock_pins()
 
 
 def test_the_client_says_when_it_was_the_limit():
-    module = benchmark_client
-
     def level(cpu_s: float, lag_ms: float, step_s: float = 0.02) -> dict:
-        tracker = module.Tracker(0, 100)
+        tracker = Tracker(0, 100)
         tracker.events = [(i * step_s, 3 * (i + 1)) for i in range(10)]
         return {
             "trackers": [tracker],
@@ -955,14 +950,14 @@ def test_the_client_says_when_it_was_the_limit():
             "lag_ms": [lag_ms] * 100,
         }
 
-    calm = module.client_report(level(0.1, 0.3), 10)
+    calm = client_report(level(0.1, 0.3), 10)
     assert not calm["saturated"] and calm["timing_reliable"] and calm["event_gap_ms"] == 20
-    busy = module.client_report(level(0.9, 0.3), 10)
+    busy = client_report(level(0.9, 0.3), 10)
     assert busy["saturated"] and "client CPU 90%" in busy["saturated_reasons"][0]
-    behind = module.client_report(level(0.4, 6.0), 10)
+    behind = client_report(level(0.4, 6.0), 10)
     assert behind["saturated"] and not behind["timing_reliable"]
     # Late but idle: other processes hold the CPU; the client did not limit the server.
-    crowded = module.client_report(level(0.05, 6.0), 10)
+    crowded = client_report(level(0.05, 6.0), 10)
     assert not crowded["saturated"] and not crowded["timing_reliable"]
     assert "other processes" in crowded["warnings"][0]
 

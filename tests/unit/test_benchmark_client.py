@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
+import pickle
 import signal
 import statistics
 import threading
@@ -15,6 +17,11 @@ import time
 
 import pytest
 from ansible.module_utils.benchmark import client as benchmark_client
+from ansible.module_utils.benchmark.client import level_deadline
+from ansible.module_utils.benchmark.client_report import client_report
+from ansible.module_utils.benchmark.client_spread import TRACKER_FIELDS, failed_requests, gathered
+from ansible.module_utils.benchmark.client_stream import Tracker
+from ansible.module_utils.benchmark.client_target import Target
 
 from tests.support.sim_process import BASE, start, stop
 
@@ -78,19 +85,19 @@ def peak_in_flight(trackers) -> int:
 
 
 def test_closed_loop_sends_every_payload_once_and_keeps_them_in_order(simulator):
-    target = benchmark_client.Target(simulator, "")
+    target = Target(simulator, "")
     level = run(benchmark_client.run_level(target, payloads_for(target, 12), 4, 60, 64))
     assert level["sent"] == 12 and not level["stopped_by_time_budget"]
     assert [t.index for t in level["trackers"]] == list(range(12))
     assert all(not t.error and t.done_at for t in level["trackers"])
     assert all(t.scheduled is None for t in level["trackers"])
     assert 1 < peak_in_flight(level["trackers"]) <= 4
-    report = benchmark_client.client_report(level, sum(len(t.events) for t in level["trackers"]))
+    report = client_report(level, sum(len(t.events) for t in level["trackers"]))
     assert "arrival_lag_ms" not in report
 
 
 def test_rate_mode_starts_requests_on_their_schedule_and_reports_their_lag(simulator):
-    target = benchmark_client.Target(simulator, "")
+    target = Target(simulator, "")
     payloads = payloads_for(target, 10)
     level = run(benchmark_client.run_level(target, payloads, 0, 60, 64, request_rate=50.0, seed=3))
     offsets = benchmark_client.arrival_offsets(10, 50.0, 3)
@@ -99,7 +106,7 @@ def test_rate_mode_starts_requests_on_their_schedule_and_reports_their_lag(simul
         assert tracker.scheduled == pytest.approx(level["started"] + offset, abs=1e-9)
         assert tracker.start >= tracker.scheduled
         assert not tracker.error
-    report = benchmark_client.client_report(level, sum(len(t.events) for t in level["trackers"]))
+    report = client_report(level, sum(len(t.events) for t in level["trackers"]))
     assert report["arrival_lag_ms"]["count"] == 10
     assert report["arrival_lag_ms"]["p50"] >= 0
 
@@ -161,7 +168,7 @@ class HeldServer:
 def test_rate_mode_never_has_more_in_flight_than_its_cap():
     server = HeldServer()
     try:
-        target = benchmark_client.Target(f"http://127.0.0.1:{server.port}", "")
+        target = Target(f"http://127.0.0.1:{server.port}", "")
         # 1000 requests/s: all 12 are due within a few ms, and the server holds each answer
         # until every request the cap lets out has arrived.
         threading.Timer(0.5, server.release.set).start()
@@ -177,7 +184,7 @@ def test_rate_mode_never_has_more_in_flight_than_its_cap():
     assert server.peak == 3
     assert peak_in_flight(level["trackers"]) == 3
     # The ones the cap held started late against their schedule, and the report says so.
-    report = benchmark_client.client_report(level, 12)
+    report = client_report(level, 12)
     assert report["arrival_lag_ms"]["max"] >= 400
 
 
@@ -185,7 +192,7 @@ def test_rate_mode_never_has_more_in_flight_than_its_cap():
 def test_the_time_budget_stops_new_requests_and_keeps_only_those_started(rate):
     server = HeldServer()
     try:
-        target = benchmark_client.Target(f"http://127.0.0.1:{server.port}", "")
+        target = Target(f"http://127.0.0.1:{server.port}", "")
         # Two in flight, held 1 s: the budget of 0.3 s passes while the first two run, so
         # no third one starts; the two finish.
         threading.Timer(1.0, server.release.set).start()
@@ -202,7 +209,7 @@ def test_the_time_budget_stops_new_requests_and_keeps_only_those_started(rate):
 
 
 def test_a_budget_that_outlasts_the_level_stops_nothing(simulator):
-    target = benchmark_client.Target(simulator, "")
+    target = Target(simulator, "")
     level = run(
         benchmark_client.run_level(target, payloads_for(target, 5), 2, 60, 64, time_budget_s=600)
     )
@@ -216,7 +223,7 @@ def test_a_budget_that_is_no_budget_is_refused(budget):
 
 
 def test_a_level_spread_over_processes_sends_each_payload_once_in_order(simulator):
-    target = benchmark_client.Target(simulator, "")
+    target = Target(simulator, "")
     level = run(
         benchmark_client.run_level(target, payloads_for(target, 24), 6, 60, 64, processes=3)
     )
@@ -233,14 +240,14 @@ def test_a_level_spread_over_processes_sends_each_payload_once_in_order(simulato
     spread, single = (json.loads(t["trackers"][0].last) for t in (level, alone))
     assert spread["output_ids"] == single["output_ids"] and spread["text"] == single["text"]
     assert spread["meta_info"]["completion_tokens"] == 8
-    report = benchmark_client.client_report(level, sum(len(t.events) for t in level["trackers"]))
+    report = client_report(level, sum(len(t.events) for t in level["trackers"]))
     assert report["processes"] == 3 and len(report["process_cpu_fractions"]) == 3
 
 
 def test_processes_share_one_time_budget_and_leave_a_prefix_sent():
     server = HeldServer()
     try:
-        target = benchmark_client.Target(f"http://127.0.0.1:{server.port}", "")
+        target = Target(f"http://127.0.0.1:{server.port}", "")
         threading.Timer(1.0, server.release.set).start()
         level = run(
             benchmark_client.run_level(
@@ -256,7 +263,7 @@ def test_processes_share_one_time_budget_and_leave_a_prefix_sent():
 
 
 def test_one_process_behind_marks_a_spread_level_saturated():
-    tracker = benchmark_client.Tracker(0, 100)
+    tracker = Tracker(0, 100)
     tracker.events = [(i * 0.02, 3 * (i + 1)) for i in range(10)]
     calm = {"cpu_s": 0.1, "wall_s": 1.0, "lag_ms": [0.3] * 100, "requests": 1}
     behind = {"cpu_s": 0.5, "wall_s": 1.0, "lag_ms": [6.0] * 100, "requests": 1}
@@ -269,11 +276,11 @@ def test_one_process_behind_marks_a_spread_level_saturated():
         "lag_ms": calm["lag_ms"] + behind["lag_ms"],
         "processes": [calm, behind],
     }
-    report = benchmark_client.client_report(level, 10)
+    report = client_report(level, 10)
     assert report["saturated"] and report["saturated_reasons"][0].startswith("process 2 of 2")
     assert report["cpu_fraction"] == 0.5 and report["process_cpu_fractions"] == [0.1, 0.5]
     level["processes"] = [calm, calm]
-    assert not benchmark_client.client_report(level, 10)["saturated"]
+    assert not client_report(level, 10)["saturated"]
 
 
 def test_the_workers_of_a_module_that_died_start_nothing_more():
@@ -281,7 +288,7 @@ def test_the_workers_of_a_module_that_died_start_nothing_more():
     finish the requests they have in flight and start no other."""
     server = HeldServer()
     try:
-        target = benchmark_client.Target(f"http://127.0.0.1:{server.port}", "")
+        target = Target(f"http://127.0.0.1:{server.port}", "")
         payloads = payloads_for(target, 40)
         module = os.fork()
         if module == 0:
@@ -301,3 +308,36 @@ def test_the_workers_of_a_module_that_died_start_nothing_more():
     finally:
         server.release.set()
         server.close()
+
+
+def test_a_levels_deadline_is_a_timeout_per_wave_within_the_time_budget():
+    # 10 requests, 4 in flight: 3 waves of a 5 s timeout, and a minute's margin.
+    assert level_deadline(10, None, 4, 5.0, math.inf) == 3 * 5.0 + 60
+    # At a rate: the waves start after the last arrival; without a cap all are one wave.
+    assert level_deadline(10, [0.0, 2.5], 4, 5.0, math.inf) == 2.5 + 3 * 5.0 + 60
+    assert level_deadline(10, [0.0, 2.5], 0, 5.0, math.inf) == 2.5 + 5.0 + 60
+    # The time budget bounds it: the last request starts before it and has its timeout.
+    assert level_deadline(1000, None, 1, 5.0, 30.0) == 30.0 + 5.0 + 60
+
+
+def test_a_spread_level_keeps_the_requests_of_a_worker_that_failed_as_failed():
+    """A worker that sent nothing back, or a result cut short, is a problem; the requests it
+    had taken are kept failed with the reason, so the sent ones stay the first payloads."""
+    tracker = Tracker(0, 100)
+    tracker.events, tracker.start, tracker.end, tracker.nbytes = [(1.0, 3)], 0.5, 1.5, 42
+    part = {
+        "trackers": [tuple(getattr(tracker, name) for name in TRACKER_FIELDS)],
+        "cpu_s": 0.1,
+        "wall_s": 1.0,
+        "lag_ms": [0.2],
+        "requests": 1,
+    }
+    blobs = [pickle.dumps(part), b"", pickle.dumps(part)[:10]]
+    trackers, parts, problems = gathered(blobs, 100, str)
+    assert [(t.index, t.events, t.nbytes, t.end) for t in trackers] == [(0, [(1.0, 3)], 42, 1.5)]
+    assert parts == [{"cpu_s": 0.1, "wall_s": 1.0, "lag_ms": [0.2], "requests": 1}]
+    assert problems[0] == "it ended without a result"
+    assert problems[1].startswith("its result was cut")
+    failed = failed_requests(3, trackers, problems, 9.0, 100, str)
+    assert [(t.index, t.start, t.end) for t in failed] == [(1, 9.0, 9.0), (2, 9.0, 9.0)]
+    assert all(t.error.startswith("the worker process running it failed: it ended") for t in failed)

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.benchmark import client as benchmark_client
-from ansible.module_utils.benchmark.stats import ResponseParser
+from ansible.module_utils.benchmark.client_report import record_of
+from ansible.module_utils.benchmark.client_stream import Tracker
+from ansible.module_utils.benchmark.client_target import Target, server_state
+from ansible.module_utils.benchmark.stream import ResponseParser
 
 from tests.support.modules import run_module
 from tests.support.results_tree import check_contract
@@ -121,10 +124,10 @@ class Canned:
         self.sock.close()
 
 
-def one_request(answer: bytes, timeout: float = 10) -> tuple[benchmark_client.Tracker, dict]:
+def one_request(answer: bytes, timeout: float = 10) -> tuple[Tracker, dict]:
     server = Canned(answer)
     try:
-        target = benchmark_client.Target(server.url, "")
+        target = Target(server.url, "")
         loop = asyncio.new_event_loop()
         try:
             level = loop.run_until_complete(
@@ -135,7 +138,7 @@ def one_request(answer: bytes, timeout: float = 10) -> tuple[benchmark_client.Tr
     finally:
         server.close()
     tracker = level["trackers"][0]
-    record, _ = benchmark_client.record_of(tracker, {"id": 0}, "0" * 64)
+    record, _ = record_of(tracker, {"id": 0}, "0" * 64)
     return tracker, record
 
 
@@ -255,7 +258,7 @@ def test_server_state_survives_bad_server_info_and_metrics():
         body = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(info) + info
         server = Canned(body)
         try:
-            state = benchmark_client.server_state(benchmark_client.Target(server.url, ""))
+            state = server_state(Target(server.url, ""))
         finally:
             server.close()
         assert state["startup_time"] is None
@@ -282,19 +285,21 @@ import asyncio, json, sys
 sys.path.insert(0, sys.argv[2])
 import module_utils  # noqa: F401
 from ansible.module_utils.benchmark import client
+from ansible.module_utils.benchmark.client_report import record_of
+from ansible.module_utils.benchmark.client_target import Target
 
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
 
-target = client.Target(sys.argv[1], "")
+target = Target(sys.argv[1], "")
 payload = target.request({"text": "q", "sampling_params": {"max_new_tokens": 8}, "stream": True})
 before = hwm()
 loop = asyncio.new_event_loop()
 level = loop.run_until_complete(client.run_level(target, [payload], 1, 60, 64))
 tracker = level["trackers"][0]
-record, _ = client.record_of(tracker, {"id": 0}, "0" * 64)
+record, _ = record_of(tracker, {"id": 0}, "0" * 64)
 print(json.dumps({"before_kib": before, "peak_kib": hwm(), "error": record["error"],
                   "lost": tracker.lost, "bytes": tracker.nbytes}))
 """
@@ -512,7 +517,7 @@ def test_a_server_answer_that_drips_is_cut_at_its_deadline():
 
     thread = threading.Thread(target=drip, daemon=True)
     thread.start()
-    target = benchmark_client.Target(f"http://127.0.0.1:{listener.getsockname()[1]}", "")
+    target = Target(f"http://127.0.0.1:{listener.getsockname()[1]}", "")
     began = time.monotonic()
     try:
         with pytest.raises(TimeoutError):

@@ -1,4 +1,4 @@
-"""The support bundle's logic (module_utils/diagnose/bundle.py) on this machine, without test
+"""The support bundle's logic (module_utils/diagnose/) on this machine, without test
 hosts: a
 hung command is killed at its deadline, an endless one at its cap, a missing one recorded;
 every secret is scrubbed (file names included, and their digest and base64 forms); member names
@@ -18,16 +18,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.diagnose import bundle as diagnose
-from ansible.module_utils.diagnose.bundle import (
-    BadInput,
-    Collection,
+from ansible.module_utils.diagnose.collect import Collection, collect
+from ansible.module_utils.diagnose.collector import STDERR_MAX
+from ansible.module_utils.diagnose.files import env_file_values, secrets_file_values
+from ansible.module_utils.diagnose.members import BadInput, safe_part, valid_member
+from ansible.module_utils.diagnose.pack import (
+    MANIFEST_MAX,
     build_bundle,
-    collect,
     prepare_output,
     read_host_archive,
-    safe_part,
-    valid_member,
 )
 from ansible.module_utils.host.secret_scrub import Scrubber
 
@@ -255,7 +254,7 @@ def test_a_command_that_prints_without_end_is_killed_at_the_cap(tmp_path):
     assert out["bytes"] <= 65536
     # stderr is capped as well: a flood there cannot fill the host's temporary folder.
     assert err["status"] == "cut"
-    assert err["bytes"] <= 65536 + diagnose.STDERR_MAX
+    assert err["bytes"] <= 65536 + STDERR_MAX
 
 
 def test_a_missing_command_is_recorded_and_an_optional_one_is_absent(tmp_path):
@@ -404,13 +403,13 @@ def test_every_secret_is_scrubbed_from_every_source_and_file_name(tmp_path):
 
 
 def test_secrets_and_environment_files_parse_as_their_readers_do():
-    values, shown = diagnose.secrets_file_values(
+    values, shown = secrets_file_values(
         "# root-only\napi_key: 'it''s-a-key'\nother: \"quoted\\\"value\"\nempty: ''\n"
     )
     assert "it's-a-key" in values and 'quoted"value' in values
     assert "" not in values and "''" not in values
     assert shown == "# root-only\napi_key: ********\nother: ********\nempty: ''\n"
-    values, shown = diagnose.env_file_values(
+    values, shown = env_file_values(
         'HF_TOKEN="a\\"b"\nEMPTY_TOKEN=""\nNCCL_DEBUG="INFO"\nexport MY_API_KEY=plain\n'
     )
     assert values == ['a"b', '"a\\"b"', "plain", "plain"]
@@ -497,7 +496,7 @@ def test_a_hostile_host_archive_cannot_escape_or_grow_the_bundle(tmp_path):
             "gone": {"state": "unreachable", "why": "No route to host"},
         },
         [API_KEY],
-        max_host_bytes=65536 - diagnose.MANIFEST_MAX + 100_000,
+        max_host_bytes=65536 - MANIFEST_MAX + 100_000,
     )
     bundle = Path(done["bundle"])
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o600
