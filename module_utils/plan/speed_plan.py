@@ -22,9 +22,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ansible.module_utils.plan import capacity, speed_model
+from ansible.module_utils.plan import capacity, speed_inputs, speed_model
+from ansible.module_utils.plan.capacity_hybrid import SPEC_MAX_RUNNING_REQUESTS
 from ansible.module_utils.plan.serving import ServingConfigError, config_name, parse_config_name
-from ansible.module_utils.plan.speed_model import SpeedModelError
+from ansible.module_utils.plan.speed_inputs import SpeedModelError
 
 # The drafter configs speed_model knows (kimi_model_configs keys).
 DRAFTERS = ("dflash", "eagle3")
@@ -86,22 +87,22 @@ def read_record(path, what: str):
     path = Path(str(path))
     if not path.exists():
         return None
-    return speed_model.read_json(path, what)
+    return speed_inputs.read_json(path, what)
 
 
 def plan_inputs(config_paths, model_dir) -> dict:
-    """speed_model.model_inputs() from the plan's own config paths (kimi_model_configs: target
+    """speed_inputs.model_inputs() from the plan's own config paths (kimi_model_configs: target
     and each drafter's config.json) and the model folder's acceptance.json."""
     if not isinstance(config_paths, dict) or not config_paths.get("target"):
         raise SpeedModelError(
             f"the model configs are {config_paths!r}; needed: a mapping with the target's "
             "config.json path (kimi_model_configs). Fix: restore the model folder."
         )
-    inputs = {"config": None, "drafters": {}, "acceptance": speed_model.load_acceptance(model_dir)}
+    inputs = {"config": None, "drafters": {}, "acceptance": speed_inputs.load_acceptance(model_dir)}
     for name, path in config_paths.items():
         if name != "target" and name not in DRAFTERS:
             continue
-        config = speed_model.read_json(Path(str(path)), f"the {name} config")
+        config = speed_inputs.read_json(Path(str(path)), f"the {name} config")
         if not isinstance(config, dict):
             raise SpeedModelError(f"the {name} config at {path} is not a JSON object.")
         if name == "target":
@@ -116,19 +117,19 @@ def hardware_figures(hardware, profile, calibration=None, calibration_source=Non
     if not isinstance(hardware, dict) or not hardware:
         raise SpeedModelError(
             f"the hardware figures are {type(hardware).__name__}; needed: a mapping of profiles "
-            f"({speed_model.HARDWARE_KEY}, group_vars/all/speed_hardware.json). Fix: restore "
+            f"({speed_inputs.HARDWARE_KEY}, group_vars/all/speed_hardware.json). Fix: restore "
             "the file from the kit."
         )
     if not isinstance(profile, str) or profile not in hardware:
-        speed_model.profile_figures(profile, {str(name): None for name in hardware})
-    figures = speed_model.profile_figures(
-        profile, {profile: speed_model.check_profile(profile, hardware[profile])}
+        speed_inputs.profile_figures(profile, {str(name): None for name in hardware})
+    figures = speed_inputs.profile_figures(
+        profile, {profile: speed_inputs.check_profile(profile, hardware[profile])}
     )
     figures["calibration"] = None
     if calibration is not None:
         where = _text(calibration_source or "the calibration record")
         try:
-            figures = speed_model.apply_calibration(figures, calibration)
+            figures = speed_inputs.apply_calibration(figures, calibration)
         except SpeedModelError as error:
             raise SpeedModelError(
                 f"{where}: {error} (or remove the file to plan with the nominal figures)"
@@ -145,7 +146,9 @@ def acceptance_groups(inputs: dict, drafter: str | None, prompt_sets: list[str])
                  "sources": dict.fromkeys(prompt_sets, "AR: one token a step")}]  # fmt: skip
     groups: dict = {}
     for prompt_set in prompt_sets or [None]:
-        length, source = speed_model.published_acceptance(inputs["acceptance"], drafter, prompt_set)
+        length, source = speed_inputs.published_acceptance(
+            inputs["acceptance"], drafter, prompt_set
+        )
         key = None if length is None else round(float(length), PLACES)
         group = groups.setdefault(
             key, {"prompt_sets": [], "published_accept_length": key, "sources": {}}
@@ -161,11 +164,11 @@ def running_cap(shape: dict, capacity_cap) -> tuple[int | None, str]:
     --max-running-requests, or what a hybrid target's pools hold), else SGLang's own default
     under speculative decoding, else none (AR: SGLang sizes it from the KV pool, thousands)."""
     if capacity_cap is not None:
-        cap = _count(capacity_cap, "max_running_requests", speed_model.MAX_CONCURRENCY)
+        cap = _count(capacity_cap, "max_running_requests", speed_inputs.MAX_CONCURRENCY)
         return cap, "the capacity plan (the launch's --max-running-requests or what its pools hold)"
     if shape["algorithm"] != "AR":
-        return capacity.SPEC_MAX_RUNNING_REQUESTS, (
-            f"SGLang's default under speculative decoding ({capacity.SPEC_MAX_RUNNING_REQUESTS} "
+        return SPEC_MAX_RUNNING_REQUESTS, (
+            f"SGLang's default under speculative decoding ({SPEC_MAX_RUNNING_REQUESTS} "
             "when the launch sets no --max-running-requests)"
         )
     return None, "none: SGLang sizes it from the KV pool (2048 or more), above every level"
@@ -212,8 +215,8 @@ def _level(inputs, figures, launch, groups, concurrency, context_tokens, options
 
 
 def _launch(inputs, figures, launch, concurrency, prompt_sets, context_tokens, kv_default):
-    shape = speed_model.spec_from_argv(launch["argv"])
-    drafter = speed_model.DRAFTER_OF.get(shape["algorithm"])
+    shape = speed_inputs.spec_from_argv(launch["argv"])
+    drafter = speed_inputs.DRAFTER_OF.get(shape["algorithm"])
     cap, cap_source = running_cap(shape, launch.get("max_running_requests"))
     kv_cache_dtype = _kv_dtype(launch["argv"], kv_default)
     options = {"kv_cache_dtype": kv_cache_dtype, "max_running_requests": cap}
@@ -342,7 +345,9 @@ def plan_speed(
             f"the concurrency levels are {concurrency!r}; needed: 1 to {MAX_LEVELS} levels. "
             "Fix: set kimi_benchmark_concurrency."
         )
-    levels = [_count(level, "a concurrency level", speed_model.MAX_CONCURRENCY) for level in levels]
+    levels = [
+        _count(level, "a concurrency level", speed_inputs.MAX_CONCURRENCY) for level in levels
+    ]
     if len(set(levels)) != len(levels):
         raise SpeedModelError(
             f"the concurrency levels {levels} repeat one; needed: distinct levels. Fix: set "
@@ -352,10 +357,10 @@ def plan_speed(
     context_tokens = _count(
         context_tokens,
         "the context per request (kimi_speed_context_tokens)",
-        speed_model.MAX_CONTEXT,
+        speed_inputs.MAX_CONTEXT,
     )
     if allreduce is not None:
-        figures = speed_model.apply_allreduce(
+        figures = speed_inputs.apply_allreduce(
             figures, allreduce, allreduce_source or "this host's all-reduce check"
         )
     else:
@@ -417,7 +422,7 @@ def plan_speed(
             "context_tokens": context_tokens,
             "concurrency": levels,
             "prompt_sets": prompt_sets,
-            "figures": {field: figures[field] for field in speed_model.HARDWARE_FIELDS},
+            "figures": {field: figures[field] for field in speed_inputs.HARDWARE_FIELDS},
             "sources": all_sources,
             "launches": predicted,
             "ddtree": ddtree,
