@@ -339,6 +339,39 @@ def plan_speed(
         raise SpeedModelError(
             f"the launches are {type(launches).__name__}; needed: 1 to {MAX_LAUNCHES} launches."
         )
+    levels = _levels(concurrency)
+    prompt_sets = _names(prompt_sets, "the prompt sets (kimi_prompt_sets)", MAX_PROMPT_SETS)
+    context_tokens = _count(
+        context_tokens,
+        "the context per request (kimi_speed_context_tokens)",
+        speed_inputs.MAX_CONTEXT,
+    )
+    figures = _with_allreduce(figures, allreduce, allreduce_source)
+    predicted, ddtree_groups = _predict_launches(
+        launches, inputs, figures, levels, prompt_sets, context_tokens, kv_cache_dtype
+    )
+    ddtree = _ddtree_curves(ddtree_groups, inputs, figures, levels, prompt_sets, context_tokens)
+    return _rounded(
+        {
+            "profile": figures["profile"],
+            "gpu": figures["gpu"],
+            "interconnect": figures["interconnect"],
+            # Where the host's calibration record came from, None where nominal figures hold.
+            "calibration": figures.get("calibration"),
+            "allreduce_measured": allreduce is not None,
+            "context_tokens": context_tokens,
+            "concurrency": levels,
+            "prompt_sets": prompt_sets,
+            "figures": {field: figures[field] for field in speed_inputs.HARDWARE_FIELDS},
+            "sources": _all_sources(figures, inputs, sources),
+            "launches": predicted,
+            "ddtree": ddtree,
+        }
+    )
+
+
+def _levels(concurrency) -> list[int]:
+    """The benchmark's concurrency levels: one or a list, each a count, none repeated."""
     levels = concurrency if isinstance(concurrency, (list, tuple)) else [concurrency]
     if not 0 < len(levels) <= MAX_LEVELS:
         raise SpeedModelError(
@@ -353,20 +386,26 @@ def plan_speed(
             f"the concurrency levels {levels} repeat one; needed: distinct levels. Fix: set "
             "kimi_benchmark_concurrency."
         )
-    prompt_sets = _names(prompt_sets, "the prompt sets (kimi_prompt_sets)", MAX_PROMPT_SETS)
-    context_tokens = _count(
-        context_tokens,
-        "the context per request (kimi_speed_context_tokens)",
-        speed_inputs.MAX_CONTEXT,
-    )
+    return levels
+
+
+def _with_allreduce(figures: dict, allreduce, allreduce_source: str | None) -> dict:
+    """The figures with the host's measured all-reduce table, else the profile's nominal
+    figure, each with its source."""
     if allreduce is not None:
-        figures = speed_inputs.apply_allreduce(
+        return speed_inputs.apply_allreduce(
             figures, allreduce, allreduce_source or "this host's all-reduce check"
         )
-    else:
-        figures = dict(figures, sources=dict(figures["sources"]))
-        figures["sources"]["allreduce"] = _text(allreduce_source or NOMINAL_ALLREDUCE)
+    figures = dict(figures, sources=dict(figures["sources"]))
+    figures["sources"]["allreduce"] = _text(allreduce_source or NOMINAL_ALLREDUCE)
+    return figures
 
+
+def _predict_launches(
+    launches, inputs, figures, levels, prompt_sets, context_tokens, kv_cache_dtype
+) -> tuple[dict, dict]:
+    """(each launch's prediction, or why there is none; the DDTree launches grouped by their
+    config, whatever budget each runs)."""
     predicted: dict = {}
     ddtree_groups: dict = {}
     for raw in launches:
@@ -385,46 +424,42 @@ def plan_speed(
             continue
         predicted[launch["name"]] = entry
         if shape["algorithm"] == "DDTREE":
-            try:
-                base, tp, _ = parse_config_name(launch["name"])
-            except ServingConfigError:
-                base, tp = launch["base"], None
-            key = config_name(base, tp)
-            group = ddtree_groups.setdefault(
-                key,
-                {"base": base, "tp_size": launch["tp_size"], "budgets": [], "launches": []},
-            )
-            group["budgets"].append(shape["budget"])
-            group["launches"].append({"name": launch["name"], "shape": shape, "options": options})
+            _add_to_ddtree_group(ddtree_groups, launch, shape, options)
+    return predicted, ddtree_groups
 
+
+def _add_to_ddtree_group(groups: dict, launch: dict, shape: dict, options: dict) -> None:
+    try:
+        base, tp, _ = parse_config_name(launch["name"])
+    except ServingConfigError:
+        base, tp = launch["base"], None
+    group = groups.setdefault(
+        config_name(base, tp),
+        {"base": base, "tp_size": launch["tp_size"], "budgets": [], "launches": []},
+    )
+    group["budgets"].append(shape["budget"])
+    group["launches"].append({"name": launch["name"], "shape": shape, "options": options})
+
+
+def _ddtree_curves(groups, inputs, figures, levels, prompt_sets, context_tokens) -> dict:
+    """Each DDTree config's curve over its budgets, or why there is none."""
     ddtree = {}
-    for key, group in ddtree_groups.items():
+    for key, group in groups.items():
         group["budgets"] = sorted(set(group["budgets"]))
         try:
             ddtree[key] = _ddtree(inputs, figures, group, levels, prompt_sets, context_tokens)
         except SpeedModelError as error:
             ddtree[key] = {"base": group["base"], "curves": [], "reason": f"no curve: {error}"}
+    return ddtree
 
+
+def _all_sources(figures: dict, inputs: dict, sources: dict | None) -> dict:
+    """Where every figure comes from: the hardware, the published acceptance and the plan's
+    own inputs."""
     acceptance = {
         drafter: _text(entry.get("source", "")) for drafter, entry in inputs["acceptance"].items()
     }
     all_sources = dict(figures["sources"])
     all_sources["acceptance"] = acceptance or "none published for this model"
     all_sources.update({str(key): _text(value) for key, value in (sources or {}).items()})
-    return _rounded(
-        {
-            "profile": figures["profile"],
-            "gpu": figures["gpu"],
-            "interconnect": figures["interconnect"],
-            # Where the host's calibration record came from, None where nominal figures hold.
-            "calibration": figures.get("calibration"),
-            "allreduce_measured": allreduce is not None,
-            "context_tokens": context_tokens,
-            "concurrency": levels,
-            "prompt_sets": prompt_sets,
-            "figures": {field: figures[field] for field in speed_inputs.HARDWARE_FIELDS},
-            "sources": all_sources,
-            "launches": predicted,
-            "ddtree": ddtree,
-        }
-    )
+    return all_sources
