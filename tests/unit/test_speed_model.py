@@ -107,6 +107,33 @@ def test_the_moe_cli_prints_experts_touched_and_step_ms_run_bare():
     )
 
 
+def test_the_stand_in_sglang_ships_a_speed_model_that_runs_outside_the_repository(tmp_path):
+    # The simulator's step model imports the kit's speed model from the copy the stand-in
+    # package ships (kit/), through the kit's own module_utils, with no repository in sight.
+    from tests.support.fake_sglang import write_package
+
+    folder = write_package(tmp_path / "package")
+    probe = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from sglang import simulator; "
+        "sys.path.insert(0, str(simulator.kit_root())); import module_utils; "
+        "from ansible.module_utils.plan import speed_inputs, speed_model; "
+        "hardware = speed_inputs.load_hardware(sys.argv[1] + '/sglang/speed_hardware.json'); "
+        "inputs = speed_inputs.model_inputs(sys.argv[2]); "
+        "step = speed_model.predict_launch(inputs, speed_inputs.profile_figures('h200', hardware),"
+        " [], 1, 2048, 8)['step_ms']; "
+        "print(json.dumps([speed_model.__file__, step]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe, str(folder), str(K26)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shipped, step_ms = json.loads(done.stdout)
+    assert Path(shipped).is_relative_to(folder / "sglang" / "kit")
+    expected = speed_model.predict_launch(speed_inputs.model_inputs(K26), h200(), [], 1, 2048, 8)
+    assert step_ms == expected["step_ms"]
+
+
 def test_chain_rate_inverts_the_chain_length():
     for length in (1.5, 3.2, 5.3, 7.9):
         rate = speed_inputs.chain_rate(length, 7)
