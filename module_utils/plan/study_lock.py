@@ -168,16 +168,6 @@ def resolved_entries(
     (plan.yml says so and goes on); without, the LockError ends the call."""
     new = {key: (dict(value) if isinstance(value, dict) else value) for key, value in lock.items()}
     changes: list[dict] = []
-
-    def commit_of(section: str, name: str, resolve, *args):
-        try:
-            return resolve(*args)
-        except LockError as error:
-            if unresolved is None:
-                raise
-            unresolved.append(f"{section} {name}: {error}")
-            return None
-
     for section in ("weights", "datasets"):
         for repo, revision in requested.get(section, {}).items():
             entry = lock[section].get(repo)
@@ -188,7 +178,7 @@ def resolved_entries(
             commit = (
                 commit
                 or (known.get(section) or {}).get(repo)
-                or commit_of(section, repo, resolvers[section], repo, revision)
+                or _commit_of(f"{section} {repo}", unresolved, resolvers[section], repo, revision)
             )
             if commit is None:
                 continue
@@ -205,33 +195,61 @@ def resolved_entries(
                 }
             )
     for name, source in requested.get("git", {}).items():
-        entry = lock["git"].get(name)
-        same_source = entry and entry["url"] == source["url"]
-        if same_source and not update and source["ref"] in (entry["ref"], entry["commit"]):
-            continue
-        commit = source["ref"] if SHA.fullmatch(source["ref"]) else None
-        commit = (
-            commit
-            or (known.get("git") or {}).get(name)
-            or commit_of("git", name, resolvers["git"], source["url"], source["ref"])
+        change = _git_entry_change(
+            lock, new, name, source, known, resolvers, update, now, unresolved
         )
-        if commit is None:
-            continue
-        commit = checked_text(
-            commit, f"the commit {source['ref']} of {source['url']} resolved to", SHA
-        )
-        if same_source and entry["commit"] == commit and entry["ref"] == source["ref"]:
-            continue
-        new["git"][name] = {**source, "commit": commit, "resolved_at": now}
-        changes.append(
-            {
-                "entry": f"git {name}",
-                "requested": source["ref"],
-                "was": entry["commit"] if entry else None,
-                "now": commit,
-            }
-        )
+        if change:
+            changes.append(change)
     return new, changes
+
+
+def _git_entry_change(
+    lock: dict,
+    new: dict,
+    name: str,
+    source: dict,
+    known: dict,
+    resolvers: dict,
+    update: bool,
+    now: str,
+    unresolved: list | None,
+) -> dict | None:
+    """resolved_entries() for one git source: pinned into `new` unless the lock holds it for
+    the same URL and ref (or its commit); the change, or None where nothing changed."""
+    entry = lock["git"].get(name)
+    same_source = entry and entry["url"] == source["url"]
+    if same_source and not update and source["ref"] in (entry["ref"], entry["commit"]):
+        return None
+    commit = source["ref"] if SHA.fullmatch(source["ref"]) else None
+    commit = (
+        commit
+        or (known.get("git") or {}).get(name)
+        or _commit_of(f"git {name}", unresolved, resolvers["git"], source["url"], source["ref"])
+    )
+    if commit is None:
+        return None
+    commit = checked_text(commit, f"the commit {source['ref']} of {source['url']} resolved to", SHA)
+    if same_source and entry["commit"] == commit and entry["ref"] == source["ref"]:
+        return None
+    new["git"][name] = {**source, "commit": commit, "resolved_at": now}
+    return {
+        "entry": f"git {name}",
+        "requested": source["ref"],
+        "was": entry["commit"] if entry else None,
+        "now": commit,
+    }
+
+
+def _commit_of(entry: str, unresolved: list | None, resolve, *args) -> str | None:
+    """resolve(*args); with a list as `unresolved`, a LockError adds the entry's message there
+    and gives None instead of ending the call."""
+    try:
+        return resolve(*args)
+    except LockError as error:
+        if unresolved is None:
+            raise
+        unresolved.append(f"{entry}: {error}")
+        return None
 
 
 def change_lines(changes: list[dict]) -> list[str]:
