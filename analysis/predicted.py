@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ansible.module_utils.plan import speed_model
+from ansible.module_utils.plan import speed_inputs, speed_model
 
 from analysis import sweep, telemetry
 from analysis.results import Results, run_model
@@ -230,7 +230,7 @@ def _flag(argv: list[str], name: str) -> str | None:
 
 def _running_cap(argv: list[str], algorithm: str) -> int | None:
     value = _flag(argv, "--max-running-requests")
-    if value is not None and value.isdecimal() and 0 < int(value) <= speed_model.MAX_CONCURRENCY:
+    if value is not None and value.isdecimal() and 0 < int(value) <= speed_inputs.MAX_CONCURRENCY:
         return int(value)
     return DFLASH_RUNNING_CAP if algorithm == "DFLASH" else None
 
@@ -257,7 +257,7 @@ def _model_inputs(results: Results, found: Predictions):
         )
         return None
     try:
-        inputs = speed_model.model_inputs(folder)
+        inputs = speed_inputs.model_inputs(folder)
     except _MODEL_ERRORS as error:
         found.note("run", f"the model folder models/{name} cannot be modelled: {error}")
         return None
@@ -273,7 +273,7 @@ def _host_figures(
     record = provenance.get("speed_calibration")
     if record is not None:
         try:
-            figures = speed_model.apply_calibration(figures, record)
+            figures = speed_inputs.apply_calibration(figures, record)
             used.append("this host's calibration")
         except _MODEL_ERRORS as error:
             found.note(where, f"the host's speed calibration record was not used: {error}")
@@ -291,7 +291,7 @@ def _host_figures(
         else:
             when = str(record.get("recorded_at") or "undated")[:40]
             try:
-                figures = speed_model.apply_allreduce(
+                figures = speed_inputs.apply_allreduce(
                     figures, record, f"this host's all-reduce check ({when})"
                 )
                 used.append("this host's all-reduce check")
@@ -329,7 +329,7 @@ def predict(results: Results, table: list[dict]) -> Predictions:
     model, the warnings that follow and the DDTree sweeps' shapes."""
     found = Predictions()
     try:
-        hardware = speed_model.load_hardware()
+        hardware = speed_inputs.load_hardware()
     except _MODEL_ERRORS as error:
         found.note("run", f"the kit's hardware figures cannot be read: {error}")
         return found
@@ -381,11 +381,11 @@ def _predict_row(row, levels, inputs, hardware, where, found):
     if context is None:
         return None
     tp = row.get("tp_size") or 1
-    nominal = speed_model.profile_figures(profile, hardware)
+    nominal = speed_inputs.profile_figures(profile, hardware)
     figures, used = _host_figures(nominal, provenance, tp, where, found)
     kv = _flag(argv, "--kv-cache-dtype") or "auto"
     try:
-        shape = speed_model.spec_from_argv(argv)
+        shape = speed_inputs.spec_from_argv(argv)
         options = {
             "kv_cache_dtype": kv,
             "max_running_requests": _running_cap(argv, shape["algorithm"]),
@@ -709,8 +709,8 @@ def _best_budgets(inputs, curves: dict, found: Predictions) -> dict[tuple, int]:
         host, _tp, prompt_set, concurrency = key
         kv = _flag(argv, "--kv-cache-dtype") or "auto"
         try:
-            shape = speed_model.spec_from_argv(argv)
-            chain, _source = speed_model.published_acceptance(
+            shape = speed_inputs.spec_from_argv(argv)
+            chain, _source = speed_inputs.published_acceptance(
                 inputs["acceptance"], "dflash", prompt_set
             )
             same = json.dumps(

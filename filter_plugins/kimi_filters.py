@@ -58,7 +58,7 @@ from ansible.module_utils.plan.serving import (  # noqa: E402
     ordered_run,
     parse_config_name,
 )
-from ansible.module_utils.plan.speed_model import SpeedModelError  # noqa: E402
+from ansible.module_utils.plan.speed_inputs import SpeedModelError  # noqa: E402
 from ansible.module_utils.plan.speed_plan import (  # noqa: E402
     hardware_figures,
     plan_inputs,

@@ -259,12 +259,14 @@ import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.plan.capacity import (  # noqa: E402
-    KV_DTYPE_BYTES,
-    MAMBA_STRATEGIES,
-    SSM_DTYPE_BYTES,
     CapacityError,
     launch_options,
     plan,
+)
+from ansible.module_utils.plan.capacity_common import KV_DTYPE_BYTES  # noqa: E402
+from ansible.module_utils.plan.capacity_hybrid import (  # noqa: E402
+    MAMBA_STRATEGIES,
+    SSM_DTYPE_BYTES,
 )
 
 # A config.json is a few KiB; anything this large is not one.

@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The kit's stages under the names Ansible ships them with (module_utils/__init__.py).
 sys.path.insert(0, str(REPO))
 importlib.import_module("module_utils")
+speed_inputs = importlib.import_module("ansible.module_utils.plan.speed_inputs")
 speed_model = importlib.import_module("ansible.module_utils.plan.speed_model")
 
 # One TP8 rank's slice of one K2.6 MoE layer on one H200 (issue 31, DESIGN.md third build).
@@ -54,9 +55,9 @@ def moe_rows(figures: dict, measured: dict, source: str) -> list[tuple]:
 
 
 def whole_model_rows() -> list[tuple]:
-    k26 = speed_model.model_inputs(K26)
-    qwen = speed_model.model_inputs(QWEN)
-    ct200 = speed_model.profile_figures("ct200")
+    k26 = speed_inputs.model_inputs(K26)
+    qwen = speed_inputs.model_inputs(QWEN)
+    ct200 = speed_inputs.profile_figures("ct200")
     rows = []
     # Community K2.6 AR on 8x RTX PRO 6000 (DESIGN.md): 807.5 tok/s at concurrency 32; its
     # prompt and output lengths are not given: 2,048 tokens of context assumed.
@@ -66,7 +67,7 @@ def whole_model_rows() -> list[tuple]:
     # The K2.6 DFlash card: 2577 tok/s at concurrency 32 on GSM8K; its hardware is not given
     # (an 8x H200 assumed) and its acceptance is 3.6-4.9 by dataset (4.9 assumed for GSM8K).
     card = speed_model.predict_launch(
-        k26, speed_model.profile_figures("h200"), DFLASH, 32, 2048, 8, accept_length=4.9,
+        k26, speed_inputs.profile_figures("h200"), DFLASH, 32, 2048, 8, accept_length=4.9,
         max_running_requests=48,
     )  # fmt: skip
     rows.append(("K2.6 DFlash, h200 TP8 (assumed), concurrency 32, GSM8K (drafter card)", "tok/s",
@@ -89,13 +90,13 @@ def main(argv=None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--calibration", help="a calibration record to compare as well")
     options = args.parse_args(argv)
-    rows = moe_rows(speed_model.profile_figures("h200"), H200_MOE_SLICE, "h200 profile")
+    rows = moe_rows(speed_inputs.profile_figures("h200"), H200_MOE_SLICE, "h200 profile")
     if options.calibration:
         record = json.loads(Path(options.calibration).read_text())
-        figures = speed_model.apply_calibration(speed_model.profile_figures("h200"), record)
+        figures = speed_inputs.apply_calibration(speed_inputs.profile_figures("h200"), record)
         measured = {row["tokens"]: row["ms"] for row in record["moe"]["rows"]}
         rows += moe_rows(figures, measured, "calibration fit")
-        rows += moe_rows(speed_model.profile_figures("h200"), measured, "h200 profile vs run")
+        rows += moe_rows(speed_inputs.profile_figures("h200"), measured, "h200 profile vs run")
     rows += whole_model_rows()
     print("| what | unit | predicted | measured | predicted / measured |")
     print("|---|---|---|---|---|")

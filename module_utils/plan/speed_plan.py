@@ -22,9 +22,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ansible.module_utils.plan import capacity, speed_model
+from ansible.module_utils.plan import capacity, speed_inputs, speed_model
+from ansible.module_utils.plan.capacity_hybrid import SPEC_MAX_RUNNING_REQUESTS
 from ansible.module_utils.plan.serving import ServingConfigError, config_name, parse_config_name
-from ansible.module_utils.plan.speed_model import SpeedModelError
+from ansible.module_utils.plan.speed_inputs import SpeedModelError
 
 # The drafter configs speed_model knows (kimi_model_configs keys).
 DRAFTERS = ("dflash", "eagle3")
@@ -86,22 +87,22 @@ def read_record(path, what: str):
     path = Path(str(path))
     if not path.exists():
         return None
-    return speed_model.read_json(path, what)
+    return speed_inputs.read_json(path, what)
 
 
 def plan_inputs(config_paths, model_dir) -> dict:
-    """speed_model.model_inputs() from the plan's own config paths (kimi_model_configs: target
+    """speed_inputs.model_inputs() from the plan's own config paths (kimi_model_configs: target
     and each drafter's config.json) and the model folder's acceptance.json."""
     if not isinstance(config_paths, dict) or not config_paths.get("target"):
         raise SpeedModelError(
             f"the model configs are {config_paths!r}; needed: a mapping with the target's "
             "config.json path (kimi_model_configs). Fix: restore the model folder."
         )
-    inputs = {"config": None, "drafters": {}, "acceptance": speed_model.load_acceptance(model_dir)}
+    inputs = {"config": None, "drafters": {}, "acceptance": speed_inputs.load_acceptance(model_dir)}
     for name, path in config_paths.items():
         if name != "target" and name not in DRAFTERS:
             continue
-        config = speed_model.read_json(Path(str(path)), f"the {name} config")
+        config = speed_inputs.read_json(Path(str(path)), f"the {name} config")
         if not isinstance(config, dict):
             raise SpeedModelError(f"the {name} config at {path} is not a JSON object.")
         if name == "target":
@@ -116,19 +117,19 @@ def hardware_figures(hardware, profile, calibration=None, calibration_source=Non
     if not isinstance(hardware, dict) or not hardware:
         raise SpeedModelError(
             f"the hardware figures are {type(hardware).__name__}; needed: a mapping of profiles "
-            f"({speed_model.HARDWARE_KEY}, group_vars/all/speed_hardware.json). Fix: restore "
+            f"({speed_inputs.HARDWARE_KEY}, group_vars/all/speed_hardware.json). Fix: restore "
             "the file from the kit."
         )
     if not isinstance(profile, str) or profile not in hardware:
-        speed_model.profile_figures(profile, {str(name): None for name in hardware})
-    figures = speed_model.profile_figures(
-        profile, {profile: speed_model.check_profile(profile, hardware[profile])}
+        speed_inputs.profile_figures(profile, {str(name): None for name in hardware})
+    figures = speed_inputs.profile_figures(
+        profile, {profile: speed_inputs.check_profile(profile, hardware[profile])}
     )
     figures["calibration"] = None
     if calibration is not None:
         where = _text(calibration_source or "the calibration record")
         try:
-            figures = speed_model.apply_calibration(figures, calibration)
+            figures = speed_inputs.apply_calibration(figures, calibration)
         except SpeedModelError as error:
             raise SpeedModelError(
                 f"{where}: {error} (or remove the file to plan with the nominal figures)"
@@ -145,7 +146,9 @@ def acceptance_groups(inputs: dict, drafter: str | None, prompt_sets: list[str])
                  "sources": dict.fromkeys(prompt_sets, "AR: one token a step")}]  # fmt: skip
     groups: dict = {}
     for prompt_set in prompt_sets or [None]:
-        length, source = speed_model.published_acceptance(inputs["acceptance"], drafter, prompt_set)
+        length, source = speed_inputs.published_acceptance(
+            inputs["acceptance"], drafter, prompt_set
+        )
         key = None if length is None else round(float(length), PLACES)
         group = groups.setdefault(
             key, {"prompt_sets": [], "published_accept_length": key, "sources": {}}
@@ -161,11 +164,11 @@ def running_cap(shape: dict, capacity_cap) -> tuple[int | None, str]:
     --max-running-requests, or what a hybrid target's pools hold), else SGLang's own default
     under speculative decoding, else none (AR: SGLang sizes it from the KV pool, thousands)."""
     if capacity_cap is not None:
-        cap = _count(capacity_cap, "max_running_requests", speed_model.MAX_CONCURRENCY)
+        cap = _count(capacity_cap, "max_running_requests", speed_inputs.MAX_CONCURRENCY)
         return cap, "the capacity plan (the launch's --max-running-requests or what its pools hold)"
     if shape["algorithm"] != "AR":
-        return capacity.SPEC_MAX_RUNNING_REQUESTS, (
-            f"SGLang's default under speculative decoding ({capacity.SPEC_MAX_RUNNING_REQUESTS} "
+        return SPEC_MAX_RUNNING_REQUESTS, (
+            f"SGLang's default under speculative decoding ({SPEC_MAX_RUNNING_REQUESTS} "
             "when the launch sets no --max-running-requests)"
         )
     return None, "none: SGLang sizes it from the KV pool (2048 or more), above every level"
@@ -212,8 +215,8 @@ def _level(inputs, figures, launch, groups, concurrency, context_tokens, options
 
 
 def _launch(inputs, figures, launch, concurrency, prompt_sets, context_tokens, kv_default):
-    shape = speed_model.spec_from_argv(launch["argv"])
-    drafter = speed_model.DRAFTER_OF.get(shape["algorithm"])
+    shape = speed_inputs.spec_from_argv(launch["argv"])
+    drafter = speed_inputs.DRAFTER_OF.get(shape["algorithm"])
     cap, cap_source = running_cap(shape, launch.get("max_running_requests"))
     kv_cache_dtype = _kv_dtype(launch["argv"], kv_default)
     options = {"kv_cache_dtype": kv_cache_dtype, "max_running_requests": cap}
@@ -336,32 +339,73 @@ def plan_speed(
         raise SpeedModelError(
             f"the launches are {type(launches).__name__}; needed: 1 to {MAX_LAUNCHES} launches."
         )
+    levels = _levels(concurrency)
+    prompt_sets = _names(prompt_sets, "the prompt sets (kimi_prompt_sets)", MAX_PROMPT_SETS)
+    context_tokens = _count(
+        context_tokens,
+        "the context per request (kimi_speed_context_tokens)",
+        speed_inputs.MAX_CONTEXT,
+    )
+    figures = _with_allreduce(figures, allreduce, allreduce_source)
+    predicted, ddtree_groups = _predict_launches(
+        launches, inputs, figures, levels, prompt_sets, context_tokens, kv_cache_dtype
+    )
+    ddtree = _ddtree_curves(ddtree_groups, inputs, figures, levels, prompt_sets, context_tokens)
+    return _rounded(
+        {
+            "profile": figures["profile"],
+            "gpu": figures["gpu"],
+            "interconnect": figures["interconnect"],
+            # Where the host's calibration record came from, None where nominal figures hold.
+            "calibration": figures.get("calibration"),
+            "allreduce_measured": allreduce is not None,
+            "context_tokens": context_tokens,
+            "concurrency": levels,
+            "prompt_sets": prompt_sets,
+            "figures": {field: figures[field] for field in speed_inputs.HARDWARE_FIELDS},
+            "sources": _all_sources(figures, inputs, sources),
+            "launches": predicted,
+            "ddtree": ddtree,
+        }
+    )
+
+
+def _levels(concurrency) -> list[int]:
+    """The benchmark's concurrency levels: one or a list, each a count, none repeated."""
     levels = concurrency if isinstance(concurrency, (list, tuple)) else [concurrency]
     if not 0 < len(levels) <= MAX_LEVELS:
         raise SpeedModelError(
             f"the concurrency levels are {concurrency!r}; needed: 1 to {MAX_LEVELS} levels. "
             "Fix: set kimi_benchmark_concurrency."
         )
-    levels = [_count(level, "a concurrency level", speed_model.MAX_CONCURRENCY) for level in levels]
+    levels = [
+        _count(level, "a concurrency level", speed_inputs.MAX_CONCURRENCY) for level in levels
+    ]
     if len(set(levels)) != len(levels):
         raise SpeedModelError(
             f"the concurrency levels {levels} repeat one; needed: distinct levels. Fix: set "
             "kimi_benchmark_concurrency."
         )
-    prompt_sets = _names(prompt_sets, "the prompt sets (kimi_prompt_sets)", MAX_PROMPT_SETS)
-    context_tokens = _count(
-        context_tokens,
-        "the context per request (kimi_speed_context_tokens)",
-        speed_model.MAX_CONTEXT,
-    )
+    return levels
+
+
+def _with_allreduce(figures: dict, allreduce, allreduce_source: str | None) -> dict:
+    """The figures with the host's measured all-reduce table, else the profile's nominal
+    figure, each with its source."""
     if allreduce is not None:
-        figures = speed_model.apply_allreduce(
+        return speed_inputs.apply_allreduce(
             figures, allreduce, allreduce_source or "this host's all-reduce check"
         )
-    else:
-        figures = dict(figures, sources=dict(figures["sources"]))
-        figures["sources"]["allreduce"] = _text(allreduce_source or NOMINAL_ALLREDUCE)
+    figures = dict(figures, sources=dict(figures["sources"]))
+    figures["sources"]["allreduce"] = _text(allreduce_source or NOMINAL_ALLREDUCE)
+    return figures
 
+
+def _predict_launches(
+    launches, inputs, figures, levels, prompt_sets, context_tokens, kv_cache_dtype
+) -> tuple[dict, dict]:
+    """(each launch's prediction, or why there is none; the DDTree launches grouped by their
+    config, whatever budget each runs)."""
     predicted: dict = {}
     ddtree_groups: dict = {}
     for raw in launches:
@@ -380,46 +424,42 @@ def plan_speed(
             continue
         predicted[launch["name"]] = entry
         if shape["algorithm"] == "DDTREE":
-            try:
-                base, tp, _ = parse_config_name(launch["name"])
-            except ServingConfigError:
-                base, tp = launch["base"], None
-            key = config_name(base, tp)
-            group = ddtree_groups.setdefault(
-                key,
-                {"base": base, "tp_size": launch["tp_size"], "budgets": [], "launches": []},
-            )
-            group["budgets"].append(shape["budget"])
-            group["launches"].append({"name": launch["name"], "shape": shape, "options": options})
+            _add_to_ddtree_group(ddtree_groups, launch, shape, options)
+    return predicted, ddtree_groups
 
+
+def _add_to_ddtree_group(groups: dict, launch: dict, shape: dict, options: dict) -> None:
+    try:
+        base, tp, _ = parse_config_name(launch["name"])
+    except ServingConfigError:
+        base, tp = launch["base"], None
+    group = groups.setdefault(
+        config_name(base, tp),
+        {"base": base, "tp_size": launch["tp_size"], "budgets": [], "launches": []},
+    )
+    group["budgets"].append(shape["budget"])
+    group["launches"].append({"name": launch["name"], "shape": shape, "options": options})
+
+
+def _ddtree_curves(groups, inputs, figures, levels, prompt_sets, context_tokens) -> dict:
+    """Each DDTree config's curve over its budgets, or why there is none."""
     ddtree = {}
-    for key, group in ddtree_groups.items():
+    for key, group in groups.items():
         group["budgets"] = sorted(set(group["budgets"]))
         try:
             ddtree[key] = _ddtree(inputs, figures, group, levels, prompt_sets, context_tokens)
         except SpeedModelError as error:
             ddtree[key] = {"base": group["base"], "curves": [], "reason": f"no curve: {error}"}
+    return ddtree
 
+
+def _all_sources(figures: dict, inputs: dict, sources: dict | None) -> dict:
+    """Where every figure comes from: the hardware, the published acceptance and the plan's
+    own inputs."""
     acceptance = {
         drafter: _text(entry.get("source", "")) for drafter, entry in inputs["acceptance"].items()
     }
     all_sources = dict(figures["sources"])
     all_sources["acceptance"] = acceptance or "none published for this model"
     all_sources.update({str(key): _text(value) for key, value in (sources or {}).items()})
-    return _rounded(
-        {
-            "profile": figures["profile"],
-            "gpu": figures["gpu"],
-            "interconnect": figures["interconnect"],
-            # Where the host's calibration record came from, None where nominal figures hold.
-            "calibration": figures.get("calibration"),
-            "allreduce_measured": allreduce is not None,
-            "context_tokens": context_tokens,
-            "concurrency": levels,
-            "prompt_sets": prompt_sets,
-            "figures": {field: figures[field] for field in speed_model.HARDWARE_FIELDS},
-            "sources": all_sources,
-            "launches": predicted,
-            "ddtree": ddtree,
-        }
-    )
+    return all_sources

@@ -52,7 +52,8 @@ CONTEXT_CAPACITY = (
 # K2.6 plans from before models became data (tests/fixtures/plans-kimi-k2.6/README.md).
 BEFORE_MODEL_DATA = REPO / "tests" / "fixtures" / "plans-kimi-k2.6"
 # The plan fields that models as data added (issue 17), "[]" for any list index.
-# The capacity plan's fields for a hybrid target's recurrent state (module_utils/plan/capacity.py).
+# The capacity plan's fields for a hybrid target's recurrent state (module_utils/plan/capacity.py,
+# module_utils/plan/capacity_hybrid.py).
 HYBRID_CAPACITY = (
     "attention", "verify_tokens", "max_running_requests", "mamba_ssm_dtype",
     "recurrent_state_bytes_per_request", "recurrent_state_bytes_per_verify_token",

@@ -132,6 +132,21 @@ class SpeculativeAlgorithm:
 '''
 
 
+# The kit's stage packages the speed model imports, shipped under sglang/kit/ with the kit's
+# module_utils/__init__.py, which makes them importable as ansible.module_utils.<stage>.
+KIT_STAGES = ("plan",)
+
+
+def kit_files() -> dict[str, bytes]:
+    files = {
+        "sglang/kit/module_utils/__init__.py": (REPO / "module_utils/__init__.py").read_bytes()
+    }
+    for stage in KIT_STAGES:
+        for path in sorted((REPO / "module_utils" / stage).glob("*.py")):
+            files[f"sglang/kit/module_utils/{stage}/{path.name}"] = path.read_bytes()
+    return files
+
+
 def package_files(version: str, ddtree: bool = False) -> dict[str, bytes]:
     """The package's files; ddtree adds the pull request's overlay (the fake PR commit)."""
     files = {
@@ -146,10 +161,9 @@ def package_files(version: str, ddtree: bool = False) -> dict[str, bytes]:
         "sglang/sglang_launch_rules.py": (
             REPO / "module_utils/plan/sglang_launch_rules.py"
         ).read_bytes(),
-        # The simulator's step times under SGLANG_SIM_SPEED_MODEL: the kit's speed model, the
-        # capacity code it reads parameter groups from, and the hardware figures.
-        "sglang/speed_model.py": (REPO / "module_utils/plan/speed_model.py").read_bytes(),
-        "sglang/capacity.py": (REPO / "module_utils/plan/capacity.py").read_bytes(),
+        # The simulator's step times under SGLANG_SIM_SPEED_MODEL: the kit's speed model (with
+        # the capacity code it reads parameter groups from, under kit/) and the hardware figures.
+        **kit_files(),
         "sglang/speed_hardware.json": (REPO / "group_vars/all/speed_hardware.json").read_bytes(),
         "sglang/sglang-0.5.23-args.json": (
             REPO / "tests/contract/sglang-0.5.23-args.json"

@@ -263,6 +263,7 @@ import base64
 import contextlib
 import email.utils
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -370,6 +371,14 @@ def validator_paths() -> tuple[Path, Path, Path | None]:
     return tests.parent / "module_utils" / "plan", tests / "contract" / SNAPSHOT, None
 
 
+def kit_root() -> Path:
+    """The folder holding the kit's module_utils: the repository, or packaged as a stand-in
+    sglang the copy it ships beside this file (tests/support/fake_sglang.py, kit_files)."""
+    here = Path(__file__).resolve().parent
+    shipped = here / "kit"
+    return shipped if shipped.is_dir() else here.parents[1]
+
+
 def merge_config_file(argv: list[str]) -> list[str]:
     """`sglang serve --config FILE.yaml` as prepare_server_args does it: the file's keys become
     flags placed before the command line's own, so the command line wins."""
@@ -440,34 +449,37 @@ CONTEXT_BUCKET = 32
 
 class StepModel:
     """SGLANG_SIM_SPEED_MODEL: decode steps as long as the kit's speed model predicts for this
-    launch (module_utils/plan/speed_model.py, shipped beside this file in the stand-in package), at
+    launch (module_utils/plan/speed_model.py, shipped under kit/ in the stand-in package), at
     the step's batch and mean context, times SGLANG_SIM_SPEED_SLOWDOWN."""
 
     def __init__(self, settings: Settings, argv: list[str], resolved: dict):
         module_dir, _snapshot, _overlay = validator_paths()
-        if str(module_dir) not in sys.path:
-            sys.path.insert(0, str(module_dir))
-        import speed_model
+        root = str(kit_root())
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        # First: the kit's stages become importable as ansible.module_utils.<stage>.
+        importlib.import_module("module_utils")
+        from ansible.module_utils.plan import speed_inputs, speed_model
 
         self.model = speed_model
         hardware = settings.speed_hardware or None
         shipped = module_dir / "speed_hardware.json"
         if hardware is None and shipped.is_file():
             hardware = shipped
-        figures = speed_model.profile_figures(
-            settings.speed_profile, speed_model.load_hardware(hardware)
+        figures = speed_inputs.profile_figures(
+            settings.speed_profile, speed_inputs.load_hardware(hardware)
         )
         if settings.speed_allreduce:
             with open(settings.speed_allreduce, encoding="utf-8") as handle:
                 record = json.load(handle)
-            figures = speed_model.apply_allreduce(figures, record, "SGLANG_SIM_SPEED_ALLREDUCE")
+            figures = speed_inputs.apply_allreduce(figures, record, "SGLANG_SIM_SPEED_ALLREDUCE")
         if not 0 < settings.speed_slowdown <= 100:
             raise ValueError(
                 f"SGLANG_SIM_SPEED_SLOWDOWN must be above 0 and at most 100, got "
                 f"{settings.speed_slowdown:g}"
             )
         self.figures = figures
-        self.inputs = speed_model.model_inputs(settings.speed_model)
+        self.inputs = speed_inputs.model_inputs(settings.speed_model)
         self.argv = argv
         self.tp = int(resolved.get("tp_size") or 1)
         self.slowdown = settings.speed_slowdown

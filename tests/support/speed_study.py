@@ -95,13 +95,13 @@ def allreduce_record(host: str, slower: float = 1.0) -> dict:
     """An all-reduce record as the tuning stage's check writes it (module_utils/tuning/allreduce.py
     make_baseline) over eight GPUs: the profile's latency and bus bandwidth, `slower` times."""
     sys.path.insert(0, str(REPO))
-    from ansible.module_utils.plan import speed_model
+    from ansible.module_utils.plan import speed_inputs
 
-    figures = speed_model.profile_figures(PROFILE)
+    figures = speed_inputs.profile_figures(PROFILE)
     rows = []
     size = 32 << 10
     while size <= 1 << 30:
-        us = speed_model.allreduce_us(figures, size, 8) * slower
+        us = speed_inputs.allreduce_us(figures, size, 8) * slower
         algbw = size / (us / 1e6) / 1e9
         rows.append(
             {
@@ -143,12 +143,12 @@ def accepted(config: str, launch: dict) -> float | None:
     """What the speed model expects a step of this config to accept on the study's prompt set
     (None for AR): the simulator is told the same, so acceptance is as published."""
     sys.path.insert(0, str(REPO))
-    from ansible.module_utils.plan import speed_model
+    from ansible.module_utils.plan import speed_inputs, speed_model
 
     if config == "ar":
         return None
-    inputs = speed_model.model_inputs(MODEL_DIR)
-    figures = speed_model.profile_figures(PROFILE)
+    inputs = speed_inputs.model_inputs(MODEL_DIR)
+    figures = speed_inputs.profile_figures(PROFILE)
     return speed_model.predict_launch(inputs, figures, launch["argv"], 1, 100, 8, PROMPT_SET)[
         "accepted_tokens_per_step"
     ]

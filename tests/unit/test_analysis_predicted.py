@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.plan import speed_model
+from ansible.module_utils.plan import speed_inputs, speed_model
 
 import analysis
 from analysis import predicted, sweep, telemetry
@@ -137,8 +137,8 @@ def test_the_simulator_steps_as_the_speed_model_predicts(monkeypatch):
     monkeypatch.setenv("SGLANG_SIM_SPEED_MODEL", str(MODEL))
     monkeypatch.setenv("SGLANG_SIM_SPEED_SLOWDOWN", "1.5")
     model = sglang_sim.StepModel(sglang_sim.Settings(), launch["argv"], {"tp_size": 8})
-    inputs = speed_model.model_inputs(MODEL)
-    figures = speed_model.profile_figures("h200")
+    inputs = speed_inputs.model_inputs(MODEL)
+    figures = speed_inputs.profile_figures("h200")
     for batch, context in ((1, 100), (4, 700), (16, 2000)):
         bucket = context // sglang_sim.CONTEXT_BUCKET * sglang_sim.CONTEXT_BUCKET + 16
         expected = speed_model.predict_launch(inputs, figures, launch["argv"], batch, bucket, 8)
@@ -252,8 +252,8 @@ def test_a_hosts_calibration_replaces_the_profiles_figures(tmp_path):
 def model_sweep(budgets=(16, 32, 64, 128)) -> dict[int, tuple[float, float]]:
     """{budget: (step ms, accepted tokens per step)} as the speed model predicts DDTree on an
     h200 at one request: the steps of a sweep that is cost growth and nothing else."""
-    inputs = speed_model.model_inputs(MODEL)
-    figures = speed_model.profile_figures("h200")
+    inputs = speed_inputs.model_inputs(MODEL)
+    figures = speed_inputs.profile_figures("h200")
     out = {}
     for budget in budgets:
         argv = [

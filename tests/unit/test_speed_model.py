@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.plan import speed_model
-from ansible.module_utils.plan.speed_model import SpeedModelError
+from ansible.module_utils.plan import speed_cli, speed_inputs, speed_model
+from ansible.module_utils.plan.speed_inputs import SpeedModelError
 
 REPO = Path(__file__).resolve().parents[2]
 K26 = REPO / "models" / "kimi-k2.6"
@@ -31,7 +31,7 @@ SLICE = {"experts": 384, "top_k": 8, "hidden": 7168, "intermediate": 256, "weigh
 
 
 def h200() -> dict:
-    return speed_model.profile_figures("h200")
+    return speed_inputs.profile_figures("h200")
 
 
 def test_experts_touched_follows_a_monte_carlo_of_uniform_top_k_routing():
@@ -70,7 +70,7 @@ def test_the_h200_figures_are_the_fit_of_the_measured_moe_slice():
         {"experts_touched": speed_model.experts_touched(t, 384, 8), "ms": ms}
         for t, ms in H200_MOE_SLICE.items()
     ]
-    overhead_us, share = speed_model.fit_moe_rows(rows, 4300, 7168, 256, 2)
+    overhead_us, share = speed_inputs.fit_moe_rows(rows, 4300, 7168, 256, 2)
     figures = h200()
     assert figures["moe_layer_overhead_us"] == pytest.approx(overhead_us, abs=0.5)
     assert figures["gemm_bandwidth_efficiency"] == pytest.approx(share, abs=0.001)
@@ -107,11 +107,38 @@ def test_the_moe_cli_prints_experts_touched_and_step_ms_run_bare():
     )
 
 
+def test_the_stand_in_sglang_ships_a_speed_model_that_runs_outside_the_repository(tmp_path):
+    # The simulator's step model imports the kit's speed model from the copy the stand-in
+    # package ships (kit/), through the kit's own module_utils, with no repository in sight.
+    from tests.support.fake_sglang import write_package
+
+    folder = write_package(tmp_path / "package")
+    probe = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from sglang import simulator; "
+        "sys.path.insert(0, str(simulator.kit_root())); import module_utils; "
+        "from ansible.module_utils.plan import speed_inputs, speed_model; "
+        "hardware = speed_inputs.load_hardware(sys.argv[1] + '/sglang/speed_hardware.json'); "
+        "inputs = speed_inputs.model_inputs(sys.argv[2]); "
+        "step = speed_model.predict_launch(inputs, speed_inputs.profile_figures('h200', hardware),"
+        " [], 1, 2048, 8)['step_ms']; "
+        "print(json.dumps([speed_model.__file__, step]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe, str(folder), str(K26)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shipped, step_ms = json.loads(done.stdout)
+    assert Path(shipped).is_relative_to(folder / "sglang" / "kit")
+    expected = speed_model.predict_launch(speed_inputs.model_inputs(K26), h200(), [], 1, 2048, 8)
+    assert step_ms == expected["step_ms"]
+
+
 def test_chain_rate_inverts_the_chain_length():
     for length in (1.5, 3.2, 5.3, 7.9):
-        rate = speed_model.chain_rate(length, 7)
+        rate = speed_inputs.chain_rate(length, 7)
         assert sum(rate**d for d in range(8)) == pytest.approx(length, abs=1e-6)
-    assert speed_model.chain_rate(50, 7) == pytest.approx(1.0, abs=1e-6)  # capped at a full chain
+    assert speed_inputs.chain_rate(50, 7) == pytest.approx(1.0, abs=1e-6)  # capped at a full chain
 
 
 def brute_force_tree(rate: float, budget: int, depth: int, width: int) -> float:
@@ -130,16 +157,16 @@ def brute_force_tree(rate: float, budget: int, depth: int, width: int) -> float:
 
 
 def test_the_best_first_tree_is_the_budget_s_most_likely_nodes():
-    rate = speed_model.chain_rate(5.3, 7)
+    rate = speed_inputs.chain_rate(5.3, 7)
     for budget in (1, 3, 7, 12, 30):
-        assert speed_model.tree_acceptance(rate, budget, 4, 3) == pytest.approx(
+        assert speed_inputs.tree_acceptance(rate, budget, 4, 3) == pytest.approx(
             brute_force_tree(rate, budget, 4, 3), abs=1e-9
         )
     # A budget of block size - 1 is the chain: the published chain length comes back.
-    assert speed_model.tree_acceptance(rate, 7, 7) == pytest.approx(5.3, abs=1e-6)
+    assert speed_inputs.tree_acceptance(rate, 7, 7) == pytest.approx(5.3, abs=1e-6)
     previous = 0.0
     for budget in (1, 7, 16, 32, 64, 128, 512):
-        accepted = speed_model.tree_acceptance(rate, budget, 7)
+        accepted = speed_inputs.tree_acceptance(rate, budget, 7)
         assert previous <= accepted <= 8.0
         previous = accepted
 
@@ -147,7 +174,7 @@ def test_the_best_first_tree_is_the_budget_s_most_likely_nodes():
 def test_every_shipped_config_s_step_shape_follows_its_flags():
     definitions = yaml.safe_load((K26 / "model.yml").read_text())["serving_config_definitions"]
     shapes = {
-        name: speed_model.spec_from_argv(entry["args"])
+        name: speed_inputs.spec_from_argv(entry["args"])
         for name, entry in definitions.items()
         if "budget_flag" not in entry
     }
@@ -155,7 +182,7 @@ def test_every_shipped_config_s_step_shape_follows_its_flags():
     assert shapes["eagle3"]["verify_tokens"] == 4 and shapes["eagle3"]["max_accept"] == 4
     assert shapes["dflash"]["verify_tokens"] == 8 and shapes["dflash"]["overlap"]
     assert not shapes["dflash-tree-backend"]["overlap"]
-    ddtree = speed_model.spec_from_argv(
+    ddtree = speed_inputs.spec_from_argv(
         [*definitions["ddtree"]["args"], "--speculative-ddtree-budget", "32"]
     )
     assert (ddtree["verify_tokens"], ddtree["max_accept"], ddtree["overlap"]) == (33, 8, False)
@@ -165,21 +192,21 @@ def test_allreduce_by_hand_and_from_a_measured_table():
     figures = h200()
     # 2 (n - 1) / n of the message over the bus bandwidth, plus the latency.
     expected = figures["allreduce_latency_us"] + 14336 * 2 * 7 / 8 / 475e9 * 1e6
-    assert speed_model.allreduce_us(figures, 14336, 8) == pytest.approx(expected)
-    assert speed_model.allreduce_us(figures, 14336, 1) == 0
-    measured = speed_model.apply_allreduce(
+    assert speed_inputs.allreduce_us(figures, 14336, 8) == pytest.approx(expected)
+    assert speed_inputs.allreduce_us(figures, 14336, 1) == 0
+    measured = speed_inputs.apply_allreduce(
         figures,
         {"results": [{"bytes": 65536, "time_us": 40.0}, {"bytes": 32768, "time_us": 30.0}]},
         "test",
     )
-    assert speed_model.allreduce_us(measured, 1000, 8) == 30.0  # below the table: latency
-    assert speed_model.allreduce_us(measured, 49152, 8) == pytest.approx(35.0)
-    assert speed_model.allreduce_us(measured, 131072, 8) == pytest.approx(80.0)
+    assert speed_inputs.allreduce_us(measured, 1000, 8) == 30.0  # below the table: latency
+    assert speed_inputs.allreduce_us(measured, 49152, 8) == pytest.approx(35.0)
+    assert speed_inputs.allreduce_us(measured, 131072, 8) == pytest.approx(80.0)
     assert measured["sources"]["allreduce"] == "test"
 
 
 def test_an_ar_step_of_k2_6_on_h200_by_hand():
-    inputs = speed_model.model_inputs(K26)
+    inputs = speed_inputs.model_inputs(K26)
     figures = h200()
     result = speed_model.predict_launch(inputs, figures, [], 1, 2048, 8)
     parts = result["parts"]
@@ -213,10 +240,10 @@ def test_an_ar_step_of_k2_6_on_h200_by_hand():
 
 
 def test_a_wider_ddtree_tree_reads_more_experts_and_can_lose_throughput():
-    inputs = speed_model.model_inputs(K26)
+    inputs = speed_inputs.model_inputs(K26)
     figures = h200()
-    shape = speed_model.spec("DDTREE", draft_tokens=8, budget=16)
-    chain, _ = speed_model.published_acceptance(inputs["acceptance"], "dflash", "gsm8k")
+    shape = speed_inputs.spec("DDTREE", draft_tokens=8, budget=16)
+    chain, _ = speed_inputs.published_acceptance(inputs["acceptance"], "dflash", "gsm8k")
     curve = speed_model.ddtree_curve(
         inputs["config"], inputs["drafters"]["dflash"], figures, shape, [16, 32, 64, 128], 1,
         2048, 8, chain,
@@ -232,7 +259,7 @@ def test_a_wider_ddtree_tree_reads_more_experts_and_can_lose_throughput():
 
 
 def test_eagle3_and_dflash_accept_the_published_length_capped_by_the_step():
-    inputs = speed_model.model_inputs(K26)
+    inputs = speed_inputs.model_inputs(K26)
     figures = h200()
     eagle = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
              "--speculative-num-draft-tokens", "4"]  # fmt: skip
@@ -254,7 +281,7 @@ def test_eagle3_and_dflash_accept_the_published_length_capped_by_the_step():
 
 
 def test_requests_past_the_running_cap_wait():
-    inputs = speed_model.model_inputs(K26)
+    inputs = speed_inputs.model_inputs(K26)
     capped = speed_model.predict_launch(inputs, h200(), [], 64, 2048, 8, max_running_requests=48)
     full = speed_model.predict_launch(inputs, h200(), [], 48, 2048, 8)
     assert capped["batch"] == 48
@@ -263,8 +290,8 @@ def test_requests_past_the_running_cap_wait():
 
 
 def test_the_hybrid_target_reads_its_recurrent_state_and_has_no_experts():
-    inputs = speed_model.model_inputs(QWEN)
-    figures = speed_model.profile_figures("ct200")
+    inputs = speed_inputs.model_inputs(QWEN)
+    figures = speed_inputs.profile_figures("ct200")
     one = speed_model.predict_launch(inputs, figures, [], 1, 2048, 1)
     assert "routed_experts" not in one["parts"] and one["parts"]["allreduce"]["ms"] == 0
     tree = ["--speculative-algorithm", "DDTREE", "--speculative-dflash-block-size", "16",
@@ -276,13 +303,13 @@ def test_the_hybrid_target_reads_its_recurrent_state_and_has_no_experts():
 
 
 def test_every_profile_an_inventory_names_has_every_figure_with_a_source():
-    hardware = speed_model.load_hardware()
+    hardware = speed_inputs.load_hardware()
     for inventory in sorted((REPO / "inventory").iterdir()):
         profile = yaml.safe_load((inventory / "group_vars" / f"{inventory.name}.yml").read_text())[
             "kimi_profile"
         ]
         figures = hardware[profile]
-        for field in speed_model.HARDWARE_FIELDS:
+        for field in speed_inputs.HARDWARE_FIELDS:
             assert figures[field] > 0 and figures["sources"][field].strip()
 
 
@@ -302,36 +329,38 @@ def test_every_profile_an_inventory_names_has_every_figure_with_a_source():
     ],
 )
 def test_bad_hardware_figures_are_refused_with_what_is_needed(change, found):
-    raw = json.loads(speed_model.HARDWARE_FILE.read_text())[speed_model.HARDWARE_KEY]["h200"]
+    raw = json.loads(speed_inputs.HARDWARE_FILE.read_text())[speed_inputs.HARDWARE_KEY]["h200"]
     with pytest.raises(SpeedModelError, match=found) as error:
-        speed_model.check_profile("h200", {**raw, **change})
+        speed_inputs.check_profile("h200", {**raw, **change})
     assert "needed" in str(error.value) or "Fix" in str(error.value)
 
 
 def test_bad_inputs_are_refused_with_what_is_needed():
     with pytest.raises(SpeedModelError, match="not known; needed: one of b200, b300, ct200, h200"):
-        speed_model.profile_figures("a100")
+        speed_inputs.profile_figures("a100")
     for bad in (0, -1, 1.5, True, "8", None, 1 << 30):
         with pytest.raises(SpeedModelError, match="needed"):
             speed_model.experts_touched(bad, 384, 8)
     with pytest.raises(SpeedModelError, match="top_k <= experts"):
         speed_model.experts_touched(1, 8, 9)
     with pytest.raises(SpeedModelError, match="not modelled"):
-        speed_model.spec_from_argv(["--speculative-algorithm", "MEDUSA"])
+        speed_inputs.spec_from_argv(["--speculative-algorithm", "MEDUSA"])
     with pytest.raises(SpeedModelError, match="budget"):
-        speed_model.spec_from_argv(["--speculative-algorithm", "DDTREE"])
+        speed_inputs.spec_from_argv(["--speculative-algorithm", "DDTREE"])
     with pytest.raises(SpeedModelError, match="an integer"):
-        speed_model.spec_from_argv(["--speculative-algorithm", "DFLASH",
+        speed_inputs.spec_from_argv(["--speculative-algorithm", "DFLASH",
                                     "--speculative-dflash-block-size", "eight"])  # fmt: skip
     with pytest.raises(SpeedModelError, match="list of strings"):
-        speed_model.spec_from_argv("--speculative-algorithm DFLASH")
-    inputs = speed_model.model_inputs(QWEN)
+        speed_inputs.spec_from_argv("--speculative-algorithm DFLASH")
+    inputs = speed_inputs.model_inputs(QWEN)
     with pytest.raises(SpeedModelError, match="eagle3 drafter's config"):
         speed_model.predict_launch(inputs, h200(), ["--speculative-algorithm", "EAGLE3"], 1, 8, 1)
     with pytest.raises(SpeedModelError, match="concurrency"):
         speed_model.predict_launch(inputs, h200(), [], 0, 2048, 1)
     with pytest.raises(SpeedModelError, match="cannot be modelled"):
-        speed_model.predict({"hidden_size": 1}, None, h200(), speed_model.spec("AR"), 1, 8, 1, None)
+        speed_model.predict(
+            {"hidden_size": 1}, None, h200(), speed_inputs.spec("AR"), 1, 8, 1, None
+        )
 
 
 def calibration(rows=None, **change) -> dict:
@@ -355,7 +384,7 @@ def calibration(rows=None, **change) -> dict:
 
 
 def test_a_calibration_record_replaces_the_measured_figures_and_names_itself():
-    figures = speed_model.apply_calibration(h200(), calibration())
+    figures = speed_inputs.apply_calibration(h200(), calibration())
     assert figures["copy_gbs"] == 4000.0
     assert figures["gemm_bandwidth_efficiency"] == pytest.approx(0.659 * 4300 / 4000, abs=0.002)
     assert "calibration" in figures["sources"]["copy_gbs"]
@@ -379,14 +408,14 @@ def test_a_calibration_record_replaces_the_measured_figures_and_names_itself():
 )  # fmt: skip
 def test_bad_calibration_records_are_refused(record, found):
     with pytest.raises(SpeedModelError, match=found):
-        speed_model.apply_calibration(h200(), record)
+        speed_inputs.apply_calibration(h200(), record)
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            code = speed_model.main(argv)
+            code = speed_cli.main(argv)
         except SystemExit as exit_:  # argparse's own refusal
             code = exit_.code
     return code, out.getvalue(), err.getvalue()

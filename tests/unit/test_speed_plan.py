@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.plan import speed_model, speed_plan
-from ansible.module_utils.plan.speed_model import SpeedModelError
+from ansible.module_utils.plan import speed_inputs, speed_model, speed_plan
+from ansible.module_utils.plan.speed_inputs import SpeedModelError
 
 REPO = Path(__file__).resolve().parents[2]
 K26 = REPO / "models" / "kimi-k2.6"
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.preflight
 def free_profile(step_ms: float = 10.0, scheduler_ms: float = 5.0) -> dict:
     """A profile whose every bandwidth and peak is so high that a step is its fixed overhead
     (plus the scheduler's without overlap scheduling), to 0.1%: figures a hand can check."""
-    fast = {"value": speed_model.MAX_RATE, "source": "test: as fast as the model allows"}
+    fast = {"value": speed_inputs.MAX_RATE, "source": "test: as fast as the model allows"}
     tiny = {"value": 1e-6, "source": "test: next to nothing"}
     return {
         "gpu": "test GPU",
@@ -158,8 +158,8 @@ def test_each_launch_carries_its_parts_and_every_figure_its_source():
     assert speed["profile"] == "h200" and speed["calibration"] is None
     assert speed["allreduce_measured"] is False
     assert speed["sources"]["allreduce"].startswith("nominal")
-    assert set(speed["figures"]) == set(speed_model.HARDWARE_FIELDS)
-    assert set(speed_model.HARDWARE_FIELDS) <= set(speed["sources"])
+    assert set(speed["figures"]) == set(speed_inputs.HARDWARE_FIELDS)
+    assert set(speed_inputs.HARDWARE_FIELDS) <= set(speed["sources"])
     assert set(speed["sources"]["acceptance"]) == {"dflash", "eagle3"}
     for name, entry in speed["launches"].items():
         assert [level["concurrency"] for level in entry["levels"]] == LEVELS, name
@@ -203,13 +203,13 @@ def test_ddtree_gets_a_curve_and_best_budget_per_config_level_and_prompt_set():
             assert point["tokens_per_s"] == launched["tokens_per_s"]
             assert point["step_ms"] == launched["step_ms"]
         # The best budget is the model's argmax over every budget up to the largest.
-        shape = speed_model.spec_from_argv(SHIPPED[-1]["argv"])
+        shape = speed_inputs.spec_from_argv(SHIPPED[-1]["argv"])
         best = max(
             range(1, 129),
             key=lambda b: (
                 speed_model.predict(
                     inputs()["config"], inputs()["drafters"]["dflash"], figures,
-                    speed_model.spec("DDTREE", draft_tokens=8, budget=b), curve["concurrency"],
+                    speed_inputs.spec("DDTREE", draft_tokens=8, budget=b), curve["concurrency"],
                     456, 8, curve["published_accept_length"], max_running_requests=48,
                 )["tokens_per_s"],
                 -b,

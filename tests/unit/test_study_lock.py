@@ -10,6 +10,7 @@ import pytest
 import yaml
 from ansible.module_utils.host.helpers import run_with_deadline
 from ansible.module_utils.plan import study_lock as sl
+from ansible.module_utils.plan import study_lock_file
 
 A = "a" * 40
 B = "b" * 40
@@ -183,7 +184,7 @@ def test_the_first_runtime_record_is_frozen_and_later_ones_compare(tmp_path):
     assert second["runtime"]["packages"]["packaging"]["version"] == "26.4"
     other = {**runtime_record(version="26.3"), "built_from": {"sglang": "0.5.24"}}
     assert sl.record_runtime(path, "release", other, replace=True)["recorded"]
-    assert sl.load(path)["runtime"]["release"]["built_from"] == {"sglang": "0.5.24"}
+    assert study_lock_file.load(path)["runtime"]["release"]["built_from"] == {"sglang": "0.5.24"}
 
 
 @pytest.mark.parametrize(
@@ -238,9 +239,9 @@ def test_a_bad_lock_file_fails_naming_the_entry_and_the_fix(tmp_path, content, p
 
 def test_a_huge_lock_file_is_not_read(tmp_path):
     path = tmp_path / "kimi.lock.yml"
-    path.write_bytes(b"#" * (sl.MAX_LOCK_BYTES + 1))
+    path.write_bytes(b"#" * (study_lock_file.MAX_LOCK_BYTES + 1))
     with pytest.raises(sl.LockError, match="larger than"):
-        sl.load(str(path))
+        study_lock_file.load(str(path))
 
 
 def test_two_hosts_asking_one_repository_at_two_revisions_fail():
@@ -273,7 +274,7 @@ def test_writers_that_meet_lose_no_entry(tmp_path):
     for writer in writers:
         writer.join(60)
     assert [writer.exitcode for writer in writers] == [0] * len(repos)
-    lock = sl.load(path)
+    lock = study_lock_file.load(path)
     assert {repo: entry["revision"] for repo, entry in lock["weights"].items()} == dict(repos)
 
 
@@ -357,7 +358,7 @@ def test_a_git_url_with_credentials_never_reaches_the_lock(tmp_path):
         + "'}}\n"
     )
     with pytest.raises(sl.LockError, match="carries credentials") as error:
-        sl.load(str(path))
+        study_lock_file.load(str(path))
     assert "u:p" not in str(error.value)
 
 
@@ -399,7 +400,7 @@ def test_a_lock_held_too_long_or_an_unwritable_folder_fails_with_the_fix(tmp_pat
     try:
         with (
             pytest.raises(sl.LockError, match="another run has held"),
-            sl.locked_folder(path, wait_s=0.5),
+            study_lock_file.locked_folder(path, wait_s=0.5),
         ):
             pass
     finally:
