@@ -66,6 +66,15 @@ def parser() -> argparse.ArgumentParser:
         description="Tables, plots and an HTML report from benchmark_kimi.yml results.",
     )
     commands = main.add_subparsers(dest="command", required=True)
+    common = _common_args()
+    _report_args(commands, common)
+    _bundle_args(commands)
+    _compare_args(commands, common)
+    return main
+
+
+def _common_args() -> argparse.ArgumentParser:
+    """The options report and compare share."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--reference",
@@ -99,6 +108,10 @@ def parser() -> argparse.ArgumentParser:
         "<ttft|itl|tpot|e2e>_ms_<p50|p90|p99>, VALUE milliseconds): adds slo_met and "
         "goodput_requests_per_s, and recommends only configs that meet every one",
     )
+    return common
+
+
+def _report_args(commands, common: argparse.ArgumentParser) -> None:
     one = commands.add_parser(
         "report",
         parents=[common],
@@ -126,6 +139,9 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the concurrency level the TTFT and ITL CDFs are drawn at (default: the highest)",
     )
+
+
+def _bundle_args(commands) -> None:
     pack = commands.add_parser(
         "bundle",
         help="pack a run for sharing, secrets scrubbed",
@@ -162,6 +178,9 @@ def parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="most bytes packed in all, before compression (default 8G)",
     )
+
+
+def _compare_args(commands, common: argparse.ArgumentParser) -> None:
     two = commands.add_parser(
         "compare",
         parents=[common],
@@ -183,56 +202,75 @@ def parser() -> argparse.ArgumentParser:
         "launch, driver; not_comparable warnings); GPU model, interconnect, attention "
         "backend and model differences are expected and pass",
     )
-    return main
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "bundle":
-        return run_bundle(args)
+        return _run_bundle(args)
     try:
-        if args.command == "report":
-            outcome = report(
-                args.results_dir,
-                out=args.out,
-                reference=args.reference,
-                band_edges=args.bands,
-                strict=args.strict,
-                workers=args.workers,
-                label=args.label,
-                max_file_bytes=args.max_file_bytes,
-                slo=args.slo,
-                cdf_concurrency=args.cdf_concurrency,
-            )
-        else:
-            outcome = compare(
-                args.run_a,
-                args.run_b,
-                out=args.out,
-                reference=args.reference,
-                strict=args.strict,
-                workers=args.workers,
-                label=args.label,
-                max_file_bytes=args.max_file_bytes,
-                slo=args.slo,
-            )
+        outcome = _run_report(args) if args.command == "report" else _run_compare(args)
     except (ResultsError, OutputError) as error:
         print(f"analysis {args.command}: {error}", file=sys.stderr)
         return 2
+    _print_picks(outcome, args.slo)
+    _print_ddtree(outcome)
+    _print_warnings(outcome)
+    if args.command != "compare":
+        return 0
+    return _comparability_exit(outcome, args.require_comparable)
+
+
+def _read_options(args) -> dict:
+    """The keywords report and compare take alike, from the options they share."""
+    return {
+        "reference": args.reference,
+        "strict": args.strict,
+        "workers": args.workers,
+        "label": args.label,
+        "max_file_bytes": args.max_file_bytes,
+        "slo": args.slo,
+    }
+
+
+def _run_report(args):
+    return report(
+        args.results_dir,
+        out=args.out,
+        band_edges=args.bands,
+        cdf_concurrency=args.cdf_concurrency,
+        **_read_options(args),
+    )
+
+
+def _run_compare(args):
+    return compare(args.run_a, args.run_b, out=args.out, **_read_options(args))
+
+
+def _of_kind(outcome, kind: str) -> list[dict]:
+    return [w for w in outcome.warnings if w["kind"] == kind]
+
+
+def _print_picks(outcome, slo: dict[str, float] | None) -> None:
+    """Where the report is, what it read, the SLOs and the recommended config per host."""
     print(
         f"{outcome.html} ({outcome.levels} levels, {outcome.records} request records from "
         f"{outcome.inputs} files in {outcome.seconds['total']:.1f} s)"
     )
+    if slo:
+        print(f"  SLOs: {', '.join(f'{k} <= {v:g} ms' for k, v in slo.items())}")
     hosts: dict[str, list[str]] = {}
-    if args.slo:
-        print(f"  SLOs: {', '.join(f'{k} <= {v:g} ms' for k, v in args.slo.items())}")
     for pick in outcome.picks:
         hosts.setdefault(pick.host, []).append(f"{pick.band}: {pick.config or 'none'}")
     for host, picks in list(hosts.items())[:MAX_HOST_LINES]:
         print(f"  recommended on {host} by concurrency - {', '.join(picks)}")
     if len(hosts) > MAX_HOST_LINES:
         print(f"  ... and {len(hosts) - MAX_HOST_LINES} more hosts: see the report")
-    collapses = [w for w in outcome.warnings if w["kind"] == "ddtree_budget_collapse"]
+
+
+def _print_ddtree(outcome) -> None:
+    """The DDTree budget collapses and, where the report diagnosed one, its verdict."""
+    collapses = _of_kind(outcome, "ddtree_budget_collapse")
     if collapses:
         print(
             f"  DDTree accepted tokens per step collapse at {len(collapses)} host / prompt set / "
@@ -247,27 +285,31 @@ def main(argv: list[str] | None = None) -> int:
                 for side, found in outcome.diagnosis.items()
             )
         )
-    throttled = [w for w in outcome.warnings if w["kind"] == "gpu_throttled"]
+
+
+def _print_warnings(outcome) -> None:
+    """A line for each kind of warning worth a look on the terminal, then the counts."""
+    throttled = _of_kind(outcome, "gpu_throttled")
     if throttled:
         print(
             f"  GPU clocks held down (power cap, thermal or hardware slowdown) at "
             f"{len({w['where'] for w in throttled})} level(s): see the gpu_throttled warnings"
         )
     print_predicted(outcome)
-    thin = [w for w in outcome.warnings if w["kind"] == "under_filled"]
+    thin = _of_kind(outcome, "under_filled")
     if thin:
         print(
             f"  {len(thin)} under-filled level(s): fewer unique prompts than the level wanted, "
             "so their throughput understates a full level: see the under_filled notes"
         )
-    unfinished = [w for w in outcome.warnings if w["kind"] == "incomplete_run"]
+    unfinished = _of_kind(outcome, "incomplete_run")
     if unfinished:
         print(
             f"  incomplete run: {len(unfinished)} incomplete_run warnings (run.json without "
             "ended_at, or configs and levels it plans that left no file): see the report"
         )
     gate = {
-        kind: sum(w["kind"] == kind for w in outcome.warnings)
+        kind: len(_of_kind(outcome, kind))
         for kind in ("accuracy_below_floor", "accuracy_below_ar", "api_check_failed")
     }
     if any(gate.values()):
@@ -279,15 +321,18 @@ def main(argv: list[str] | None = None) -> int:
     counts = {s: sum(w["severity"] == s for w in outcome.warnings) for s in ("error", "warning")}
     if counts["error"] or counts["warning"]:
         print(f"  {counts['error']} errors and {counts['warning']} warnings: see the report")
-    if args.command != "compare":
-        return 0
+
+
+def _comparability_exit(outcome, require_comparable: bool) -> int:
+    """compare's comparability line; NOT_COMPARABLE_EXIT under --require-comparable when the
+    runs are not comparable, else 0."""
     differences = comparability.counts(outcome.warnings)
     print(
         f"  comparability: {differences[comparability.NOT_COMPARABLE]} not_comparable, "
         f"{differences[comparability.EXPECTED]} expected_difference (see the Comparability "
         "section)"
     )
-    if args.require_comparable and differences[comparability.NOT_COMPARABLE]:
+    if require_comparable and differences[comparability.NOT_COMPARABLE]:
         print(
             f"analysis compare: --require-comparable: the runs are not comparable "
             f"({differences[comparability.NOT_COMPARABLE]} not_comparable warnings)",
@@ -333,7 +378,7 @@ def print_predicted(outcome) -> None:
         )
 
 
-def run_bundle(args) -> int:
+def _run_bundle(args) -> int:
     try:
         done = bundle(
             args.results_dir,

@@ -176,6 +176,36 @@ def bundle(
     max_bytes: int = DEFAULT_MAX_BYTES,
     environ=os.environ,
 ) -> Bundled:
+    root, target, parent = _places(results_dir, out)
+    values, sources = gather_secrets(list(secret_env), secret_file, environ)
+    scrub = Scrubber(values)
+    done = Bundled(out=target, secrets=len(values))
+    files, done.left_out = candidates(root)
+    top = root.name or "run"
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            _pack(tar, top, files, scrub, done, max_file_bytes, max_bytes)
+            manifest = _manifest(top, done, scrub.count, sources)
+            add(tar, f"{top}/BUNDLE.json", scrub.bytes(json.dumps(manifest, indent=1).encode()))
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(temporary, 0o644)
+        # A link cannot replace a file: an --out that appeared meanwhile is kept.
+        try:
+            os.link(temporary, target)
+        except FileExistsError:
+            raise BundleError(f"--out {out} appeared while packing; it was left as it is") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+    done.masked = scrub.count
+    return done
+
+
+def _places(results_dir: str, out: str) -> tuple[Path, Path, Path]:
+    """(the run's folder resolved, the archive, the archive's folder resolved); BundleError
+    for a results folder that is none, or an --out that is taken, misnamed or inside the run."""
     root_given = Path(results_dir)
     if not root_given.is_dir():
         raise BundleError(f"{results_dir}: not a folder; give a run's results folder")
@@ -192,63 +222,56 @@ def bundle(
         raise BundleError(f"--out {out}: the folder {target.parent} does not exist")
     if _inside(parent, root):
         raise BundleError(f"--out {out} is inside {results_dir}; put it outside the run")
-    values, sources = gather_secrets(list(secret_env), secret_file, environ)
-    scrub = Scrubber(values)
-    done = Bundled(out=target, secrets=len(values))
-    files, done.left_out = candidates(root)
-    top = root.name or "run"
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=parent)
+    return root, target, parent
+
+
+def _pack(tar, top, files, scrub, done: Bundled, max_file_bytes: int, max_bytes: int) -> None:
+    """Every candidate file scrubbed into the archive, within the limits; what is not goes
+    into done.left_out with why."""
+    for rel, path in files:
+        name = member_name(top, rel)
+        data, why = _scrubbed(rel, path, scrub, max_file_bytes)
+        if data is None:
+            done.left_out.append((str(rel), why))
+            continue
+        if done.bytes + len(data) > max_bytes:
+            done.left_out.append((str(rel), f"past --max-bytes {max_bytes} in all"))
+            continue
+        add(tar, name, data, path.stat().st_mtime)
+        done.members.append(name)
+        done.bytes += len(data)
+
+
+def _scrubbed(
+    rel: PurePosixPath, path: Path, scrub: Scrubber, max_file_bytes: int
+) -> tuple[bytes | None, str | None]:
+    """(the file's bytes scrubbed, None), a gzip file decompressed, scrubbed and compressed
+    again; or (None, why it is left out)."""
+    data = read_bounded(path, max_file_bytes)
+    if data is None:
+        return None, f"over --max-file-bytes {max_file_bytes}"
+    if not rel.name.endswith(".gz"):
+        return scrub.bytes(data), None
     try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            for rel, path in files:
-                name = member_name(top, rel)
-                data = read_bounded(path, max_file_bytes)
-                if data is None:
-                    done.left_out.append((str(rel), f"over --max-file-bytes {max_file_bytes}"))
-                    continue
-                if rel.name.endswith(".gz"):
-                    try:
-                        plain = gunzip_bounded(data, max_file_bytes)
-                    except ValueError as error:
-                        # What cannot be read cannot be scrubbed: it stays home.
-                        done.left_out.append((str(rel), f"no readable gzip ({error})"))
-                        continue
-                    if plain is None:
-                        done.left_out.append(
-                            (str(rel), f"decompresses past --max-file-bytes {max_file_bytes}")
-                        )
-                        continue
-                    data = gzip.compress(scrub.bytes(plain), mtime=0)
-                else:
-                    data = scrub.bytes(data)
-                if done.bytes + len(data) > max_bytes:
-                    done.left_out.append((str(rel), f"past --max-bytes {max_bytes} in all"))
-                    continue
-                add(tar, name, data, path.stat().st_mtime)
-                done.members.append(name)
-                done.bytes += len(data)
-            manifest = {
-                "kind": "analysis.bundle",
-                "run": top,
-                "members": done.members,
-                "left_out": [{"path": p, "why": why} for p, why in done.left_out],
-                "masked_values": scrub.count,
-                "secrets_from": sources,
-            }
-            add(tar, f"{top}/BUNDLE.json", scrub.bytes(json.dumps(manifest, indent=1).encode()))
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(temporary, 0o644)
-        # A link cannot replace a file: an --out that appeared meanwhile is kept.
-        try:
-            os.link(temporary, target)
-        except FileExistsError:
-            raise BundleError(f"--out {out} appeared while packing; it was left as it is") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-    done.masked = scrub.count
-    return done
+        plain = gunzip_bounded(data, max_file_bytes)
+    except ValueError as error:
+        # What cannot be read cannot be scrubbed: it stays home.
+        return None, f"no readable gzip ({error})"
+    if plain is None:
+        return None, f"decompresses past --max-file-bytes {max_file_bytes}"
+    return gzip.compress(scrub.bytes(plain), mtime=0), None
+
+
+def _manifest(top: str, done: Bundled, masked: int, sources: list[str]) -> dict:
+    """BUNDLE.json: what the archive holds, what it left out and why, and what was masked."""
+    return {
+        "kind": "analysis.bundle",
+        "run": top,
+        "members": done.members,
+        "left_out": [{"path": p, "why": why} for p, why in done.left_out],
+        "masked_values": masked,
+        "secrets_from": sources,
+    }
 
 
 def add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float = 0) -> None:

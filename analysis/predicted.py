@@ -23,15 +23,8 @@ the launch), so the step-time ratio judges the step alone and the accepted-token
 drafter alone; tokens_per_s_predicted_at_measured_acceptance is the model's step time with the
 acceptance the level measured, the throughput the step alone would give.
 
-A level is slow when its step time is more than SLOW above the smaller of the prediction with
-the host's records and the one with the profile's figures alone: a host whose own all-reduce
-record is slow is slower than its hardware should be, and the record is what names the part.
-The parts named, strongest evidence first: the all-reduce (the host's record against the
-profile's figure, where it accounts for at least half the gap), the GPUs' clocks (the level's
-telemetry: a throttle reason in 20% or more of busy samples, or busy GPUs under 80% of their
-maximum SM clock), a saturated client (its events are read late, so its decode time holds
-its own delay). Acceptance below the published figure (more than 20% fewer tokens a step) is
-its own warning: it costs tokens/s whatever the step time.
+The warnings, slower_than_predicted with the part the records point at and
+acceptance_below_published, are analysis.predicted_warnings'.
 
 Everything read from the results is outside input: the launch argv, the records, the context
 and the measured figures are type-checked and bounded here or in the speed model, and a level
@@ -49,20 +42,17 @@ from pathlib import Path
 
 from ansible.module_utils.plan import speed_inputs, speed_model
 
-from analysis import sweep, telemetry
+from analysis import predicted_warnings, sweep
+
+# The report states the warnings' thresholds, read from here.
+from analysis.predicted_warnings import ACCEPT_LOW as ACCEPT_LOW
+from analysis.predicted_warnings import SLOW as SLOW
 from analysis.results import Results, run_model
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 # The kit's model before models were data: what a run.json without a model ran.
 DEFAULT_MODEL = "kimi-k2.6"
 _MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-SLOW = 0.25  # a step more than this above the prediction warns
-ACCEPT_LOW = 0.8  # accepted tokens per step below this share of the prediction warns
-# The all-reduce is named when the host's record adds at least this share of the gap between
-# the measured step and the profile's prediction.
-ALLREDUCE_SHARE = 0.5
-# ... and makes the all-reduce part at least this much dearer than the profile's figure.
-ALLREDUCE_SLOWER = 1.25
 # DFlash in SGLang 0.5.23 caps --max-running-requests at 48 when the launch leaves it unset.
 DFLASH_RUNNING_CAP = 48
 MAX_ARGV = 1024
@@ -136,17 +126,6 @@ SHAPE_COLUMNS = (
     "experts_touched_per_layer",
     "explanation",
 )
-# The part a slow step's warning names (warnings[].likely).
-PARTS = ("allreduce", "power_cap", "thermal", "hw_slowdown", "clocks", "client_saturated")
-CLOCK_CHECK = {
-    "power_cap": "the power limit (nvidia-smi -q -d POWER: the enforced limit against the "
-    "default), cooling and other work on these GPUs",
-    "thermal": "cooling: airflow, inlet temperature, fans (nvidia-smi -q -d TEMPERATURE)",
-    "hw_slowdown": "the power supply and the hardware brake signal (nvidia-smi -q -d "
-    "PERFORMANCE), and the GPUs' health (dmesg.txt in debug/ for Xid lines)",
-    "clocks": "application clocks and locked clocks (nvidia-smi -q -d CLOCK), the power limit "
-    "and cooling",
-}
 
 
 @dataclass
@@ -319,11 +298,6 @@ def _context(levels: list, where: str, found: Predictions) -> int | None:
     return max(1, round(mean))
 
 
-def _one_allreduce_us(part: dict) -> float | None:
-    count = part.get("count") or 0
-    return part["ms"] * 1000.0 / count if count else None
-
-
 def predict(results: Results, table: list[dict]) -> Predictions:
     """Every closed-loop row of the summary table (analysis.tables.rows) against the speed
     model, the warnings that follow and the DDTree sweeps' shapes."""
@@ -404,7 +378,9 @@ def _predict_row(row, levels, inputs, hardware, where, found):
         found.note(where, f"the speed model cannot predict this launch: {error}")
         return None
     found.rows.append(_compare(row, levels, prediction, profile_only, used, context, tp, where))
-    warning = _slow_warning(found.rows[-1], levels, prediction, profile_only, figures, nominal)
+    warning = predicted_warnings.slow_warning(
+        found.rows[-1], levels, prediction, profile_only, figures, nominal
+    )
     if warning:
         found.rows[-1]["slower_than_predicted"] = ", ".join(warning["likely"]) or "unexplained"
         found.warnings.append(warning)
@@ -466,228 +442,6 @@ def _compare(row, levels, prediction, profile_only, used, context, tp, where) ->
     }
 
 
-# -- the warnings ----------------------------------------------------------------------------
-
-
-def _describe_level(row: dict) -> str:
-    verify, batch = row["verify_tokens_per_request"], row["batch"]
-    return (
-        f"{row['profile']}, TP {row['tp_size']}, {batch} request{'s' if batch != 1 else ''} a "
-        f"step verifying {verify} token{'s' if verify != 1 else ''} each, context "
-        f"{row['context_tokens']} tokens"
-    )
-
-
-def _allreduce_finding(row, parts, nominal_parts, figures, nominal, measured, profile_step):
-    """('allreduce', text) when the host's all-reduce record accounts for the gap, else
-    (None, a line for what was checked) or (None, None) without a record."""
-    if "allreduce_table" not in figures:
-        return None, None
-    host_part, profile_part = parts.get("allreduce"), nominal_parts.get("allreduce")
-    if not host_part or not profile_part or not host_part.get("count"):
-        return None, "the all-reduce (none at TP 1)"
-    host_us, profile_us = _one_allreduce_us(host_part), _one_allreduce_us(profile_part)
-    added = host_part["ms"] - profile_part["ms"]
-    gap = measured - profile_step
-    if (
-        gap > 0
-        and added >= ALLREDUCE_SHARE * gap
-        and host_part["ms"] >= ALLREDUCE_SLOWER * profile_part["ms"]
-    ):
-        message = host_part.get("message_bytes") or 0
-        return "allreduce", (
-            f"the all-reduce: this host's all-reduce check (the tuning stage's record) takes "
-            f"{host_us:.0f} us for this step's {message / 1024:.0f} KiB message where the "
-            f"profile's figures give {profile_us:.0f} us ({nominal['allreduce_busbw_gbs']:g} "
-            f"GB/s bus bandwidth, {nominal['allreduce_latency_us']:g} us latency): "
-            f"{host_part['ms']:.1f} ms of all-reduce a step ({host_part['count']} of them) "
-            f"instead of {profile_part['ms']:.1f}. Check: NCCL's transport and settings "
-            "(nccl.txt in debug/, NCCL_P2P_DISABLE, NCCL_P2P_LEVEL and NCCL_NVLS_ENABLE in the "
-            "launch environment), the fabric manager and NVLink state on NVSwitch hosts "
-            "(nvidia-smi topo -m, nvidia-smi -q fabric state), the PCIe ACS report on PCIe "
-            "hosts, then run the tuning stage's check again (--tags tuning)"
-        )
-    return None, (
-        f"the all-reduce (this host's record: {host_us:.0f} us an all-reduce against the "
-        f"profile's {profile_us:.0f} us)"
-    )
-
-
-def _clock_finding(levels: list) -> tuple[str | None, str | None, bool]:
-    """(part, text, whether any level had telemetry) from the levels' GPU telemetry."""
-    strongest = None
-    seen = False
-    for level in levels:
-        held = telemetry.held_down(level.summary, telemetry.server_gpu_indexes(level.provenance))
-        if held is None:
-            continue
-        seen = True
-        if held["reason"] and (
-            strongest is None or (held["share"] or 0) > (strongest["share"] or 0)
-        ):
-            strongest = held
-    if strongest is None:
-        return None, None, seen
-    reason = strongest["reason"]
-    clocks = ""
-    if strongest["sm_clock_mhz_mean"] is not None:
-        clocks = f" (SM clock {strongest['sm_clock_mhz_mean']:.0f}"
-        peak = strongest["sm_clock_max_mhz"]
-        clocks += f" of {peak:.0f} MHz)" if peak is not None else " MHz)"
-    gpus = telemetry.gpu_list(strongest["gpus"])
-    if reason == "clocks":
-        what = (
-            f"the GPUs' clocks: {gpus} ran busy below {telemetry.LOW_CLOCK_SHARE:.0%} of their "
-            f"maximum SM clock{clocks} with no throttle reason recorded"
-        )
-    else:
-        their = "its" if len(strongest["gpus"]) == 1 else "their"
-        what = (
-            f"the {telemetry.REASON_WORDS[reason]}: {gpus} held {their} clocks down for the "
-            f"{telemetry.REASON_WORDS[reason]} in {strongest['share']:.0%} of busy samples"
-            f"{clocks}"
-        )
-    return (
-        reason,
-        (
-            f"{what}, where the model's figures are those of GPUs at full clocks. Check: "
-            f"{CLOCK_CHECK[reason]}"
-        ),
-        seen,
-    )
-
-
-def _slow_warning(compared, levels, prediction, profile_only, figures, nominal) -> dict | None:
-    measured = compared["step_ms"]
-    expected = min(prediction["step_ms"], profile_only["step_ms"])
-    if measured is None or not expected or measured <= (1 + SLOW) * expected:
-        return None
-    parts, nominal_parts = compared["_parts"]
-    likely: list[str] = []
-    findings: list[str] = []
-    clean: list[str] = []
-    unknown: list[str] = []
-    part, text = _allreduce_finding(
-        compared, parts, nominal_parts, figures, nominal, measured, profile_only["step_ms"]
-    )
-    if part:
-        likely.append(part)
-        findings.append(text)
-    elif text:
-        clean.append(text)
-    else:
-        unknown.append(
-            "the all-reduce (no all-reduce record in the run: the tuning stage's check writes "
-            "it, the benchmark copies it into each level's provenance)"
-        )
-    reason, text, seen = _clock_finding(levels)
-    if reason:
-        likely.append(reason)
-        findings.append(text)
-    elif seen:
-        clean.append("the GPUs' clocks (telemetry: no throttle reason, clocks near their maximum)")
-    else:
-        unknown.append("the GPUs' clocks (no GPU telemetry at this level: benchmark_telemetry)")
-    saturated = [lv for lv in levels if lv.client.get("saturated")]
-    if saturated:
-        reasons = saturated[0].client.get("saturated_reasons") or []
-        shown = "; ".join(str(r)[:120] for r in reasons[:3] if isinstance(r, str))
-        likely.append("client_saturated")
-        findings.append(
-            "the client: the benchmark client was saturated"
-            + (f" ({shown})" if shown else "")
-            + ", so it read each event late and its decode time holds its own delay. Check: "
-            "the client's CPU (client.cpu_fraction), fewer requests in flight per client "
-            "process, nothing else on the controller's cores"
-        )
-    else:
-        clean.append("the client (not saturated)")
-    where = compared["_where"]
-    ratio = measured / expected
-    basis = (
-        "the profile's figures"
-        if expected == profile_only["step_ms"] and compared["figures"] != "the profile's figures"
-        else compared["figures"]
-    )
-    message = (
-        f"step time {measured:.1f} ms is {ratio - 1:.0%} above the speed model's "
-        f"{expected:.1f} ms ({_describe_level(compared)}; {basis}). "
-    )
-    if findings:
-        message += "Likely: " + "; ".join(findings) + ". "
-    else:
-        message += (
-            "Nothing the run recorded explains it. Check: the server's log for the step time "
-            "SGLang reports (debug/server.log.gz), the launch against the plan's (Provenance), "
-            "CUDA graphs for this batch size, other work on the host. "
-        )
-    if clean:
-        message += "Checked and not the cause: " + "; ".join(clean) + ". "
-    if unknown:
-        message += "Not recorded: " + "; ".join(unknown) + ". "
-    accepted = compared["accepted_tokens_per_step_ratio"]
-    if accepted is not None and accepted < ACCEPT_LOW:
-        message += (
-            "Acceptance is below the published figure too "
-            f"({compared['accepted_tokens_per_step']:.2f} against "
-            f"{compared['accepted_tokens_per_step_predicted']:.2f} tokens a step): "
-            "see acceptance_below_published. "
-        )
-    return {
-        "kind": "slower_than_predicted",
-        "severity": "warning",
-        "where": where,
-        "message": message.strip(),
-        "host": compared["host"],
-        "config": compared["config"],
-        "prompt_set": compared["prompt_set"],
-        "concurrency": compared["concurrency"],
-        "likely": likely,
-        "step_ms": measured,
-        "step_ms_predicted": prediction["step_ms"],
-        "step_ms_predicted_profile": profile_only["step_ms"],
-    }
-
-
-def acceptance_warnings(rows: list[dict]) -> list[dict]:
-    """One acceptance_below_published warning per host, config and prompt set whose levels
-    accept more than 1 - ACCEPT_LOW fewer tokens a step than the published figure gives."""
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        ratio = row["accepted_tokens_per_step_ratio"]
-        if row["verify_tokens_per_request"] == 1 or ratio is None or ratio >= ACCEPT_LOW:
-            continue
-        groups.setdefault((row["host"], row["config"], row["prompt_set"]), []).append(row)
-    found = []
-    for (host, config, prompt_set), group in groups.items():
-        levels = ", ".join(
-            f"c{r['concurrency']} {r['accepted_tokens_per_step']:.2f} against "
-            f"{r['accepted_tokens_per_step_predicted']:.2f}"
-            for r in sorted(group, key=lambda r: r["concurrency"])
-        )
-        found.append(
-            {
-                "kind": "acceptance_below_published",
-                "severity": "warning",
-                "where": f"{host} / {config} / {prompt_set}",
-                "message": (
-                    f"accepted tokens per step below what the published acceptance gives "
-                    f"({group[0]['acceptance_source']}; for DDTree the tree its budget buys from "
-                    f"that chain): {levels}. Each request's tokens/s falls by as much whatever "
-                    "the step time. Check: the drafter's revision against the target's "
-                    "(Provenance; published figures of another model or prompt set differ), "
-                    "the temperature (the published figures are greedy), the chat template "
-                    "the prompts were rendered with, and the losslessness check"
-                ),
-                "host": host,
-                "config": config,
-                "prompt_set": prompt_set,
-                "concurrencies": [r["concurrency"] for r in group],
-            }
-        )
-    return found
-
-
 # -- the DDTree curve ------------------------------------------------------------------------
 
 
@@ -743,4 +497,4 @@ def _best_budgets(inputs, curves: dict, found: Predictions) -> dict[tuple, int]:
 
 
 def all_warnings(found: Predictions) -> list[dict]:
-    return found.warnings + acceptance_warnings(found.rows)
+    return found.warnings + predicted_warnings.acceptance_warnings(found.rows)
