@@ -3,6 +3,8 @@ and how to fix it. Pure functions over facts gathered by other modules."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 GIB = 1 << 30
 
 CHECKS = (
@@ -45,31 +47,30 @@ class Findings:
         return [f"[{i['check']}] {i['message']}" for i in self.items if i["severity"] == severity]
 
 
+@dataclass(frozen=True)
 class Facts:
     """What one host's checks read: the gathered facts and the settings they are held to."""
 
-    def __init__(
-        self,
-        gpu: dict,
-        expected: dict,
-        backend_capabilities: dict[str, list[str]],
-        host: dict,
-        hub: dict | None,
-        needed_repos: list[str],
-        capacity: dict[str, dict],
-        disk_headroom_gib: float,
-    ):
-        self.gpu = gpu
-        self.expected = expected
-        self.backend_capabilities = backend_capabilities
-        self.host = host
-        self.hub = hub
-        self.needed_repos = needed_repos
-        self.capacity = capacity
-        self.disk_headroom_gib = disk_headroom_gib
-        self.count = gpu["count"]
-        self.tp_size = expected["tp_size"]
-        self.models = ", ".join(f"{name} x{n}" for name, n in gpu["models"].items())
+    gpu: dict
+    expected: dict
+    backend_capabilities: dict[str, list[str]]
+    host: dict
+    hub: dict | None
+    needed_repos: list[str]
+    capacity: dict[str, dict]
+    disk_headroom_gib: float
+
+    @property
+    def count(self) -> int:
+        return self.gpu["count"]
+
+    @property
+    def tp_size(self) -> int:
+        return self.expected["tp_size"]
+
+    @property
+    def models(self) -> str:
+        return ", ".join(f"{name} x{n}" for name, n in self.gpu["models"].items())
 
 
 def check_gpu_count(findings: Findings, facts: Facts) -> None:
