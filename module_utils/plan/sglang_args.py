@@ -35,28 +35,17 @@ from pathlib import Path
 # The launch rules lie beside this file wherever it is: in the kit, or copied into the stand-in
 # sglang (imported there as sglang.sglang_args, and bare by the simulator).
 if __package__ == "ansible.module_utils.plan":
-    from ansible.module_utils.plan.sglang_launch_rules import (
-        FORCED,
-        RELEASE_RULES,
-        RULES,
-        ArgvError,
-        contract_algorithms,
-        launch_rule_errors,
-        resolve_forced,
-    )
+    from ansible.module_utils.plan import sglang_launch_rules as _rules
 else:  # a copy: its folder is where the rules are
     _here = os.path.dirname(os.path.abspath(__file__))
     if _here not in sys.path:
         sys.path.insert(0, _here)
-    from sglang_launch_rules import (
-        FORCED,
-        RELEASE_RULES,
-        RULES,
-        ArgvError,
-        contract_algorithms,
-        launch_rule_errors,
-        resolve_forced,
-    )
+    import sglang_launch_rules as _rules
+
+# One module object wherever the rules were found: its ArgvError is the one callers catch.
+FORCED, RELEASE_RULES, RULES = _rules.FORCED, _rules.RELEASE_RULES, _rules.RULES
+ArgvError, resolve_forced = _rules.ArgvError, _rules.resolve_forced
+contract_algorithms, launch_rule_errors = _rules.contract_algorithms, _rules.launch_rule_errors
 
 __all__ = [
     "FORCED",
