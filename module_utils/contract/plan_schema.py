@@ -98,7 +98,11 @@ SERVING_CONFIG = _object(
 PROPERTIES = {
     "host": {**_NAME, "description": "The inventory host."},
     "profile": {**_NAME, "description": "Its hardware profile (group_vars/<profile>.yml)."},
-    "model": {**_NAME, "description": "The model (models/<name>/)."},
+    "model": _object(
+        "The model the plan is for (plan_model, from models/<name>/model.yml).",
+        {"name": _NAME, "title": {"type": "string"}, "attention": {"type": "string"}},
+        ("name",),
+    ),
     "hardware": _object(
         "The profile's hardware and serving figures.",
         {
@@ -147,8 +151,11 @@ PROPERTIES = {
         "additionalProperties": SERVING_CONFIG,
     },
     "ddtree_rules": {
-        "type": "object",
-        "description": "Whether DDTree's rules were read at the commit the study runs.",
+        "type": ["object", "null"],
+        "description": (
+            "Whether DDTree's rules were read at the commit the study runs; null when no "
+            "launch runs the git runtime."
+        ),
     },
     "speed": {
         "type": "object",
