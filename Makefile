@@ -35,7 +35,7 @@ TEST_DEBS := openssh-server iproute2 python3-venv python3-setuptools git systemd
 
 CONTRACT_VENV := tests/.state/contract-venv
 
-.PHONY: help setup lock check-lock test test-unit test-deps lint syntax pytest test-contract clean-testhosts clean
+.PHONY: help setup lock check-lock test test-unit test-deps lint syntax pytest test-contract schema clean-testhosts clean
 
 help:
 	@echo "make setup   - create $(VENV) from $(LOCKS) on Python $(CONTROLLER_PYTHONS) (no-op when nothing changed)"
@@ -44,6 +44,7 @@ help:
 	@echo "make lock    - re-resolve requirements.in and requirements-dev.in into their locks"
 	@echo "make check-lock - the locks resolve, from wheels and hashes, on Python $(CONTROLLER_PYTHONS)"
 	@echo "make test-contract - launch commands vs the pinned sglang's real parser (CPU-only venv)"
+	@echo "make schema  - write docs/schema/{level,run,plan}.schema.json from module_utils/contract/"
 
 # Refuses a Python ansible-core 2.19 does not support, saying what it found and what to do.
 define CHECK_PYTHON
@@ -157,6 +158,12 @@ test-contract:
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	KIT_REQUIRE_REAL_SGLANG=1 $(CONTRACT_VENV)/bin/python -m pytest tests/contract -p no:cacheprovider -rs | tee "$$log"; \
 	if grep -qE '(^SKIPPED|[0-9]+ skipped)' "$$log"; then echo "test-contract: tests were skipped; every cross-check must run"; exit 1; fi
+
+# The committed schemas, written from their data (module_utils/contract/schema_files.py): the
+# level file's summary comes from the metric registry. A unit test fails when a committed file
+# differs from what this writes.
+schema: setup
+	$(BIN)/python -c 'import module_utils; from ansible.module_utils.contract import schema_files; print("\n".join(schema_files.write("docs/schema")))'
 
 # Removes test hosts left by an interrupted test run (namespaces, processes, files).
 clean-testhosts: setup

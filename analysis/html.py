@@ -6,6 +6,8 @@ import base64
 import html
 import json
 
+from ansible.module_utils.contract import metrics
+
 from analysis import comparability
 from analysis.plots import Plot
 from analysis.tables import fmt
@@ -30,17 +32,12 @@ figcaption { font-size: 13px; color: #555; max-width: 48em; }
 code, pre { font-size: 12px; background: #f6f6f6; } pre { padding: 0.5em; white-space: pre-wrap; }
 .meta { color: #555; font-size: 13px; }
 """
-TEXT_COLUMNS = {
-    "host",
-    "profile",
-    "prompt_set",
-    "config",
-    "lossless",
+# Left-aligned words: the summary's text columns (module_utils/contract/metrics.py text) and
+# the other tables'.
+TEXT_COLUMNS = metrics.text_columns() | {
     "note",
     "band",
     "levels",
-    "chain_control",
-    "budget_diagnosis",
     "scorer",
     "verdict",
     "check",

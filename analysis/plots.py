@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ansible.module_utils.contract import metrics
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -187,6 +188,16 @@ def _png(figure, legend_columns: int = 6, order=None) -> bytes:
     return buffer.getvalue()
 
 
+def _stat_label(metric: metrics.Metric) -> str:
+    """'TTFT p99 (ms)': a distribution's statistic, with its unit."""
+    return f"{metric.label} {metric.stat} ({metric.unit})"
+
+
+def _with_unit(name: str) -> str:
+    """'step time, ms'."""
+    return f"{metrics.label(name)}, {metrics.metric(name).unit}"
+
+
 def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
@@ -270,7 +281,7 @@ def throughput(table: list[dict], palette: dict) -> Plot | None:
         _log2_axis(axis, levels)
         axis.set_title(_title(key, averaged), fontsize=10)
         axis.set_xlabel("concurrency (requests in flight)")
-        axis.set_ylabel("output tokens/s")
+        axis.set_ylabel(metrics.axis_label("output_tokens_per_s"))
         axis.grid(alpha=0.3)
     return Plot(
         "throughput",
@@ -296,7 +307,7 @@ def speedup(table: list[dict], palette: dict, reference: str) -> Plot | None:
         _log2_axis(axis, [r["concurrency"] for r in rows])
         axis.set_title(_title(key, averaged), fontsize=10)
         axis.set_xlabel("concurrency")
-        axis.set_ylabel(f"speedup over {reference} (output tokens/s)")
+        axis.set_ylabel(f"speedup over {reference} ({metrics.label('output_tokens_per_s')})")
         axis.grid(alpha=0.3)
     return Plot(
         "speedup",
@@ -393,7 +404,7 @@ def accept_vs_budget(table: list[dict]) -> Plot | None:
         _log2_axis(axis, [r["ddtree_budget"] for r in trees])
         axis.set_title(host, fontsize=10)
         axis.set_xlabel("DDTree node budget")
-        axis.set_ylabel("accept length (tokens per verify step)")
+        axis.set_ylabel(metrics.axis_label("accept_length_mean"))
         axis.grid(alpha=0.3)
     return Plot(
         "accept_vs_budget",
@@ -470,9 +481,13 @@ def _chain_levels(table: list[dict]) -> dict[tuple, dict]:
     return out
 
 
+# (column, axis label, short name): the registry's step time and accepted tokens per step, and
+# their quotient, which is no column.
 DECOMPOSITION_PANELS = (
-    ("step_ms", "step time (ms per verify step)", "step time"),
-    ("accepted_tokens_per_step", "accepted tokens per step", "accepted tokens per step"),
+    *(
+        (name, metrics.axis_label(name), metrics.label(name))
+        for name in ("step_ms", "accepted_tokens_per_step")
+    ),
     ("per_request", "decode tokens/s per request", "tokens/s"),
 )
 
@@ -717,8 +732,8 @@ def pareto(table: list[dict], palette: dict) -> Plot | None:
                 fx, fy, where="pre", color="#000000", alpha=0.35, linewidth=3, label="Pareto front"
             )
         axis.set_title(f"{host} - mean over prompt sets", fontsize=10)
-        axis.set_xlabel("output tokens/s per GPU")
-        axis.set_ylabel("tokens/s per user (1000 / mean TPOT)")
+        axis.set_xlabel(metrics.axis_label("tokens_per_s_per_gpu"))
+        axis.set_ylabel(metrics.axis_label("tokens_per_s_per_user"))
         axis.grid(alpha=0.3)
     return Plot(
         "pareto",
@@ -765,7 +780,7 @@ def accept_distribution(samples: dict[str, dict[str, list]], palette: dict) -> P
         axis.set_xticks(range(1, len(configs) + 1))
         axis.set_xticklabels(configs, rotation=30, ha="right", fontsize=8)
         axis.set_title(f"{host} - all prompt sets and levels", fontsize=10)
-        axis.set_ylabel("accept length per request")
+        axis.set_ylabel(f"{metrics.label('accept_length_mean')} per request")
         axis.grid(alpha=0.3, axis="y")
     return Plot(
         "accept_distribution",
@@ -802,7 +817,7 @@ def across_hosts(table: list[dict]) -> Plot | None:
         _log2_axis(axis, [r["concurrency"] for r in table])
         axis.set_title(config, fontsize=10)
         axis.set_xlabel("concurrency")
-        axis.set_ylabel("output tokens/s")
+        axis.set_ylabel(metrics.axis_label("output_tokens_per_s"))
         axis.grid(alpha=0.3)
     return Plot(
         "across_hosts",
@@ -912,10 +927,9 @@ def compare_plot(pairs: list[dict]) -> Plot | None:
         return None
     palette = colors([r["config"] for r in pairs])
     figure, grid = _figure(3 * len(keys), width=4.6, columns=3)
-    panels = (
-        ("output_tokens_per_s", "output tokens/s, B / A"),
-        ("step_ms", "step time, B / A"),
-        ("accepted_tokens_per_step", "accepted tokens per step, B / A"),
+    panels = tuple(
+        (name, f"{metrics.label(name)}, B / A")
+        for name in ("output_tokens_per_s", "step_ms", "accepted_tokens_per_step")
     )
     for index, key in enumerate(keys):
         mine = [r for r in pairs if (r["host_a"], r["host_b"], r["prompt_set"]) == key]
@@ -960,7 +974,9 @@ def run_decomposition(table: list[dict], side: str, heading: str) -> Plot | None
 # Latency figures draw three panels per key: past this many (host, prompt set) keys the prompt
 # sets are averaged per host, which keeps the figure readable and its cost bounded.
 MAX_LATENCY_KEYS = 4
-LATENCY_METRICS = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"))
+LATENCY_METRICS = tuple(
+    (field, metrics.label(f"{field}_p50")) for field in ("ttft_ms", "itl_ms", "tpot_ms")
+)
 # The CDFs read the chosen level's files again for each request's token events: at most this
 # many files (one per panel and config), records per file and points per curve.
 MAX_CDF_CONFIGS = 12
@@ -1004,7 +1020,10 @@ def latency(table: list[dict], palette: dict) -> Plot | None:
             axis.set_yscale("log")
             axis.set_title(f"{name} - {_title(key, averaged)}", fontsize=9)
             axis.set_xlabel("concurrency")
-            axis.set_ylabel(f"{name} ms (p99 solid, p50 dashed)", fontsize=8)
+            axis.set_ylabel(
+                f"{name} {metrics.metric(f'{metric}_p50').unit} (p99 solid, p50 dashed)",
+                fontsize=8,
+            )
             axis.grid(alpha=0.3)
     return Plot(
         "latency",
@@ -1049,7 +1068,7 @@ def throughput_latency(table: list[dict], palette: dict) -> Plot | None:
                 )
         axis.set_title(_title(key, averaged), fontsize=10)
         axis.set_xlabel("mean end-to-end latency per request (s)")
-        axis.set_ylabel("output tokens/s")
+        axis.set_ylabel(metrics.axis_label("output_tokens_per_s"))
         axis.grid(alpha=0.3)
     return Plot(
         "throughput_latency",
@@ -1071,7 +1090,9 @@ def latency_cdf(samples: dict, concurrency: int | None, palette: dict) -> Plot |
     drawn = {}
     for index, panel in enumerate(panels):
         configs = sorted(samples[panel], key=config_order)
-        for column, (metric, name) in enumerate((("ttft", "TTFT"), ("itl", "ITL"))):
+        for column, (metric, name) in enumerate(
+            (key, metrics.label(f"{key}_ms_p50")) for key in ("ttft", "itl")
+        ):
             axis = axes[index * 2 + column]
             for config in configs:
                 values = sorted(samples[panel][config][metric])
@@ -1089,7 +1110,8 @@ def latency_cdf(samples: dict, concurrency: int | None, palette: dict) -> Plot |
             axis.set_xscale("log")
             axis.set_ylim(0, 1.0)
             axis.set_title(f"{name} at c{concurrency} - {panel} ({', '.join(sets)})", fontsize=9)
-            axis.set_xlabel(f"{name} per {'request' if metric == 'ttft' else 'token'} (ms)")
+            per = "request" if metric == "ttft" else "token"
+            axis.set_xlabel(f"{name} per {per} ({metrics.metric(f'{metric}_ms_p50').unit})")
             axis.set_ylabel("share at or below")
             axis.grid(alpha=0.3)
     return Plot(
@@ -1113,7 +1135,10 @@ def rate_plot(table: list[dict], palette: dict) -> Plot | None:
     figure, axes = _figure(2 * len(keys), width=5.0, columns=2)
     for index, key in enumerate(keys):
         for column, (metric, name) in enumerate(
-            (("output_tokens_per_s", "output tokens/s"), ("ttft_ms_p99", "TTFT p99 (ms)"))
+            (
+                ("output_tokens_per_s", metrics.axis_label("output_tokens_per_s")),
+                ("ttft_ms_p99", _stat_label(metrics.metric("ttft_ms_p99"))),
+            )
         ):
             axis = axes[index * 2 + column]
             for config, points in _series(rows, key, metric, x="request_rate").items():
@@ -1237,9 +1262,17 @@ def cdf_samples(
 
 # (column measured, column predicted, axis label) of the concurrency figure's panels.
 PREDICTED_PANELS = (
-    ("step_ms", "step_ms_predicted", "step time, ms"),
-    ("accepted_tokens_per_step", "accepted_tokens_per_step_predicted", "accepted tokens per step"),
-    ("output_tokens_per_s", "tokens_per_s_predicted", "output tokens/s (server)"),
+    ("step_ms", "step_ms_predicted", _with_unit("step_ms")),
+    (
+        "accepted_tokens_per_step",
+        "accepted_tokens_per_step_predicted",
+        metrics.label("accepted_tokens_per_step"),
+    ),
+    (
+        "output_tokens_per_s",
+        "tokens_per_s_predicted",
+        f"{metrics.label('output_tokens_per_s')} (server)",
+    ),
 )
 MAX_PREDICTED_KEYS = 4
 MAX_SHAPE_ROWS = 8
@@ -1366,9 +1399,13 @@ def predicted_budget(shapes: list) -> Plot | None:
     for index, shape in enumerate(shapes):
         budgets = list(shape.budgets)
         panels = (
-            ("step time, ms", list(shape.step_ms), [(list(shape.predicted_step_ms), model_style)]),
             (
-                "accepted tokens per step",
+                _with_unit("step_ms"),
+                list(shape.step_ms),
+                [(list(shape.predicted_step_ms), model_style)],
+            ),
+            (
+                metrics.label("accepted_tokens_per_step"),
                 list(shape.accepted_tokens_per_step),
                 [(list(shape.predicted_accepted), model_style)],
             ),

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ansible.module_utils.contract import metrics
+
 from analysis import comparability, html, plots, predicted, quality, sweep, tables
 from analysis.results import (
     DEFAULT_MAX_FILE_BYTES,
@@ -239,32 +241,11 @@ LOSSLESS_COLUMNS = (
     "reference",
     "threshold",
 )
-HTML_COLUMNS = (
-    *tables.MARKDOWN_COLUMNS[:-1],
-    "tokens_per_s_per_user",
-    "tokens_per_s_per_gpu",
-    "requests_failed",
-    "client_saturated",
-    "lossless",
-    "accuracy",
-)
+# The HTML summary table's columns (module_utils/contract/metrics.py html): always shown.
+HTML_COLUMNS = metrics.html_columns()
 # Shown beside HTML_COLUMNS where the results have them.
-OPTIONAL_HTML_COLUMNS = (
-    ("request_rate", lambda row: row.get("request_rate") is not None),
-    ("workload", lambda row: bool(row.get("workload"))),
-    ("repeats", lambda row: (row.get("repeats") or 1) > 1),
-    (
-        "output_tokens_per_s_ci95_low",
-        lambda row: row.get("output_tokens_per_s_ci95_low") is not None,
-    ),
-    (
-        "output_tokens_per_s_ci95_high",
-        lambda row: row.get("output_tokens_per_s_ci95_high") is not None,
-    ),
-    ("under_filled", lambda row: bool(row.get("under_filled"))),
-    ("gpu_power_w_mean", lambda row: row.get("gpu_power_w_mean") is not None),
-    ("slo_met", lambda row: row.get("slo_met") is not None),
-    ("goodput_requests_per_s", lambda row: row.get("goodput_requests_per_s") is not None),
+OPTIONAL_HTML_COLUMNS = tuple(
+    (m.name, lambda row, m=m: m.shown(row.get(m.name))) for m in metrics.html_optional()
 )
 
 
@@ -649,18 +630,8 @@ def _shapes_html(expected: predicted.Predictions) -> str:
 
 # -- compare ---------------------------------------------------------------------------
 
-COMPARED = (
-    "output_tokens_per_s",
-    "accuracy",
-    "speedup_vs_ar",
-    "accept_length_mean",
-    "step_ms",
-    "accepted_tokens_per_step",
-    "ttft_ms_p50",
-    "ttft_ms_p99",
-    "tpot_ms_p50",
-    "tpot_ms_p99",
-)
+# The metrics compare puts side by side (module_utils/contract/metrics.py compared).
+COMPARED = metrics.compared()
 
 
 def host_pairs(a: list[dict], b: list[dict]) -> list[tuple[str, str]]:

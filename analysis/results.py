@@ -20,8 +20,9 @@ requests. Anything unexpected in that part (a missing field, a value of the wron
 count that does not add up, another layout) falls back to a full parse, which also produces
 the precise message. `strict=True` parses every file in full. Files are read in parallel.
 
-The contract is docs/schema/level.schema.json (JSON Schema draft 2020-12), the same file the
-writer's tests validate against: every level file's top level, summary and the rest but its
+The contract is docs/schema/level.schema.json (JSON Schema draft 2020-12, written by `make
+schema` from module_utils/contract/level_schema.py), the same file the writer's tests
+validate against: every level file's top level, summary and the rest but its
 request records are validated against it; the request records too under `strict=True`
 (the four fields above are checked either way). What the schema cannot say stays here: the
 file name agrees with `concurrency`, the counts add up, one schema version per tree, one
@@ -47,6 +48,8 @@ from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ansible.module_utils.contract import level_schema, metrics
 
 from analysis.comparability import package_set
 
@@ -322,13 +325,13 @@ def read_regular(path: Path | str, rel: str, limit: int) -> tuple[bytes | None, 
 
 @functools.cache
 def level_validator():
-    """The compiled validator of docs/schema/level.schema.json, one per process: compiling
-    (resolving its $refs) costs more than validating a level's top level. load() builds it
-    before starting worker processes, which inherit it."""
+    """The compiled validator of the level schema (module_utils/contract/level_schema.py,
+    committed as docs/schema/level.schema.json), one per process: compiling (resolving its
+    $refs) costs more than validating a level's top level. load() builds it before starting
+    worker processes, which inherit it."""
     from jsonschema import Draft202012Validator, validators
 
-    with open(LEVEL_SCHEMA, encoding="utf-8") as handle:
-        schema = tightened(json.load(handle))
+    schema = tightened(level_schema.schema())
     plain_items = Draft202012Validator.VALIDATORS["items"]
     quick: dict[int, tuple] = {}
 
@@ -383,7 +386,7 @@ _PROVENANCE_READ = {
 }
 # Latencies cannot be negative: the summary's distributions (the client's loop lag, which
 # shares their shape, may be slightly).
-_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+_LATENCIES = metrics.distributions()
 
 
 def tightened(schema: dict) -> dict:

@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ansible.module_utils.contract import metrics
+
 from analysis import quality, sweep, telemetry
 from analysis.keys import at_tp, is_reference, level_key
 from analysis.results import (
@@ -24,84 +26,13 @@ from analysis.results import (
     verify_tokens_per_step,
 )
 
+# Every column list comes from the metric registry (module_utils/contract/metrics.py), one
+# entry per column.
 # Metrics whose mean over repeats gets a 95% interval in summary.csv.
-CI_METRICS = ("output_tokens_per_s", "tpot_ms_p50", "ttft_ms_p99")
-COLUMNS = (
-    "host",
-    "profile",
-    "prompt_set",
-    "config",
-    "base_config",
-    "tp_size",
-    "ddtree_budget",
-    "verify_tokens_per_step",
-    "concurrency",
-    "output_tokens_per_s",
-    "speedup_vs_ar",
-    "chain_control",
-    "speedup_vs_chain",
-    "ttft_ms_p50",
-    "ttft_ms_p99",
-    "tpot_ms_p50",
-    "tpot_ms_p99",
-    "itl_ms_p50",
-    "itl_ms_p99",
-    "e2e_ms_p50",
-    "e2e_ms_p99",
-    "accept_length_mean",
-    "step_ms",
-    "accepted_tokens_per_step",
-    "budget_diagnosis",
-    "tokens_per_s_per_user",
-    "tokens_per_s_per_gpu",
-    "gpu_power_w_mean",
-    "output_tokens_per_joule",
-    "gpus",
-    "requests_ok",
-    "requests_failed",
-    "client_saturated",
-    "server_crashed",
-    "lossless",
-    "mismatch_rate",
-    # Scored prompt sets only (empty otherwise): correct / n, n, and how many of the n were
-    # cut off or failed (counted as not correct).
-    "accuracy",
-    "accuracy_n",
-    "accuracy_unanswered",
-    # Rate levels (r<R>.json) only: the Poisson arrival rate, requests/s.
-    "request_rate",
-    # The synthetic workload's name (isl<N>-osl<M>), empty for a prompt set.
-    "workload",
-    # Repeats of the level averaged into the row (every numeric column is their mean), and
-    # the 95% Student-t interval of that mean where there are 2 or more.
-    "repeats",
-    *(f"{metric}_ci95_{end}" for metric in CI_METRICS for end in ("low", "high")),
-    "under_filled",
-    # With --slo only: every SLO met by the level's percentiles, and the requests/s whose own
-    # latencies meet every threshold.
-    "slo_met",
-    "goodput_requests_per_s",
-)
+CI_METRICS = metrics.interval_metrics()
+COLUMNS = metrics.csv_columns()
 # The markdown table is for reading: the columns that tell the story.
-MARKDOWN_COLUMNS = (
-    "host",
-    "prompt_set",
-    "config",
-    "concurrency",
-    "output_tokens_per_s",
-    "speedup_vs_ar",
-    "speedup_vs_chain",
-    "ttft_ms_p50",
-    "ttft_ms_p99",
-    "tpot_ms_p50",
-    "tpot_ms_p99",
-    "accept_length_mean",
-    "step_ms",
-    "accepted_tokens_per_step",
-    "budget_diagnosis",
-    "output_tokens_per_joule",
-    "lossless",
-)
+MARKDOWN_COLUMNS = metrics.markdown_columns()
 DEFAULT_BAND_EDGES = (1, 8, 32, 128)
 # GPU product names to the kit's hardware profiles, for results whose provenance does not
 # name the profile.
@@ -172,88 +103,21 @@ def rows(results: Results, reference: str = "ar", slo: dict | None = None) -> li
     also against the chain control (CHAIN_CONTROL, or it expanded over TP sizes) there, and
     each closed-loop budget's mark from the sweep's diagnosis. Repeats of a level are
     averaged into one row (merge_repeats). `slo` ({key: ms}, parse_slo) fills slo_met and
-    goodput_requests_per_s."""
-    base: dict[tuple, dict] = {}
-    chain: dict[tuple, dict] = {}
-    for level in results.levels:
-        key = level_key(level)
-        tp = tp_size(level.config, level.provenance)
-        value = level.summary.get("output_tokens_per_s")
-        if is_reference(level.config, reference) and value:
-            base.setdefault(key, {})[tp] = value
-        if base_config(level.config) == CHAIN_CONTROL:
-            chain.setdefault(key, {})[tp] = (level.config, value)
+    goodput_requests_per_s. A row holds every column of the metric registry, MEASURED ones
+    read from the level's summary, the others from level_columns."""
+    baselines = _baselines(results, reference)
     out = []
     for level in results.levels:
-        summary = level.summary
-        throughput = summary.get("output_tokens_per_s")
-        tp = tp_size(level.config, level.provenance)
-        key = level_key(level)
-        ar = at_tp(base, key, tp)
-        tpot = _stat(summary, "tpot_ms", "mean")
-        gpus = gpus_of(level.provenance)
-        state, rate = lossless_state(results, level.host, level.config, reference)
-        budget = ddtree_budget(level.config, level.provenance)
-        # Only DDTree rows have a chain to be compared with; the control must have run at the
-        # same host, prompt set, level and TP size.
-        control, chain_value = (at_tp(chain, key, tp) if budget is not None else None) or (
-            None,
-            None,
-        )
+        computed = level_columns(results, level, baselines, reference, slo)
         out.append(
             {
-                "host": level.host,
-                "profile": profile_of(level.provenance),
-                "prompt_set": level.prompt_set,
-                "config": level.config,
-                "base_config": base_config(level.config),
-                "tp_size": tp,
-                "ddtree_budget": budget,
-                "verify_tokens_per_step": verify_tokens_per_step(level.config, level.provenance),
-                "concurrency": level.concurrency,
-                "output_tokens_per_s": throughput,
-                "speedup_vs_ar": ratio(throughput, ar),
-                "chain_control": control,
-                "speedup_vs_chain": ratio(throughput, chain_value),
-                "ttft_ms_p50": _stat(summary, "ttft_ms", "p50"),
-                "ttft_ms_p99": _stat(summary, "ttft_ms", "p99"),
-                "tpot_ms_p50": _stat(summary, "tpot_ms", "p50"),
-                "tpot_ms_p99": _stat(summary, "tpot_ms", "p99"),
-                "itl_ms_p50": _stat(summary, "itl_ms", "p50"),
-                "itl_ms_p99": _stat(summary, "itl_ms", "p99"),
-                "e2e_ms_p50": _stat(summary, "e2e_ms", "p50"),
-                "e2e_ms_p99": _stat(summary, "e2e_ms", "p99"),
-                "accept_length_mean": summary.get("accept_length_mean"),
-                "step_ms": summary.get("step_ms"),
-                "accepted_tokens_per_step": summary.get("accepted_tokens_per_step"),
-                "budget_diagnosis": None,
-                # What one user sees while decoding (1000 / mean TPOT), against what each
-                # GPU delivers: the two axes of the throughput-interactivity trade.
-                "tokens_per_s_per_user": ratio(1000.0, tpot),
-                "tokens_per_s_per_gpu": ratio(throughput, gpus),
-                **telemetry.columns(
-                    summary, throughput, telemetry.server_gpu_indexes(level.provenance)
-                ),
-                "gpus": gpus,
-                "requests_ok": summary.get("requests_ok"),
-                "requests_failed": summary.get("requests_failed"),
-                "client_saturated": bool(level.client.get("saturated")),
-                "server_crashed": level.crashed,
-                "lossless": state,
-                "mismatch_rate": rate,
-                **_accuracy_columns(summary.get("accuracy")),
-                "request_rate": level.request_rate,
-                "workload": (level.workload or {}).get("name"),
-                "repeats": 1,
-                **{f"{m}_ci95_{end}": None for m in CI_METRICS for end in ("low", "high")},
-                "under_filled": bool(level.fill.get("under_filled")),
-                "slo_met": None,
-                "goodput_requests_per_s": goodput(level, slo) if slo else None,
-                # Not in summary.csv: what the latency plots and the SLOs read, and the
-                # request rate goodput is a part of.
-                "e2e_ms_mean": _stat(summary, "e2e_ms", "mean"),
-                "requests_per_s": summary.get("requests_per_s"),
-                "slo_values": {k: slo_value(summary, k) for k in slo} if slo else {},
+                **{
+                    m.name: metrics.value(level.summary, m)
+                    if m.kind == metrics.MEASURED
+                    else computed[m.name]
+                    for m in metrics.METRICS
+                },
+                "slo_values": {k: slo_value(level.summary, k) for k in slo} if slo else {},
                 "file": level.path,
                 "files": [level.path],
             }
@@ -267,6 +131,71 @@ def rows(results: Results, reference: str = "ar", slo: dict | None = None) -> li
         if row["ddtree_budget"] is not None:
             row["budget_diagnosis"] = diagnosis.mark(row)
     return out
+
+
+def _baselines(results: Results, reference: str) -> tuple[dict, dict]:
+    """Per level key and TP size: the reference's output tokens/s, and the chain control's
+    (config, output tokens/s)."""
+    base: dict[tuple, dict] = {}
+    chain: dict[tuple, dict] = {}
+    for level in results.levels:
+        key = level_key(level)
+        tp = tp_size(level.config, level.provenance)
+        value = level.summary.get("output_tokens_per_s")
+        if is_reference(level.config, reference) and value:
+            base.setdefault(key, {})[tp] = value
+        if base_config(level.config) == CHAIN_CONTROL:
+            chain.setdefault(key, {})[tp] = (level.config, value)
+    return base, chain
+
+
+def level_columns(results: Results, level, baselines: tuple, reference: str, slo) -> dict:
+    """The columns of a level's row that are not MEASURED: what names the level, what the
+    analysis computes from it and its neighbours (speedups, per-user and per-GPU rates,
+    losslessness, accuracy, power), and the placeholders rows() and merge_repeats() fill."""
+    base, chain = baselines
+    summary = level.summary
+    throughput = summary.get("output_tokens_per_s")
+    tp = tp_size(level.config, level.provenance)
+    key = level_key(level)
+    tpot = _stat(summary, "tpot_ms", "mean")
+    gpus = gpus_of(level.provenance)
+    state, rate = lossless_state(results, level.host, level.config, reference)
+    budget = ddtree_budget(level.config, level.provenance)
+    # Only DDTree rows have a chain to be compared with; the control must have run at the
+    # same host, prompt set, level and TP size.
+    control, chain_value = (at_tp(chain, key, tp) if budget is not None else None) or (None, None)
+    return {
+        "host": level.host,
+        "profile": profile_of(level.provenance),
+        "prompt_set": level.prompt_set,
+        "config": level.config,
+        "base_config": base_config(level.config),
+        "tp_size": tp,
+        "ddtree_budget": budget,
+        "verify_tokens_per_step": verify_tokens_per_step(level.config, level.provenance),
+        "concurrency": level.concurrency,
+        "speedup_vs_ar": ratio(throughput, at_tp(base, key, tp)),
+        "chain_control": control,
+        "speedup_vs_chain": ratio(throughput, chain_value),
+        "budget_diagnosis": None,
+        "tokens_per_s_per_user": ratio(1000.0, tpot),
+        "tokens_per_s_per_gpu": ratio(throughput, gpus),
+        **telemetry.columns(summary, throughput, telemetry.server_gpu_indexes(level.provenance)),
+        "gpus": gpus,
+        "client_saturated": bool(level.client.get("saturated")),
+        "server_crashed": level.crashed,
+        "lossless": state,
+        "mismatch_rate": rate,
+        **accuracy_columns(summary.get("accuracy")),
+        "request_rate": level.request_rate,
+        "workload": (level.workload or {}).get("name"),
+        "repeats": 1,
+        **{f"{m}_ci95_{end}": None for m in CI_METRICS for end in ("low", "high")},
+        "under_filled": bool(level.fill.get("under_filled")),
+        "slo_met": None,
+        "goodput_requests_per_s": goodput(level, slo) if slo else None,
+    }
 
 
 def closed_loop(table: list[dict]) -> list[dict]:
@@ -356,35 +285,9 @@ def welch_interval(a: list[float], b: list[float]) -> tuple[float, float] | None
 
 
 # Metrics whose per-repeat values a row keeps (repeat_values), for compare's intervals.
-REPEAT_METRICS = (
-    "output_tokens_per_s",
-    "speedup_vs_ar",
-    "accuracy",
-    "accept_length_mean",
-    "step_ms",
-    "accepted_tokens_per_step",
-    "ttft_ms_p50",
-    "ttft_ms_p99",
-    "tpot_ms_p50",
-    "tpot_ms_p99",
-    "itl_ms_p50",
-    "itl_ms_p99",
-    "e2e_ms_p50",
-    "e2e_ms_p99",
-    "output_tokens_per_joule",
-    "goodput_requests_per_s",
-)
+REPEAT_METRICS = metrics.repeat_metrics()
 # Columns that name a level rather than measure it: the same in every repeat, never averaged.
-_IDENTITY = {
-    "tp_size",
-    "ddtree_budget",
-    "verify_tokens_per_step",
-    "concurrency",
-    "gpus",
-    "request_rate",
-    "accuracy_n",
-    "repeats",
-}
+_IDENTITY = metrics.fixed()
 
 
 def merge_repeats(table: list[dict]) -> list[dict]:
@@ -435,8 +338,9 @@ def _mean_of(values) -> float | None:
 
 # -- SLOs ------------------------------------------------------------------------------
 
-SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
-SLO_STATS = ("p50", "p90", "p99")
+# The level's distributions (ttft_ms, ...) and the percentiles each records.
+SLO_METRICS = tuple(name.removesuffix("_ms") for name in metrics.distributions())
+SLO_STATS = metrics.PERCENTILES
 SLO_FORMS = (
     "KEY=VALUE pairs separated by commas, KEY <metric>_ms_<stat> with metric one of "
     f"{', '.join(SLO_METRICS)} and stat one of {', '.join(SLO_STATS)}, VALUE a positive "
@@ -543,7 +447,7 @@ def slo_text(slo: dict) -> str:
     return ", ".join(f"{k} <= {v:g} ms" for k, v in slo.items())
 
 
-def _accuracy_columns(accuracy) -> dict:
+def accuracy_columns(accuracy) -> dict:
     """accuracy, accuracy_n, accuracy_unanswered of a level's summary.accuracy (checked by
     analysis.results.accuracy_problems); None each for an unscored set. The accuracy is
     recomputed from the counts: the one the pairing and the warnings use."""
@@ -1025,20 +929,19 @@ def warnings(
 # -- output ----------------------------------------------------------------------------
 
 
+# Number formats where the default (.2f, .1f from 1000) says too little: the registry's, and
+# those of the other tables' columns.
+DIGITS = {**metrics.digits(), "reference_accuracy": ".3f", "p_value": ".3g"}
+
+
 def fmt(value, column: str = "") -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if column in ("speedup_vs_ar", "speedup_vs_chain"):
-            return f"{value:.3f}"
-        if column == "mismatch_rate":
-            return f"{value:.4f}"
-        if column in ("accuracy", "reference_accuracy"):
-            return f"{value:.3f}"
-        if column == "p_value":
-            return f"{value:.3g}"
+        if column in DIGITS:
+            return format(value, DIGITS[column])
         return f"{value:.2f}" if abs(value) < 1000 else f"{value:.1f}"
     return str(value)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.contract import plan_schema
+from jsonschema import Draft202012Validator
 
 from tests.support.ansible_run import local_sglang_git
 from tests.support.hub_server import LocalHub, token_env
@@ -136,6 +138,9 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
     declared = yaml.safe_load((REPO / "group_vars" / f"{profile}.yml").read_text())
     for name in names:
         plan = json.loads((out / name / "plan.json").read_text())
+        # docs/schema/plan.schema.json holds of what the template renders.
+        errors = Draft202012Validator(plan_schema.schema()).iter_errors(plan)
+        assert [f"{list(e.absolute_path)}: {e.message}" for e in errors] == []
         assert plan["profile"] == profile
         assert plan["hardware"]["gpu_model"] == declared["kimi_gpu_model"]
         assert plan["hardware"]["interconnect"] == declared["kimi_interconnect"]
