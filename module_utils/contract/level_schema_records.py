@@ -172,7 +172,7 @@ STARTUP_TIME = {
 
 CLIENT = {
     "type": "object",
-    "description": "The client's own load (module_utils/benchmark/client.py client_report).",
+    "description": "The client's own load (module_utils/benchmark/client_report.py client_report).",
     "properties": {
         "cpu_s": {
             "type": "number",

@@ -108,7 +108,6 @@ STILL_LONG = {
     "analysis/results.py:load",
     "analysis/tables.py",
     "analysis/tables.py:recommend",
-    "analysis/tables.py:rows",
     "analysis/tables.py:warnings",
     "library/canary_serve.py:main",
     "module_utils/canary/checkpoint.py",
