@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ansible.module_utils.contract.secrets import CONTROLLER_SECRET_ENV
+
 from analysis import comparability
 from analysis.bundle import DEFAULT_MAX_BYTES as BUNDLE_MAX_BYTES
 from analysis.bundle import DEFAULT_MAX_FILE_BYTES as BUNDLE_MAX_FILE_BYTES
@@ -147,9 +149,9 @@ def _bundle_args(commands) -> None:
         help="pack a run for sharing, secrets scrubbed",
         description="Pack a run (run.json, level files, lossless, status, api-check, debug/, "
         "reports) into a .tar.gz with every file, gzip members too, scrubbed of secrets: the "
-        "values of HF_TOKEN, HUGGING_FACE_HUB_TOKEN and KIMI_SERVER_API_KEY when set, of "
-        "--secret-env variables and --secret-file lines, their base64 forms and digests, and "
-        "hf_ tokens, bearer headers, api_key values and URL passwords.",
+        f"values of {', '.join(CONTROLLER_SECRET_ENV[:-1])} and {CONTROLLER_SECRET_ENV[-1]} when "
+        "set, of --secret-env variables and --secret-file lines, their base64 forms and "
+        "digests, and hf_ tokens, bearer headers, api_key values and URL passwords.",
     )
     pack.add_argument("results_dir", metavar="RESULTS_DIR")
     pack.add_argument(

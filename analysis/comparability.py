@@ -37,10 +37,12 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ansible.module_utils.contract.level import NOT_FROZEN
+from ansible.module_utils.contract.secrets import MASK, SECRET_FLAGS, is_secret_name
+
 NOT_COMPARABLE, EXPECTED = "not_comparable", "expected_difference"
 KINDS = (NOT_COMPARABLE, EXPECTED)
 
-MASK = "********"  # module_utils/host/helpers.MASK: how the kit masks a secret
 ABSENT = "(absent)"  # a flag or variable one run's launch does not have
 SET = "(set)"  # a flag without a value
 # Bounds on what files may hold: a value's key (longer ones are compared by sha256), values
@@ -55,9 +57,6 @@ MAX_ENTRIES = 12
 MAX_MESSAGE = 1500
 MAX_NAME = 200
 MAX_PACKAGES = 20_000
-# pip's own tooling: whatever ensurepip brought, never frozen in the study lock
-# (module_utils/runtime/freeze.NOT_FROZEN) and no part of what the server runs.
-NOT_FROZEN = ("pip", "setuptools", "wheel")
 _SEPARATORS = re.compile(r"[-_.]+")  # PEP 503 name normalisation
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -122,9 +121,7 @@ IGNORED_FLAGS = {"--host", "--port", "--dist-init-addr"}
 # restarts the server): a local path, whose contents are compared as the runtime's packages.
 IGNORED_ENVIRONMENT = {"KIMI_RUNTIME_DIR"}
 WEIGHT_FLAGS = {"--model-path": "target", "--speculative-draft-model-path": "drafter"}
-SECRET_FLAGS = {"--api-key", "--config"}  # --config: the kit's root-only file with the key
 ATTENTION_BACKEND = re.compile(r"^--(?:[a-z0-9]+-)*attention-backend$")
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PROXY")  # module_utils/plan/serving.py's
 
 
 # -- values ----------------------------------------------------------------------------
@@ -469,7 +466,7 @@ def launch_environment(environment) -> dict[str, object]:
     found = {}
     for name, value in itertools.islice(environment.items(), MAX_ARGS):
         name = _name(name)
-        secret = any(word in name.upper() for word in SECRET_WORDS)
+        secret = is_secret_name(name)
         found[name] = MASK if secret and value not in (None, "") else value
     return found
 

@@ -1,11 +1,11 @@
 """Keys the tables, the quality gate and the plots share: where a level is measured, which
-config is its reference (the writer's rule, module_utils/plan/serving.py), a value at a TP
+config is its reference (the writer's rule, module_utils/contract/names.py), a value at a TP
 size. Nothing here imports another analysis module, so that tables and quality can both import
 it without a loop."""
 
 from __future__ import annotations
 
-from ansible.module_utils.plan.serving import is_reference  # noqa: F401  (the writer's rule)
+from ansible.module_utils.contract.names import is_reference  # noqa: F401  (the writer's rule)
 
 
 def at_tp(values: dict, place: tuple, tp: int | None):

@@ -50,29 +50,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ansible.module_utils.contract import level_schema, metrics
+from ansible.module_utils.contract.launch import TP_FLAGS, flag_value
+from ansible.module_utils.contract.level import (
+    API_CHECK_FILE,
+    API_CHECK_KIND,
+    API_CHECK_SCHEMA_VERSION,
+    LEVEL_FILE,
+    LOSSLESS_KIND,
+    MAX_LEVEL_BYTES,
+    SUPPORTED_SCHEMAS,
+)
+from ansible.module_utils.contract.names import (  # noqa: F401  (the analysis' names for them)
+    CHAIN_CONTROL,
+    MAX_TP,
+    base_config,
+    config_order,
+)
+from ansible.module_utils.contract.names import read_config_name as parse_config_name
 
 from analysis.comparability import package_set
 
 # The contract, relative to the repository the analysis runs from.
 LEVEL_SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "schema" / "level.schema.json"
-SUPPORTED_SCHEMAS = (1,)  # the level schema's schema_version const (a test ties them)
-LOSSLESS_KIND = "sglang_benchmark.lossless"
-API_CHECK_KIND = "kimi.api_check"
-API_CHECK_FILE = "api-check.json"
 # Five checks of a few short strings each: a few kilobytes. Anything far larger is not one.
 API_CHECK_BYTES = 1 << 20
 REPORT_KIND = "analysis.report"
-# c<N>.json (closed loop at concurrency N), r<R>.json (Poisson arrivals at R requests/s),
-# and repeat k >= 2 of either: c<N>.rep<k>.json, r<R>.rep<k>.json.
-LEVEL_FILE = re.compile(r"^(?:c(\d+)|r(\d+(?:\.\d+)?))(?:\.rep(\d+))?\.json$")
 MAX_DEPTH = 8  # run/host/config/prompt set/c<N>.json is 4 below a run; room for a parent
 MAX_FILES = 200_000
 MAX_PROBLEMS = 60
 # Worker processes pay off only on trees big enough to amortise starting them.
 PARALLEL_BYTES = 32 << 20
-# Per file: a level of 100,000 records with their texts is well under 1 GiB; anything far
-# bigger is not a level file (or needs --max-file-bytes).
-DEFAULT_MAX_FILE_BYTES = 2 << 30
+# Per file (the writer's bound; --max-file-bytes raises it).
+DEFAULT_MAX_FILE_BYTES = MAX_LEVEL_BYTES
 # Report folders are recognised by their report.json; a real one is a few megabytes at most.
 REPORT_JSON_BYTES = 64 << 20
 # No number a level holds comes near this (a petabyte, 31,000 years in ms); past it float
@@ -1316,7 +1325,7 @@ API_CHECK_SCHEMA = {
     "type": "object",
     "properties": {
         "kind": {"const": API_CHECK_KIND},
-        "schema_version": {"const": 1},
+        "schema_version": {"const": API_CHECK_SCHEMA_VERSION},
         "checked_at": {"type": ["string", "null"], "maxLength": 64},
         "base_url": {"type": ["string", "null"], "maxLength": 400},
         "served_model_name": {"type": ["string", "null"], "maxLength": 400},
@@ -1721,47 +1730,14 @@ def _size(path: str) -> int:
 
 # -- names -----------------------------------------------------------------------------
 
-# Expanded serving config names, as the server role expands them (module_utils/plan/serving.py
-# parse_config_name; the analysis does not import the kit, so it reads them itself):
-# <config>, <config>-tp<N> (a config expanded over TP sizes), ddtree-b<B> and
-# ddtree-tp<N>-b<B> (one per budget, and TP size).
-_DDTREE = re.compile(r"^ddtree(?:-tp(\d+))?-b(\d+)$")
-_TP_NAME = re.compile(r"^(.+)-tp(\d+)$")
-# The DFlash chain served with the DDTree servers' attention backend, page size 1 and overlap
-# scheduling off: DDTree's control on equal terms (the model's serving config definitions).
-CHAIN_CONTROL = "dflash-tree-backend"
-_ORDER = {"ar": (0, 0), "eagle3": (1, 0), "dflash": (2, 0), CHAIN_CONTROL: (2, 1)}
+# Expanded serving config names are the writer's (module_utils/contract/names.py): <config>,
+# <config>-tp<N>, <config>-b<B>, <config>-tp<N>-b<B>. The analysis reads them leniently
+# (parse_config_name here is contract.names.read_config_name): a name it cannot read, or with
+# a TP size or budget the kit cannot render, stays whole. CHAIN_CONTROL, base_config and
+# config_order come from there too.
+
 # Flag values read from a launch argv are counts of tokens: anything past this is not one.
 MAX_COUNT = 1_000_000
-# No server spans more GPUs than this in one tensor-parallel group; a larger -tp<N> or
-# --tp-size is not a TP size.
-MAX_TP = 4096
-_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
-
-
-def parse_config_name(name: str) -> tuple[str, int | None, int | None]:
-    """(base config, TP size or None, DDTree budget or None) of an expanded config name:
-    ddtree-tp4-b32 -> (ddtree, 4, 32), ddtree-b32 -> (ddtree, None, 32), dflash-tp4 ->
-    (dflash, 4, None), anything else -> (name, None, None). A number out of range (tp0, b0,
-    more digits than a count has) leaves the name whole."""
-    if not isinstance(name, str):
-        return str(name), None, None
-    match = _DDTREE.match(name)
-    if match:
-        tp_text, budget_text = match.groups()
-        tp = _tp(tp_text) if tp_text is not None else None
-        budget = _count(budget_text)
-        if budget is not None and (tp_text is None or tp is not None):
-            return "ddtree", tp, budget
-        return name, None, None
-    match = _TP_NAME.match(name)
-    if match and _tp(match.group(2)) is not None:
-        return match.group(1), _tp(match.group(2)), None
-    return name, None, None
-
-
-def base_config(name: str) -> str:
-    return parse_config_name(name)[0]
 
 
 def _tp(text: str | None) -> int | None:
@@ -1773,27 +1749,11 @@ def tp_size(config: str, provenance: dict | None = None) -> int | None:
     """The tensor-parallel size a level was served at: the launch argv's --tp-size (or its
     aliases), else the config name's -tp<N>, else None (unknown)."""
     argv = _argv(provenance)
-    for flag in _TP_FLAGS:
-        value = _tp(launch_flag(argv, flag))
+    for flag in TP_FLAGS:
+        value = _tp(flag_value(argv, flag))
         if value is not None:
             return value
     return parse_config_name(config)[1]
-
-
-def launch_flag(argv, flag: str) -> str | None:
-    """The value argparse would give `flag` in argv (`--flag value` or `--flag=value`, the
-    last one winning), or None when it is absent or argv is not a list."""
-    if not isinstance(argv, list):
-        return None
-    found = None
-    for index, item in enumerate(argv):
-        if not isinstance(item, str):
-            continue
-        if item == flag and index + 1 < len(argv):
-            found = str(argv[index + 1])
-        elif item.startswith(flag + "="):
-            found = item[len(flag) + 1 :]
-    return found
 
 
 def _count(text: str | None) -> int | None:
@@ -1817,8 +1777,8 @@ def ddtree_budget(config: str, provenance: dict | None = None) -> int | None:
     if isinstance(launch.get("budget"), int) and not isinstance(launch.get("budget"), bool):
         return launch["budget"]
     argv = _argv(provenance)
-    if (launch_flag(argv, "--speculative-algorithm") or "").upper() == "DDTREE":
-        budget = _count(launch_flag(argv, "--speculative-ddtree-budget"))
+    if (flag_value(argv, "--speculative-algorithm") or "").upper() == "DDTREE":
+        budget = _count(flag_value(argv, "--speculative-ddtree-budget"))
         if budget is not None:
             return budget
     return parse_config_name(config)[2]
@@ -1835,25 +1795,13 @@ def verify_tokens_per_step(config: str, provenance: dict | None = None) -> int |
     argv = _argv(provenance)
     if not isinstance(argv, list) or not argv:
         return None
-    algorithm = launch_flag(argv, "--speculative-algorithm")
+    algorithm = flag_value(argv, "--speculative-algorithm")
     if algorithm is None or algorithm.upper() == "NONE":
         return 1
     # A DDTREE launch without a budget defaults to draft tokens - 1 nodes: draft tokens verified.
-    return _count(launch_flag(argv, "--speculative-num-draft-tokens")) or _count(
-        launch_flag(argv, "--speculative-dflash-block-size")
+    return _count(flag_value(argv, "--speculative-num-draft-tokens")) or _count(
+        flag_value(argv, "--speculative-dflash-block-size")
     )
-
-
-def config_order(config: str) -> tuple:
-    """ar, eagle3, dflash, the chain control, then DDTree by budget, then anything else by
-    name; a config expanded over TP sizes by TP size within its place."""
-    base, tp, budget = parse_config_name(config)
-    if base in _ORDER:
-        return (*_ORDER[base], tp or 0, config)
-    budget = ddtree_budget(config)
-    if budget is not None:
-        return (3, budget, tp or 0, config)
-    return (4, 0, tp or 0, config)
 
 
 def run_model(run: dict) -> dict | None:

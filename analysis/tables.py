@@ -11,6 +11,9 @@ import re
 from dataclasses import dataclass, field
 
 from ansible.module_utils.contract import metrics
+from ansible.module_utils.contract.launch import PP_FLAGS, TP_FLAGS
+from ansible.module_utils.contract.names import REFERENCE
+from ansible.module_utils.contract.profiles import PROFILE_OF_GPU
 
 from analysis import quality, sweep, telemetry
 from analysis.keys import at_tp, is_reference, level_key
@@ -34,16 +37,6 @@ COLUMNS = metrics.csv_columns()
 # The markdown table is for reading: the columns that tell the story.
 MARKDOWN_COLUMNS = metrics.markdown_columns()
 DEFAULT_BAND_EDGES = (1, 8, 32, 128)
-# GPU product names to the kit's hardware profiles, for results whose provenance does not
-# name the profile.
-PROFILE_OF_GPU = (
-    ("RTX PRO 6000", "ct200"),
-    ("H200", "h200"),
-    ("B200", "b200"),
-    ("B300", "b300"),
-)
-_TP = re.compile(r"^--(?:tp-size|tp|tensor-parallel-size)$")
-_PP = re.compile(r"^--(?:pp-size|pp|pipeline-parallel-size)$")
 
 
 def profile_of(provenance: dict) -> str:
@@ -65,9 +58,9 @@ def gpus_of(provenance: dict) -> int | None:
     for flag, value in itertools.pairwise(argv):
         if not isinstance(flag, str):
             continue
-        if _TP.match(flag) and _small_count(value):
+        if flag in TP_FLAGS and _small_count(value):
             tp = int(value)
-        elif _PP.match(flag) and _small_count(value):
+        elif flag in PP_FLAGS and _small_count(value):
             pp = int(value)
     if tp:
         return tp * (pp or 1)
@@ -97,7 +90,7 @@ def _stat(summary: dict, name: str, stat: str):
     return value.get(stat) if isinstance(value, dict) else None
 
 
-def rows(results: Results, reference: str = "ar", slo: dict | None = None) -> list[dict]:
+def rows(results: Results, reference: str = REFERENCE, slo: dict | None = None) -> list[dict]:
     """One row per level, in the table's order, with speedups against the reference config on
     the same host, prompt set, concurrency (or request rate), repeat and TP size; DDTree rows
     also against the chain control (CHAIN_CONTROL, or it expanded over TP sizes) there, and
@@ -777,7 +770,7 @@ def collapse_warnings(table: list[dict], diagnosis: sweep.Diagnosis) -> list[dic
 def warnings(
     results: Results,
     table: list[dict],
-    reference: str = "ar",
+    reference: str = REFERENCE,
     diagnosis: sweep.Diagnosis | None = None,
     scored: list[dict] | None = None,
     api_checks: list[dict] | None = None,

@@ -1,5 +1,6 @@
-"""What the report makes of a level's GPU telemetry (summary.gpu, written by
-module_utils/benchmark/gpu_telemetry.py): power and tokens per joule columns, and throttle warnings.
+"""What the report makes of a level's GPU telemetry (summary.gpu, sampled by
+module_utils/benchmark/gpu_telemetry.py and summarised by module_utils/benchmark/gpu_summary.py):
+power and tokens per joule columns, and throttle warnings.
 
 Level files are outside input: every field read here is type-checked and bounded, and a summary of
 the wrong shape yields empty columns and no warning rather than an exception.
@@ -10,6 +11,10 @@ from __future__ import annotations
 import itertools
 import math
 
+# The writer lists reasons active in at least THROTTLE_SHARE of the busy samples; a hand-edited
+# or older file listing less is not worth a warning.
+from ansible.module_utils.contract.thresholds import THROTTLE_SHARE
+
 # What a throttle reason is called in the report.
 REASON_WORDS = {"power_cap": "power cap", "thermal": "thermal", "hw_slowdown": "hardware slowdown"}
 # Why the clocks being held down matters, per reason.
@@ -19,10 +24,6 @@ REASON_CONSEQUENCE = {
     "hw_slowdown": "throughput at this level is limited by a hardware slowdown (power brake or "
     "external signal)",
 }
-# Matches module_utils/benchmark/gpu_telemetry.THROTTLE_SHARE: the writer lists reasons at or above
-# it, and a
-# hand-edited or older file listing less is not worth a warning.
-THROTTLE_SHARE = 0.2
 MAX_POWER_W = 1.0e6  # a whole host's GPUs, with margin
 MAX_CLOCK_MHZ = 1.0e5
 MAX_GPU_INDEX = 1023

@@ -43,6 +43,7 @@ _kit_module_utils()
 
 import yaml  # noqa: E402
 from ansible.module_utils.canary.serve import CanaryError, launches, source_files  # noqa: E402
+from ansible.module_utils.contract.names import ServingConfigError, parse_config_name  # noqa: E402
 from ansible.module_utils.host.rollout import RolloutError, rollout  # noqa: E402
 from ansible.module_utils.host.secret_scrub import Scrubber  # noqa: E402
 from ansible.module_utils.plan.model_data import (  # noqa: E402
@@ -52,12 +53,7 @@ from ansible.module_utils.plan.model_data import (  # noqa: E402
     load_model,
     serving_definitions,
 )
-from ansible.module_utils.plan.serving import (  # noqa: E402
-    ServingConfigError,
-    ddtree_rules,
-    ordered_run,
-    parse_config_name,
-)
+from ansible.module_utils.plan.serving import ddtree_rules, ordered_run  # noqa: E402
 from ansible.module_utils.plan.speed_inputs import SpeedModelError  # noqa: E402
 from ansible.module_utils.plan.speed_plan import (  # noqa: E402
     hardware_figures,

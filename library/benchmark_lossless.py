@@ -71,19 +71,33 @@ flagged:
 
 import json  # noqa: E402
 import os  # noqa: E402
-import re  # noqa: E402
 import stat  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.benchmark.stats import SCHEMA_VERSION, compare_outputs  # noqa: E402
-from ansible.module_utils.plan.serving import (  # noqa: E402
+from ansible.module_utils.benchmark.stats import compare_outputs  # noqa: E402
+from ansible.module_utils.contract.level import (  # noqa: E402
+    LOSSLESS_KIND,
+    MAX_LEVEL_BYTES,
+    SCHEMA_VERSION,
+    parse_level_file,
+)
+from ansible.module_utils.contract.names import (  # noqa: E402
+    REFERENCE,
     ServingConfigError,
     is_reference,
     parse_config_name,
     reference_at_tp,
 )
 
-LEVEL = re.compile(r"^c(\d+)\.json$")
+
+def closed_loop_concurrency(name: str) -> int | None:
+    """The concurrency of a closed-loop level's first repeat (c<N>.json), else None: greedy
+    outputs are compared on those alone, one file per prompt set and concurrency."""
+    parsed = parse_level_file(name)
+    if parsed is None:
+        return None
+    concurrency, rate, repeat = parsed
+    return concurrency if rate is None and repeat is None else None
 
 
 def levels(results_dir: str) -> dict:
@@ -98,15 +112,11 @@ def levels(results_dir: str) -> dict:
             if not os.path.isdir(sub):
                 continue
             for name in os.listdir(sub):
-                match = LEVEL.match(name)
-                if match:
-                    key = (prompt_set, int(match.group(1)))
+                concurrency = closed_loop_concurrency(name)
+                if concurrency is not None:
+                    key = (prompt_set, concurrency)
                     found.setdefault(config, {})[key] = os.path.join(sub, name)
     return found
-
-
-# Largest level file read (the analysis reads the same files with the same default bound).
-MAX_LEVEL_BYTES = 2 << 30
 
 
 def load(path: str) -> dict:
@@ -222,7 +232,7 @@ def check(results_dir: str, reference: str, threshold: float) -> dict:
         }
     return {
         "schema_version": SCHEMA_VERSION,
-        "kind": "sglang_benchmark.lossless",
+        "kind": LOSSLESS_KIND,
         "reference": reference,
         "reference_found": bool(references) or reference in found,
         # Per config, the reference it was checked against when not `reference` itself
@@ -238,7 +248,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "results_dir": {"type": "path", "required": True},
-            "reference": {"type": "str", "default": "ar"},
+            "reference": {"type": "str", "default": REFERENCE},
             "threshold": {"type": "float", "default": 0.1},
             "output": {"type": "path", "required": True},
         },

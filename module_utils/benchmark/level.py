@@ -23,7 +23,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import shutil
 from dataclasses import dataclass
 
@@ -51,6 +50,12 @@ from ansible.module_utils.benchmark.stats import (
     server_delta,
     summarize_level,
 )
+from ansible.module_utils.contract.level import (
+    LEVEL_KIND,
+    level_stem,
+    rate_text,
+    repeat_stem,
+)
 from ansible.module_utils.host.helpers import (
     file_sha256,
     mask_secrets,
@@ -58,21 +63,8 @@ from ansible.module_utils.host.helpers import (
     write_json_atomic,
 )
 
-# A rate level's file is r<R>.json with R a plain decimal (format(R, "g")).
-RATE_TEXT = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 MAX_REQUEST_RATE = 100_000.0
 TELEMETRY_MODES = ("auto", "nvidia-smi", "off")
-
-
-def rate_text(rate: float) -> str:
-    """R of r<R>.json: format(R, "g"), which must be a plain decimal that reads back as R."""
-    text = format(float(rate), "g")
-    if not RATE_TEXT.match(text) or float(text) != float(rate):
-        raise ValueError(
-            f"request rate {rate!r} has no plain decimal name ({text}); give it with at most "
-            "6 significant digits, between 0.0001 and 100000"
-        )
-    return text
 
 
 def rate_requests(rate: float, duration_s: float) -> int:
@@ -86,7 +78,7 @@ def level_plan(params: dict) -> list[dict]:
     the requests it wants (at least num_prompts) and its cap on requests in flight (0: none)."""
     plan = [
         {
-            "stem": f"c{concurrency}",
+            "stem": level_stem(concurrency),
             "arrival": "closed",
             "request_rate": None,
             "cap": concurrency,
@@ -100,7 +92,7 @@ def level_plan(params: dict) -> list[dict]:
         wanted = rate_requests(rate, params["rate_duration_s"])
         plan.append(
             {
-                "stem": f"r{rate_text(rate)}",
+                "stem": level_stem(rate=rate),
                 "arrival": "poisson",
                 "request_rate": rate,
                 "cap": params["max_concurrency"],
@@ -360,7 +352,7 @@ def run_levels(loop, target: Target, params: dict, run: Prepared, written: Writt
             client = client_of(level, params)
             complete(document, level, level_spec, params, run, prompts_info, summary, client)
             document["requests"] = records
-            stem = level_spec["stem"] + (f".rep{repeat}" if repeat > 1 else "")
+            stem = repeat_stem(level_spec["stem"], repeat)
             write_level(document, stem, params, target, written)
             check_level(document, level, level_spec, repeat, params, written, fail)
 
@@ -480,7 +472,7 @@ def run_one_level(loop, target, params, level_spec, repeat, payloads, max_events
     the server calls' and the sampler's findings added."""
     document = {
         "schema_version": SCHEMA_VERSION,
-        "kind": "sglang_benchmark.level",
+        "kind": LEVEL_KIND,
         "run_label": params["run_label"],
         "config": params["config_name"],
         "prompt_set": os.path.splitext(os.path.basename(params["prompts"]))[0],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-SCHEMA_VERSION = 1
+from ansible.module_utils.contract.level import SCHEMA_VERSION  # noqa: F401  (re-exported)
 
 
 def percentile(ordered: list[float], fraction: float) -> float:

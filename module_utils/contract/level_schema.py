@@ -9,6 +9,7 @@ import copy
 import json
 
 from ansible.module_utils.contract import metrics
+from ansible.module_utils.contract.level import LEVEL_KIND, SCHEMA_VERSION
 from ansible.module_utils.contract.level_schema_provenance import (
     PROVENANCE,
     SETTINGS,
@@ -85,11 +86,11 @@ HEAD = {
     "type": "object",
     "properties": {
         "schema_version": {
-            "const": 1,
+            "const": SCHEMA_VERSION,
             "description": "Version of this contract.",
         },
         "kind": {
-            "const": "sglang_benchmark.level",
+            "const": LEVEL_KIND,
             "description": "What the file is.",
         },
         "run_label": {

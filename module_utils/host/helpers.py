@@ -21,8 +21,8 @@ import subprocess
 import tempfile
 import time
 
-# What Ansible itself shows for a no_log value: one mask string for everything the kit hides.
-MASK = "********"
+from ansible.module_utils.contract.secrets import MASK
+
 # Keys whose values are secrets: api_key, hf_token, x-api-key, password... but not
 # tokenizer_path or max_prefill_tokens, which only contain the letters.
 SECRET_KEY = re.compile(

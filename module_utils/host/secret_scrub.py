@@ -1,9 +1,8 @@
 """Masking secrets in text: the values given (an API key, an HF token), every form a server or
 a log can show them in (base64 at each alignment, unkeyed digests), and values nobody listed
 that are shaped like secrets. One place for the benchmark client, the debug collector on the
-hosts and the analysis' bundle on the controller: standard library only and no Ansible import,
-so the analysis imports it as `module_utils.host.secret_scrub` from the repository root and the
-modules as `ansible.module_utils.host.secret_scrub`."""
+hosts and the analysis' bundle on the controller: standard library only, imported as
+`ansible.module_utils.host.secret_scrub` by both (the analysis through module_utils/__init__.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ import hashlib
 import re
 import string
 
-# As module_utils/host/helpers.MASK (which this module cannot import outside Ansible).
-MASK = "********"
+from ansible.module_utils.contract.secrets import MASK
 
 # A secret shorter than this has no base64 form worth masking: its few characters would
 # match ordinary text.

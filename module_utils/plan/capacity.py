@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import math
 
+from ansible.module_utils.contract.launch import flag_value
+
 # MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH and ignored are read from here by
 # module_utils/canary/checkpoint.py, which checks its tiny checkpoints' configs with the
 # plan's own bounds and field reader.
@@ -225,17 +227,6 @@ LAUNCH_FLAGS = {
     "--max-mamba-cache-size": ("max_mamba_cache_size", int),
     "--context-length": ("context_length", int),
 }
-
-
-def flag_value(argv: list, flag: str) -> str | None:
-    """The value argparse would give flag (`--flag value` or `--flag=value`, the last wins)."""
-    found = None
-    for index, item in enumerate(argv):
-        if item == flag and index + 1 < len(argv):
-            found = str(argv[index + 1])
-        elif isinstance(item, str) and item.startswith(flag + "="):
-            found = item[len(flag) + 1 :]
-    return found
 
 
 def launch_options(argv) -> dict:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import re
 
+# The largest TP size a config name may carry (contract.names); config fields are checked
+# against it too.
+from ansible.module_utils.contract.names import MAX_TP
+
 GIB = 1 << 30
 MIB = 1 << 20
 BF16 = 2
@@ -22,7 +26,6 @@ MAX_LAYERS = 4096
 MAX_HEADS = 1 << 16
 MAX_EXPERTS = 1 << 16
 MAX_VOCAB = 1 << 24
-MAX_TP = 1024
 MAX_GPU_MEMORY_MIB = 1 << 24  # 16 TiB on one GPU
 MAX_GPU_COUNT = 1 << 16
 MAX_KV_TOKENS = 1 << 40

@@ -20,6 +20,8 @@ import os
 import re
 from pathlib import Path
 
+from ansible.module_utils.contract.names import MAX_BUDGET, MAX_TP
+
 MODEL_FILE = "model.yml"
 MAX_MODEL_FILE_BYTES = 1 << 20
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -34,8 +36,6 @@ BACKEND_KEYS = ("target_attention_backend", "draft_attention_backend", "tree_att
 DEFINITION_KEYS = frozenset(
     ("drafter", "tree", "runtime", "args", "draft_backend_flag", "budget_flag", "control_for", "tp")
 )
-MAX_TP = 1024
-MAX_BUDGET = 1 << 16
 MAX_ITEMS = 256
 
 

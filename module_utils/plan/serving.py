@@ -13,8 +13,9 @@ page size and scheduler, so DDTree-vs-chain differences are the tree's.
 
 Names. A definition expands over its DDTree budgets and, with `tp: [..]`, over tensor parallel
 sizes, one server each: `<config>`, `<config>-tp<N>`, `ddtree-b<B>`, `ddtree-tp<N>-b<B>`.
-parse_config_name() is the one reader of these names (the server role and the benchmark use it
-through filter_plugins/kimi_filters.py); the analysis has its own reader of the same forms.
+parse_config_name() (module_utils/contract/names.py, shared with the analysis, which reads the
+same forms leniently) is the one reader of these names: the server role and the benchmark use
+it through filter_plugins/kimi_filters.py.
 """
 
 from __future__ import annotations
@@ -24,28 +25,23 @@ import json
 import re
 from pathlib import Path
 
-from ansible.module_utils.host.helpers import MASK
+from ansible.module_utils.contract.names import (  # noqa: F401  (serving's names, re-exported)
+    MAX_BUDGET,
+    MAX_NAME,
+    MAX_TP,
+    ServingConfigError,
+    config_name,
+    is_reference,
+    parse_config_name,
+    reference_at_tp,
+)
+from ansible.module_utils.contract.secrets import MASK, is_secret_name
 from ansible.module_utils.plan.sglang_args import (
     check_argv,
     check_environment,
     contract_name,
     load_contract,
 )
-
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SGLANG_API_KEY")
-# Bounds of what a name or a definition may expand to (module_utils/plan/model_data.py checks the
-# model files against the same ones).
-MAX_TP = 1024
-MAX_BUDGET = 1 << 16
-MAX_NAME = 128
-# Lazy base: `ddtree-tp4-b32` is (ddtree, 4, 32), never (ddtree-tp4, None, 32).
-CONFIG_NAME = re.compile(
-    r"^(?P<base>[a-z0-9][a-z0-9.-]*?)(?:-tp(?P<tp>[0-9]+))?(?:-b(?P<budget>[0-9]+))?$"
-)
-
-
-class ServingConfigError(Exception):
-    pass
 
 
 def is_loopback(host: str) -> bool:
@@ -55,66 +51,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def parse_config_name(name) -> tuple[str, int | None, int | None]:
-    """(base, tp or None, budget or None) of an expanded config name.
-
-    `ar` -> (ar, None, None); `ar-tp4` -> (ar, 4, None); `ddtree-b32` -> (ddtree, None, 32);
-    `ddtree-tp4-b32` -> (ddtree, 4, 32). Definition names never end in -tp<N> or -b<N>
-    (module_utils/plan/model_data.py refuses them), so the split is unambiguous.
-    """
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
-        raise ServingConfigError(
-            f"a serving config name must be a string of 1 to {MAX_NAME} characters, got {name!r}"
-        )
-    match = CONFIG_NAME.match(name)
-    if not match:
-        raise ServingConfigError(
-            f"serving config name {name!r} is not <config>, <config>-tp<N>, <config>-b<B> or "
-            "<config>-tp<N>-b<B> (lower-case letters, digits, '.' and '-')"
-        )
-    tp, budget = match["tp"], match["budget"]
-    return (
-        match["base"],
-        int(tp) if tp is not None else None,
-        int(budget) if budget is not None else None,
-    )
-
-
-def is_reference(config: str, reference: str) -> bool:
-    """The reference config, or its definition at another TP size (ar-tp4 when the reference
-    is ar or ar-tp1): greedy outputs agree only at one TP size, so each TP size's reference
-    server is that size's reference. A name outside the grammar is only itself."""
-    try:
-        base, _tp, budget = parse_config_name(config)
-        reference_base, _reference_tp, reference_budget = parse_config_name(reference)
-    except ServingConfigError:
-        return config == reference
-    return config == reference or (
-        budget is None and reference_budget is None and base == reference_base
-    )
-
-
-def reference_at_tp(reference: str, tp: int | None) -> str:
-    """The reference's definition at TP size tp (ar-tp4 for ar or ar-tp1 at 4); the reference
-    itself where the config has no TP size or the reference is outside the grammar."""
-    if tp is None:
-        return reference
-    try:
-        base, _tp, _budget = parse_config_name(reference)
-    except ServingConfigError:
-        return reference
-    return config_name(base, tp)
-
-
-def config_name(base: str, tp: int | None = None, budget: int | None = None) -> str:
-    """The name parse_config_name() reads back: base[-tp<N>][-b<B>]."""
-    return (
-        base
-        + (f"-tp{tp}" if tp is not None else "")
-        + (f"-b{budget}" if budget is not None else "")
-    )
 
 
 def _split(definitions: dict, name: str) -> tuple[str, int | None, int | None]:
@@ -258,7 +194,11 @@ def ordered_run(
     order = plain + controls + named_controls + named_budgets + whole
     run = [entry[0] for entry in expand(definitions, order)]
     if reference:
-        first = [n for n in run if n == reference or parse_config_name(n)[0] == reference]
+        # The reference's servers at every TP size (is_reference: ar-tp4 for ar-tp1), and any
+        # server of the reference's own definition.
+        first = [
+            n for n in run if is_reference(n, reference) or parse_config_name(n)[0] == reference
+        ]
         run = first + [n for n in run if n not in first]
     return run
 
@@ -277,84 +217,19 @@ def render(
     the flag is left out and SGLang takes the model's own). tp: the config's own TP size (a
     TP-expanded name), else the host's tp_size.
     """
-    tree = bool(definition.get("tree"))
-    secrets: dict = {}
-    backends = s["attention_backends"]
-    kind = definition.get("runtime", "release")
     tp_size = tp if tp is not None else s["tp_size"]
-    model_args = s.get("model_args") or []
-    if not isinstance(model_args, (list, tuple)):
-        raise ServingConfigError(
-            f"{name}: model_args (the model's launch_args) must be a list, got {model_args!r}"
-        )
+    model_args = _model_args(name, s)
     context_length = resolve_context_length(name, s)
-    served = s.get("served_model_name")
-    argv = [
-        s["pythons"][kind], "-m", "sglang.launch_server",
-        "--model-path", s["model_path"],
-        "--trust-remote-code",
-        "--tp-size", str(tp_size),
-        "--mem-fraction-static", str(s["mem_fraction_static"]),
-        "--chunked-prefill-size", str(s["chunked_prefill_size"]),
-        "--kv-cache-dtype", str(s["kv_cache_dtype"]),
-        # Tree verification on an MLA target needs the tree backend (FA3 or Triton).
-        "--attention-backend", backends["tree"] if tree else backends["target"],
-        "--tool-call-parser", s["tool_call_parser"],
-        "--reasoning-parser", s["reasoning_parser"],
-        # The name /v1/models answers and OpenAI clients ask for.
-        *(["--served-model-name", str(served)] if served else []),
-        *(["--context-length", str(context_length)] if context_length else []),
-        # What every launch of this model needs beyond the kit's own flags (model.yml).
-        *(str(arg) for arg in model_args),
-        "--host", s["host"],
-        "--port", str(s["port"]),
-        "--enable-metrics",
-    ]  # fmt: skip
-    if int(s.get("nnodes") or 1) > 1:
-        if not s.get("dist_init_addr"):
-            raise ServingConfigError(
-                f"{name}: nnodes {s['nnodes']} needs dist_init_addr (host:port of node rank 0)"
-            )
-        argv += [
-            "--nnodes",
-            str(s["nnodes"]),
-            "--node-rank",
-            str(s["node_rank"]),
-            "--dist-init-addr",
-            s["dist_init_addr"],
-        ]
-    drafter = definition.get("drafter")
-    if drafter:
-        path = (s.get("draft_model_paths") or {}).get(drafter)
-        if not path:
-            raise ServingConfigError(f"{name}: no local path for drafter {drafter!r}")
-        argv += ["--speculative-draft-model-path", path]
-        if definition.get("draft_backend_flag"):
-            argv += [definition["draft_backend_flag"], backends["draft"]]
+    argv = _server_argv(definition, s, tp_size, model_args, context_length)
+    argv += _multi_node_args(name, s)
+    argv += _drafter_args(name, definition, s)
     argv += [str(arg) for arg in definition.get("args") or []]
     if budget is not None:
         argv += [definition["budget_flag"], str(budget)]
     argv += [str(arg) for arg in s.get("extra_args") or []]
-    if not is_loopback(s["host"]):
-        if not s.get("api_key"):
-            raise ServingConfigError(
-                f"{name}: the server listens on {s['host']}, beyond loopback; set "
-                "kimi_server_api_key (ansible-vault) so that only clients with the key get in"
-            )
-        if s.get("secrets_file"):
-            # sglang serve merges a --config YAML file into argv before parsing: the key stays
-            # in a root-only file instead of /proc/<pid>/cmdline and `ps` output.
-            argv += ["--config", s["secrets_file"]]
-            secrets = {"api_key": s["api_key"]}
-        else:
-            argv += ["--api-key", s["api_key"]]
-    if definition.get("runtime", "release") == "git":
-        git = s.get("git") or {}
-        if not git.get("url") or not git.get("ref"):
-            raise ServingConfigError(f"{name}: runtime git needs kimi_sglang_git.url and .ref")
-        runtime = f"git+{git['url']}@{git['ref']}"
-    else:
-        runtime = f"sglang=={s['release']}"
+    access, secrets = _access_args(name, s)
+    argv += access
+    runtime = _runtime(name, definition, s)
     environment = {str(k): str(v) for k, v in (s.get("environment") or {}).items()}
     return {
         "name": name,
@@ -374,6 +249,107 @@ def render(
     }
 
 
+def _model_args(name: str, s: dict) -> list:
+    """What every launch of this model needs beyond the kit's own flags (model.yml)."""
+    model_args = s.get("model_args") or []
+    if not isinstance(model_args, (list, tuple)):
+        raise ServingConfigError(
+            f"{name}: model_args (the model's launch_args) must be a list, got {model_args!r}"
+        )
+    return [str(arg) for arg in model_args]
+
+
+def _server_argv(
+    definition: dict, s: dict, tp_size, model_args: list, context_length: int | None
+) -> list[str]:
+    """The launch command up to the config's own flags: the runtime's Python, the model, the
+    host's memory and parallelism settings, the parsers and where the server listens."""
+    backends = s["attention_backends"]
+    kind = definition.get("runtime", "release")
+    served = s.get("served_model_name")
+    return [
+        s["pythons"][kind], "-m", "sglang.launch_server",
+        "--model-path", s["model_path"],
+        "--trust-remote-code",
+        "--tp-size", str(tp_size),
+        "--mem-fraction-static", str(s["mem_fraction_static"]),
+        "--chunked-prefill-size", str(s["chunked_prefill_size"]),
+        "--kv-cache-dtype", str(s["kv_cache_dtype"]),
+        # Tree verification on an MLA target needs the tree backend (FA3 or Triton).
+        "--attention-backend",
+        backends["tree"] if definition.get("tree") else backends["target"],
+        "--tool-call-parser", s["tool_call_parser"],
+        "--reasoning-parser", s["reasoning_parser"],
+        # The name /v1/models answers and OpenAI clients ask for.
+        *(["--served-model-name", str(served)] if served else []),
+        *(["--context-length", str(context_length)] if context_length else []),
+        *model_args,
+        "--host", s["host"],
+        "--port", str(s["port"]),
+        "--enable-metrics",
+    ]  # fmt: skip
+
+
+def _multi_node_args(name: str, s: dict) -> list[str]:
+    """The flags that join this node to a server spanning nnodes hosts; none on one node."""
+    if int(s.get("nnodes") or 1) <= 1:
+        return []
+    if not s.get("dist_init_addr"):
+        raise ServingConfigError(
+            f"{name}: nnodes {s['nnodes']} needs dist_init_addr (host:port of node rank 0)"
+        )
+    return [
+        "--nnodes",
+        str(s["nnodes"]),
+        "--node-rank",
+        str(s["node_rank"]),
+        "--dist-init-addr",
+        s["dist_init_addr"],
+    ]
+
+
+def _drafter_args(name: str, definition: dict, s: dict) -> list[str]:
+    """The draft model's local path and its attention backend, for a speculative config."""
+    drafter = definition.get("drafter")
+    if not drafter:
+        return []
+    path = (s.get("draft_model_paths") or {}).get(drafter)
+    if not path:
+        raise ServingConfigError(f"{name}: no local path for drafter {drafter!r}")
+    args = ["--speculative-draft-model-path", path]
+    if definition.get("draft_backend_flag"):
+        args += [definition["draft_backend_flag"], s["attention_backends"]["draft"]]
+    return args
+
+
+def _access_args(name: str, s: dict) -> tuple[list[str], dict]:
+    """(flags, secrets): the API key a server beyond loopback needs, in the root-only secrets
+    file when there is one; nothing on loopback."""
+    if is_loopback(s["host"]):
+        return [], {}
+    if not s.get("api_key"):
+        raise ServingConfigError(
+            f"{name}: the server listens on {s['host']}, beyond loopback; set "
+            "kimi_server_api_key (ansible-vault) so that only clients with the key get in"
+        )
+    if s.get("secrets_file"):
+        # sglang serve merges a --config YAML file into argv before parsing: the key stays
+        # in a root-only file instead of /proc/<pid>/cmdline and `ps` output.
+        return ["--config", s["secrets_file"]], {"api_key": s["api_key"]}
+    return ["--api-key", s["api_key"]], {}
+
+
+def _runtime(name: str, definition: dict, s: dict) -> str:
+    """The pip requirement of the SGLang the config runs: the pinned release, or the git
+    source at its ref."""
+    if definition.get("runtime", "release") != "git":
+        return f"sglang=={s['release']}"
+    git = s.get("git") or {}
+    if not git.get("url") or not git.get("ref"):
+        raise ServingConfigError(f"{name}: runtime git needs kimi_sglang_git.url and .ref")
+    return f"git+{git['url']}@{git['ref']}"
+
+
 def resolve_context_length(name: str, s: dict) -> int | None:
     """The launch's --context-length: the user's number, or for `auto` the capacity plan's
     figure for this launch (settings' context_lengths, by launch name); None when `auto` has
@@ -391,13 +367,6 @@ def resolve_context_length(name: str, s: dict) -> int | None:
             "(kimi_context_length)"
         )
     return int(text)
-
-
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return upper in SECRET_ENV or any(
-        word in upper for word in ("TOKEN", "KEY", "SECRET", "PASSWORD", "PROXY")
-    )
 
 
 def masked(rendered: dict) -> dict:

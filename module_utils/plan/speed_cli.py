@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from ansible.module_utils.contract.profiles import PROFILES
 from ansible.module_utils.plan.speed_inputs import (
     ALGORITHMS,
     MAX_BUDGET,
@@ -152,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
     one = commands.add_parser("predict", help="one serving config's decode step")
     one.add_argument("--model", required=True, help="model folder (config.json, acceptance.json)")
     one.add_argument("--drafter", help="drafter folder (default: <model>/<dflash|eagle3>)")
-    one.add_argument("--profile", required=True, help="hardware profile: ct200, h200, b200, b300")
+    one.add_argument("--profile", required=True, help=f"hardware profile: {', '.join(PROFILES)}")
     one.add_argument(
         "--algorithm", default="AR", choices=[a.lower() for a in ALGORITHMS] + list(ALGORITHMS)
     )

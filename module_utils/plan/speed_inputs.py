@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from ansible.module_utils.plan import capacity
+from ansible.module_utils.contract.launch import flag_value
 
 HARDWARE_FILE = Path(__file__).resolve().parents[2] / "group_vars" / "all" / "speed_hardware.json"
 HARDWARE_KEY = "kimi_speed_hardware"
@@ -286,7 +286,7 @@ def allreduce_us(figures: dict, message_bytes: float, ranks: int) -> float:
 
 
 def _int_flag(argv: list, name: str, default: int | None) -> int | None:
-    value = capacity.flag_value(argv, name)
+    value = flag_value(argv, name)
     if value is None:
         return default
     try:
@@ -307,7 +307,7 @@ def spec_from_argv(argv) -> dict:
     ):
         raise SpeedModelError(f"the launch argv is {argv!r}; needed: a list of strings.")
     argv = [str(item) for item in argv]
-    algorithm = (capacity.flag_value(argv, "--speculative-algorithm") or "AR").upper()
+    algorithm = (flag_value(argv, "--speculative-algorithm") or "AR").upper()
     if algorithm == "EAGLE":
         algorithm = "EAGLE3"
     overlap = "--disable-overlap-schedule" not in argv

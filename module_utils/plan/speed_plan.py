@@ -22,9 +22,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ansible.module_utils.contract.launch import flag_value
+from ansible.module_utils.contract.names import (
+    ServingConfigError,
+    config_name,
+    parse_config_name,
+)
 from ansible.module_utils.plan import capacity, speed_inputs, speed_model
 from ansible.module_utils.plan.capacity_hybrid import SPEC_MAX_RUNNING_REQUESTS
-from ansible.module_utils.plan.serving import ServingConfigError, config_name, parse_config_name
 from ansible.module_utils.plan.speed_inputs import SpeedModelError
 
 # The drafter configs speed_model knows (kimi_model_configs keys).
@@ -175,7 +180,7 @@ def running_cap(shape: dict, capacity_cap) -> tuple[int | None, str]:
 
 
 def _kv_dtype(argv: list, default: str) -> str:
-    value = capacity.flag_value([str(item) for item in argv], "--kv-cache-dtype")
+    value = flag_value([str(item) for item in argv], "--kv-cache-dtype")
     return str(value if value is not None else default)[:64]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ansible.module_utils.contract.profiles import PROFILES
+
 GIB = 1 << 30
 
 CHECKS = (
@@ -91,7 +93,7 @@ def check_gpu_model(findings: Findings, facts: Facts) -> None:
         "gpu_model",
         not wrong,
         f"found {facts.models}; the {facts.expected['profile']} profile needs {wanted}. Fix: put "
-        "the host in the inventory group of its hardware profile (ct200, h200, b200, b300), or "
+        f"the host in the inventory group of its hardware profile ({', '.join(PROFILES)}), or "
         "override kimi_gpu_model for a GPU variant.",
     )
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import re
 
+from ansible.module_utils.contract.level import NOT_FROZEN
+
 # PEP 503 normalisation; names and versions as PEP 508/440 spell them (bounded).
 _SEPARATORS = re.compile(r"[-_.]+")
 # fullmatch, never `$`: `$` matches before a final newline, which would split a requirement line.
@@ -29,8 +31,6 @@ _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NVIDIA_LINE = re.compile(r"^\s*(driver version|cuda version)\s*:\s*(\S.*?)\s*$", re.IGNORECASE)
 
-# pip's own tooling: present in every venv at whatever version ensurepip brought, never frozen.
-NOT_FROZEN = ("pip", "setuptools", "wheel")
 # A pip report of a full SGLang install (torch, CUDA wheels) is a few MB.
 MAX_REPORT_BYTES = 32 << 20
 MAX_RECORD_BYTES = 8 << 20

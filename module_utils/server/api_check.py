@@ -30,10 +30,11 @@ import time
 import urllib.parse
 from datetime import datetime, timezone
 
+from ansible.module_utils.contract.launch import flag_value
+from ansible.module_utils.contract.level import API_CHECK_KIND as KIND
+from ansible.module_utils.contract.level import API_CHECK_SCHEMA_VERSION as SCHEMA_VERSION
 from ansible.module_utils.host.helpers import mask_secrets
 
-KIND = "kimi.api_check"
-SCHEMA_VERSION = 1
 CHECKS = ("models", "chat", "chat_stream", "tool_call", "reasoning")
 MAX_BODY = 1 << 20  # one answer's bytes
 MAX_STREAM = 4 << 20  # one stream's bytes
@@ -64,15 +65,9 @@ class ApiError(Exception):
 
 
 def launch_value(argv: list, flag: str) -> str:
-    """The value of `flag` in a launch argv ("" when absent); `--flag=value` too."""
-    value = ""
-    for index, arg in enumerate(argv):
-        text = str(arg)
-        if text == flag and index + 1 < len(argv):
-            value = str(argv[index + 1])
-        elif text.startswith(flag + "="):
-            value = text.split("=", 1)[1]
-    return value
+    """The value of `flag` in a launch argv ("" when absent); `--flag=value` too. Items are
+    taken as their text (a rendered argv may hold numbers)."""
+    return flag_value([str(arg) for arg in argv], flag) or ""
 
 
 def expectations(argv: list) -> dict:

@@ -134,7 +134,7 @@ class SpeculativeAlgorithm:
 
 # The kit's stage packages the speed model imports, shipped under sglang/kit/ with the kit's
 # module_utils/__init__.py, which makes them importable as ansible.module_utils.<stage>.
-KIT_STAGES = ("plan",)
+KIT_STAGES = ("contract", "plan")
 
 
 def kit_files() -> dict[str, bytes]:

@@ -179,9 +179,8 @@ DEFAULT_CONFIGS = {
 }
 
 
-# summary.gpu as module_utils/benchmark/gpu_telemetry.py summarises a level (issue 19's design):
-# eight
-# GPUs drawing 5.6 kW together, GPU 3 held at its power cap in 90% of the samples.
+# summary.gpu as module_utils/benchmark/gpu_summary.py summarises a level (issue 19's design):
+# eight GPUs drawing 5.6 kW together, GPU 3 held at its power cap in 90% of the samples.
 GPU_SUMMARY = {
     "source": "nvidia-smi",
     "interval_ms": 200,

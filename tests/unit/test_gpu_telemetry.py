@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.benchmark import gpu_telemetry
+from ansible.module_utils.benchmark import gpu_summary, gpu_telemetry
 from ansible.module_utils.benchmark.gpu_telemetry import GpuSampler, parse_row, summarize
 
 from tests.support.modules import marked_processes
@@ -391,7 +391,7 @@ def test_a_row_without_a_stamp_on_a_host_off_utc_does_not_stretch_the_level(monk
 
 def test_a_dropped_row_shortens_its_poll_rather_than_merging_two():
     rows = [row(0.0, 0), row(0.0, 1), row(1.0, 1), row(2.0, 0), row(2.0, 1)]  # GPU 0 lost at 1 s
-    grouped = gpu_telemetry.polls(rows)
+    grouped = gpu_summary.polls(rows)
     assert [[(r["index"], r["time"] % 60) for r in poll] for poll in grouped] == [
         [(0, 0.0), (1, 0.0)],
         [(1, 1.0)],

@@ -118,7 +118,6 @@ STILL_LONG = {
     "module_utils/canary/checkpoint.py:generate",
     "module_utils/canary/serve.py",
     "module_utils/canary/serve.py:hint",
-    "module_utils/plan/serving.py:render",
 }
 
 
