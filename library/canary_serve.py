@@ -11,8 +11,9 @@ DOCUMENTATION = r"""
 module: canary_serve
 short_description: Run a serving config's SGLang launch on a tiny checkpoint, check it, record it
 description:
-  - The logic is in module_utils/canary/serve.py; its docstring says what the canary proves and what
-    it cannot (kernels and flags, not the real weights' numerics).
+  - The logic is in module_utils/canary/serve.py (the actions in serve_actions.py); its
+    docstring says what the canary proves and what it cannot (kernels and flags, not the real
+    weights' numerics).
   - O(action=plan) works out each config's identity (argv, environment with secret values
     masked, the runtime folder the python link points at, the checkpoints' digests the argv
     names, the GPUs' UUIDs and driver from nvidia-smi) and which configs must run (not one whose
@@ -194,37 +195,9 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.canary.serve import (  # noqa: E402
-    CanaryError,
-    build_record,
-    check_launch,
-    comparable,
-    gpu_facts,
-    plan,
-    read_record,
-    run_one,
-    skipped,
-    summary,
-    write_record,
-)
-from ansible.module_utils.host.helpers import (  # noqa: E402
-    CommandFailed,
-    DeadlineRunner,
-    systemd_is_pid1,
-)
-from ansible.module_utils.server.control import supervisor_status, systemd_status  # noqa: E402
-
-
-def server_active(server: dict) -> tuple[bool, str]:
-    """(whether the kit's server runs, its manager's status word)."""
-    if not server:
-        return False, "not asked"
-    if server.get("manager") == "systemd" and systemd_is_pid1():
-        status = systemd_status(DeadlineRunner(60, "canary_serve's systemctl deadline"),
-                                str(server.get("name") or "kimi-sglang"))  # fmt: skip
-    else:
-        status = supervisor_status(str(server.get("pid_file")), str(server.get("state_file")))
-    return bool(status["running"]), str(status["status"])
+from ansible.module_utils.canary.serve_actions import act  # noqa: E402
+from ansible.module_utils.canary.serve_inputs import CanaryError  # noqa: E402
+from ansible.module_utils.host.helpers import CommandFailed  # noqa: E402
 
 
 def main() -> None:
@@ -256,73 +229,13 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    p = module.params
     try:
-        if p["action"] == "plan":
-            configs = [check_launch(config) for config in p["configs"]]
-            gpus = gpu_facts()
-            identities, to_run = plan(configs, p["record"], p["checkpoints"], gpus, p["rerun"])
-            active, status = server_active(p["server"])
-            module.exit_json(
-                changed=False,
-                identities=identities,
-                to_run=to_run,
-                gpus={
-                    "count": len(gpus["uuids"]),
-                    "driver": gpus["driver"],
-                    "compute_capability": gpus["compute_capability"],
-                },
-                server_active=active,
-                server_status=status,
-            )
-        if p["action"] == "run":
-            config = check_launch(p["config"] or {})
-            if not p["identity"] or not p["log_dir"]:
-                raise CanaryError("action=run needs identity (from action=plan) and log_dir")
-            if not 0 < p["timeout"] <= 3600:
-                raise CanaryError(
-                    f"timeout is {p['timeout']:g}; needed: seconds above 0 up to 3600. Fix: "
-                    "kimi_canary_timeout_s."
-                )
-            log = f"{p['log_dir']}/{config['name']}.log"
-            reason = p["skip_reason"] or (
-                "check mode: nothing started" if module.check_mode else ""
-            )
-            if reason:
-                module.exit_json(
-                    changed=False, name=config["name"], entry=skipped(p["identity"], log, reason)
-                )
-            entry = run_one(
-                {
-                    "config": config,
-                    "secret_environment": {
-                        str(k): str(v) for k, v in p["secret_environment"].items()
-                    },
-                    "identity": p["identity"],
-                    "log": log,
-                    "host": p["host"],
-                    "port": p["port"],
-                    "timeout_s": p["timeout"],
-                    "grace_s": p["grace"],
-                    "chat_template_kwargs": p["chat_template_kwargs"],
-                    "secrets": p["secrets"],
-                    "capabilities": p["capabilities"],
-                    "backends": p["backends"],
-                    "compute_capability": p["compute_capability"],
-                }
-            )
-            module.exit_json(changed=True, name=config["name"], entry=entry)
-        previous = read_record(p["record"])
-        record = build_record(previous, p["names"], p["results"], p["facts"], p["checkpoints"])
-        if module.check_mode:
-            changed = comparable(record) != comparable(previous)
-            module.exit_json(changed=changed, canary=record, summary=summary(record))
-        written, changed = write_record(p["record"], record, previous)
-        module.exit_json(changed=changed, canary=written, summary=summary(written))
+        result = act(module.params, module.check_mode)
     except (CanaryError, CommandFailed, RuntimeError) as error:
         module.fail_json(msg=str(error))
     except OSError as error:
-        module.fail_json(msg=f"canary_serve ({p['action']}): {error}")
+        module.fail_json(msg=f"canary_serve ({module.params['action']}): {error}")
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""The canary (module_utils/canary/serve.py): each known failure text classified with its hint, the
-log's first error line scrubbed of secrets, identities, the record's schema, and the deadlines
-of a real process: one that never opens its port, one that hangs on /generate, one that
-crashes, one that serves. The servers are the SGLang simulator packaged as the runtime is
-(tests/support/fake_sglang.py), started as a canary launches them."""
+"""The canary (module_utils/canary/serve.py, serve_failures.py, serve_inputs.py, serve_record.py):
+each known failure text classified with its hint, the log's first error line scrubbed of
+secrets, identities, the record's schema, and the deadlines of a real process: one that never
+opens its port, one that hangs on /generate, one that crashes, one that serves. The servers are
+the SGLang simulator packaged as the runtime is (tests/support/fake_sglang.py), started as a
+canary launches them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.canary import serve as canary
+from ansible.module_utils.canary.serve_failures import (
+    KNOWN_FAILURES,
+    first_error,
+    hint,
+    known_failure,
+)
+from ansible.module_utils.canary.serve_inputs import CanaryError, identity, source_files
+from ansible.module_utils.canary.serve_record import (
+    build_record,
+    read_record,
+    skipped,
+    validate_record,
+    write_record,
+)
 
 from tests.support.fake_sglang import write_package
 from tests.support.safetensors_files import tiny_folders
@@ -76,17 +91,17 @@ TEXTS = {
 @pytest.mark.parametrize(("text", "kind"), TEXTS.items())
 def test_each_known_failure_text_is_classified(text, kind):
     noise = ["[2026-01-01 00:00:00] server_args=ServerArgs(model_path='/x')", "loading..."]
-    line, entry = canary.first_error([*noise, f"[2026-01-01 00:00:01 TP0] {text}", "later"])
+    line, entry = first_error([*noise, f"[2026-01-01 00:00:01 TP0] {text}", "later"])
     assert entry is not None and entry["kind"] == kind, (text, entry)
     assert text in line
 
 
 def test_every_table_entry_is_reached_by_one_of_the_texts():
-    reached = {id(canary.known_failure(text)) for text in TEXTS}
-    missing = [entry["pattern"] for entry in canary.KNOWN_FAILURES if id(entry) not in reached]
+    reached = {id(known_failure(text)) for text in TEXTS}
+    missing = [entry["pattern"] for entry in KNOWN_FAILURES if id(entry) not in reached]
     assert not missing, missing
     # Each entry names where its text comes from.
-    assert all(entry["source"] for entry in canary.KNOWN_FAILURES)
+    assert all(entry["source"] for entry in KNOWN_FAILURES)
 
 
 def test_an_unknown_failure_is_the_exception_line_of_the_first_traceback():
@@ -98,13 +113,13 @@ def test_an_unknown_failure_is_the_exception_line_of_the_first_traceback():
         "Traceback (most recent call last):",
         "ValueError: later",
     ]
-    line, entry = canary.first_error(lines)
+    line, entry = first_error(lines)
     assert entry is None
     assert line == "KeyError: 'language_model.model.layers.0.self_attn.q_a_proj.weight'"
-    assert canary.first_error(["all", "fine"]) == (None, None)
+    assert first_error(["all", "fine"]) == (None, None)
     syntax = ['  File "x.py", line 2', "SyntaxError: invalid syntax"]
-    assert canary.first_error(syntax) == ("SyntaxError: invalid syntax", None)
-    assert canary.first_error(["x", "Server failed to bind"]) == ("Server failed to bind", None)
+    assert first_error(syntax) == ("SyntaxError: invalid syntax", None)
+    assert first_error(["x", "Server failed to bind"]) == ("Server failed to bind", None)
 
 
 def test_the_backend_hint_names_what_runs_here_and_the_variable_to_set():
@@ -113,13 +128,13 @@ def test_the_backend_hint_names_what_runs_here_and_the_variable_to_set():
         "capabilities": CAPABILITIES,
         "backends": {"target": "fa3", "draft": "flashinfer", "tree": "triton"},
     }
-    entry = canary.known_failure(next(iter(TEXTS)))
-    said = canary.hint("attention_backend", entry, context)
+    entry = known_failure(next(iter(TEXTS)))
+    said = hint("attention_backend", entry, context)
     assert "The attention backend fa3 does not run on these GPUs (compute capability 12.0)" in said
     assert "Backends that run here: flashinfer, triton" in said
     assert "Set kimi_target_attention_backend to one of them" in said
     for kind in ("out_of_memory", "missing_kernel", "import_error", "exited", "never_ready"):
-        assert canary.hint(kind, None, {"log": "/l", "timeout_s": 9, "exit_code": 1})
+        assert hint(kind, None, {"log": "/l", "timeout_s": 9, "exit_code": 1})
 
 
 def test_source_files_keep_the_small_files_and_drop_weights():
@@ -136,7 +151,7 @@ def test_source_files_keep_the_small_files_and_drop_weights():
         {"path": "huge.txt", "size": 65 << 20},
         {"path": "nosize.txt", "size": None},
     ]
-    kept = [f["path"] for f in canary.source_files(files, 64 << 20)]
+    kept = [f["path"] for f in source_files(files, 64 << 20)]
     assert kept == [
         "config.json",
         "tokenizer_config.json",
@@ -144,8 +159,8 @@ def test_source_files_keep_the_small_files_and_drop_weights():
         "chat_template.jinja",
         "modeling_kimi_k25.py",
     ]
-    with pytest.raises(canary.CanaryError, match="needs a path"):
-        canary.source_files([{"size": 1}], 10)
+    with pytest.raises(CanaryError, match="needs a path"):
+        source_files([{"size": 1}], 10)
 
 
 def launch(name="ar", python=sys.executable, **environment) -> dict:
@@ -164,21 +179,20 @@ def test_identity_follows_what_decides_the_outcome_and_digests_no_secret(tmp_pat
         "target": {"path": "/m", "digest": "a" * 64},
         "eagle3": {"path": "/e", "digest": "b"},
     }
-    base = canary.identity(launch(), checkpoints, GPUS)
-    assert canary.identity(launch(), checkpoints, GPUS) == base
+    base = identity(launch(), checkpoints, GPUS)
+    assert identity(launch(), checkpoints, GPUS) == base
     # A checkpoint the argv does not name does not count; one it names does.
     assert (
-        canary.identity(launch(), {**checkpoints, "eagle3": {"path": "/e", "digest": "c"}}, GPUS)
-        == base
+        identity(launch(), {**checkpoints, "eagle3": {"path": "/e", "digest": "c"}}, GPUS) == base
     )
     changed = {**checkpoints, "target": {"path": "/m", "digest": "d" * 64}}
-    assert canary.identity(launch(), changed, GPUS) != base
-    assert canary.identity(launch(X="1"), checkpoints, GPUS) != base
-    assert canary.identity(launch(), checkpoints, {**GPUS, "driver": "580.2"}) != base
-    assert canary.identity(launch(), checkpoints, {**GPUS, "uuids": ["GPU-9"]}) != base
+    assert identity(launch(), changed, GPUS) != base
+    assert identity(launch(X="1"), checkpoints, GPUS) != base
+    assert identity(launch(), checkpoints, {**GPUS, "driver": "580.2"}) != base
+    assert identity(launch(), checkpoints, {**GPUS, "uuids": ["GPU-9"]}) != base
     # A secret's value never reaches the digest: another value, the same identity.
-    one = canary.identity(launch(HTTPS_PROXY="http://u:p1@proxy"), checkpoints, GPUS)
-    assert canary.identity(launch(HTTPS_PROXY="http://u:p2@proxy"), checkpoints, GPUS) == one
+    one = identity(launch(HTTPS_PROXY="http://u:p1@proxy"), checkpoints, GPUS)
+    assert identity(launch(HTTPS_PROXY="http://u:p2@proxy"), checkpoints, GPUS) == one
     # The runtime folder the python link points at.
     runtimes = tmp_path / "runtimes"
     for version in ("v1", "v2"):
@@ -186,14 +200,14 @@ def test_identity_follows_what_decides_the_outcome_and_digests_no_secret(tmp_pat
         (runtimes / version / "bin" / "python").symlink_to(sys.executable)
     venv = tmp_path / "venv"
     venv.symlink_to(runtimes / "v1")
-    first = canary.identity(launch(python=str(venv / "bin/python")), checkpoints, GPUS)
+    first = identity(launch(python=str(venv / "bin/python")), checkpoints, GPUS)
     venv.unlink()
     venv.symlink_to(runtimes / "v2")
-    assert canary.identity(launch(python=str(venv / "bin/python")), checkpoints, GPUS) != first
+    assert identity(launch(python=str(venv / "bin/python")), checkpoints, GPUS) != first
 
 
 def entry(state="ok", **more) -> dict:
-    base = canary.skipped("e" * 64, "/l/ar.log", "") | {"state": state, "reason": None}
+    base = skipped("e" * 64, "/l/ar.log", "") | {"state": state, "reason": None}
     if state == "ok":
         base.update(seconds_to_ready=1.0, generate={"completion_tokens": 8, "spec_verify_ct": None},
                     chat={"ok": True})  # fmt: skip
@@ -212,8 +226,8 @@ def test_plan_runs_again_what_failed_changed_or_was_never_run(tmp_path):
         "dflash": entry("failed", identity=identities["dflash"]),
         "eagle3": entry(identity="f" * 64),
     }
-    record = canary.build_record(None, ["ar", "dflash", "eagle3"], results, {"host": "h"}, {})
-    canary.write_record(str(record_path), record, None)
+    record = build_record(None, ["ar", "dflash", "eagle3"], results, {"host": "h"}, {})
+    write_record(str(record_path), record, None)
     assert canary.plan(configs, str(record_path), {}, GPUS, False)[1] == ["dflash", "eagle3"]
     assert canary.plan(configs, str(record_path), {}, GPUS, True)[1] == ["ar", "dflash", "eagle3"]
     # A record that is not one (another file, a broken one) vouches for nothing.
@@ -223,22 +237,22 @@ def test_plan_runs_again_what_failed_changed_or_was_never_run(tmp_path):
 
 def test_the_record_keeps_configs_not_run_drops_others_and_is_written_only_on_change(tmp_path):
     path = str(tmp_path / "canary.json")
-    first = canary.build_record(
+    first = build_record(
         None, ["ar", "dflash"], {"ar": entry(), "dflash": entry("failed")}, {"host": "h"}, {}
     )
-    assert canary.validate_record(first) == []
+    assert validate_record(first) == []
     assert (first["passed"], first["failed"], first["skipped"]) == (["ar"], ["dflash"], [])
-    _, changed = canary.write_record(path, first, None)
+    _, changed = write_record(path, first, None)
     assert changed and json.loads(Path(path).read_text()) == first
     assert os.stat(path).st_mode & 0o777 == 0o644
     # The same content again: nothing written, the times kept.
-    again = canary.build_record(canary.read_record(path), ["ar", "dflash"], {}, {"host": "h"}, {})
-    assert canary.write_record(path, again, canary.read_record(path)) == (first, False)
+    again = build_record(read_record(path), ["ar", "dflash"], {}, {"host": "h"}, {})
+    assert write_record(path, again, read_record(path)) == (first, False)
     # ar not run again keeps its entry; dflash passes now; eagle3 of the last run is dropped.
-    later = canary.build_record(first, ["ar", "dflash"], {"dflash": entry()}, {"host": "h"}, {})
+    later = build_record(first, ["ar", "dflash"], {"dflash": entry()}, {"host": "h"}, {})
     assert later["configs"]["ar"] == first["configs"]["ar"] and later["failed"] == []
-    with pytest.raises(canary.CanaryError, match="eagle3: no canary result"):
-        canary.build_record(first, ["eagle3"], {}, {}, {})
+    with pytest.raises(CanaryError, match="eagle3: no canary result"):
+        build_record(first, ["eagle3"], {}, {}, {})
 
 
 @pytest.mark.parametrize(
@@ -257,11 +271,9 @@ def test_the_record_keeps_configs_not_run_drops_others_and_is_written_only_on_ch
     ],
 )
 def test_a_malformed_record_is_refused(change, error):
-    record = canary.build_record(None, ["ar"], {"ar": entry()}, {}, {})
+    record = build_record(None, ["ar"], {"ar": entry()}, {}, {})
     change(record)
-    assert any(error in problem for problem in canary.validate_record(record)), (
-        canary.validate_record(record)
-    )
+    assert any(error in problem for problem in validate_record(record)), validate_record(record)
 
 
 # --- real processes -------------------------------------------------------------------------
@@ -431,9 +443,9 @@ def test_secrets_in_the_log_never_reach_the_record(runtime, tmp_path):
     )
     result, _, _ = run_script(runtime, tmp_path, source, timeout=30)
     assert result["failure"] == "exited" and result["first_error"].startswith("ValueError: cannot")
-    record = canary.build_record(None, ["ar"], {"ar": result}, {"host": "h"}, {})
+    record = build_record(None, ["ar"], {"ar": result}, {"host": "h"}, {})
     path = tmp_path / "canary.json"
-    canary.write_record(str(path), record, None)
+    write_record(str(path), record, None)
     written = path.read_bytes() + json.dumps(result).encode()
     for secret in (API_KEY, HF_TOKEN):
         for form, value in derived_forms(secret).items():

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ansible.module_utils.canary import checkpoint as cc
+from ansible.module_utils.canary.checkpoint_common import spread
+from ansible.module_utils.canary.safetensors_writer import DTYPE_BYTES
 from safetensors import safe_open
 
 from tests.support.modules import run_module
@@ -216,7 +218,7 @@ def test_k26_listing_is_the_real_checkpoint():
     tensors = expand(spec, config)
     assert len(tensors) == 208_550
     assert sum(math.prod(shape) for _dtype, shape in tensors.values()) == 170_738_182_128
-    nbytes = sum(cc.DTYPE_BYTES[dtype] * math.prod(shape) for dtype, shape in tensors.values())
+    nbytes = sum(DTYPE_BYTES[dtype] * math.prod(shape) for dtype, shape in tensors.values())
     # The listing's "554.27 GB" of tensors is GiB (595.15 GB), as its 554.30 of files.
     assert nbytes / (1 << 30) == pytest.approx(554.27, abs=0.005)
 
@@ -253,7 +255,7 @@ def test_files_index_and_sizes(generated, name):
     index = json.loads((folder / cc.INDEX).read_text())
     found = header(folder / cc.WEIGHTS)
     assert index["weight_map"] == {tensor: cc.WEIGHTS for tensor in found}
-    data = sum(cc.DTYPE_BYTES[dtype] * math.prod(shape) for dtype, shape in found.values())
+    data = sum(DTYPE_BYTES[dtype] * math.prod(shape) for dtype, shape in found.values())
     assert index["metadata"]["total_size"] == data
     assert json.loads((folder / cc.CONFIG).read_text()) == result["config"]
     on_disk = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
@@ -490,14 +492,14 @@ def test_drafters_are_shaped_to_the_tiny_target(generated):
     ],
 )
 def test_layer_ids_map_distinct_ascending_and_in_range(ids, real, tiny, low, expected):
-    mapped = cc._spread(ids, real[0], real[1], low, tiny)
+    mapped = spread(ids, real[0], real[1], low, tiny)
     assert mapped == expected
     assert mapped == sorted(set(mapped)) and low <= mapped[0] and mapped[-1] <= tiny
 
 
 def test_too_many_layer_ids_are_refused():
     with pytest.raises(cc.CheckpointError, match="found 7 layer ids"):
-        cc._spread(list(range(7)), 0, 59, 0, 5)
+        spread(list(range(7)), 0, 59, 0, 5)
 
 
 # ---------------------------------------------------------------------------------------------

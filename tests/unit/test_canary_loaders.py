@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.canary import checkpoint as cc
+from ansible.module_utils.canary.safetensors_writer import safetensors_header
 
 from tests.contract import contract_venv as cv
 from tests.support import loader_venv
@@ -81,7 +82,7 @@ def broken(tmp_path: Path, name: str, specs: list) -> Path:
     folder.mkdir()
     made = cc.plan("target", str(HUB / "moonshotai/Kimi-K2.6"), None, 8)
     (folder / cc.CONFIG).write_text(json.dumps(made["config"]))
-    head, ordered = cc._header(specs)
+    head, ordered = safetensors_header(specs)
     with open(folder / cc.WEIGHTS, "wb") as handle:
         handle.write(head)
         for spec in ordered:

@@ -109,15 +109,6 @@ STILL_LONG = {
     "analysis/tables.py",
     "analysis/tables.py:recommend",
     "analysis/tables.py:warnings",
-    "library/canary_serve.py:main",
-    "module_utils/canary/checkpoint.py",
-    "module_utils/canary/checkpoint.py:_dflash",
-    "module_utils/canary/checkpoint.py:_eagle3",
-    "module_utils/canary/checkpoint.py:_hybrid_target",
-    "module_utils/canary/checkpoint.py:_mla_target",
-    "module_utils/canary/checkpoint.py:generate",
-    "module_utils/canary/serve.py",
-    "module_utils/canary/serve.py:hint",
 }
 
 
