@@ -12,13 +12,14 @@ import json
 import os
 import re
 
+from ansible.module_utils.contract.names import MAX_NAME, ServingConfigError, parse_config_name
+from ansible.module_utils.contract.secrets import is_secret_name
 from ansible.module_utils.host.helpers import (
     MASK,
     CommandFailed,
     command_environment,
     run_with_deadline,
 )
-from ansible.module_utils.plan.serving import is_secret_name
 from ansible.module_utils.server.api_check import clip
 
 NVIDIA_SMI_S = 60.0
@@ -31,7 +32,6 @@ WEIGHT_PATTERNS = (
     "*.gguf",
     "*.safetensors.index.json",
 )
-CONFIG_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,127}$")
 
 
 class CanaryError(Exception):
@@ -43,11 +43,15 @@ class CanaryError(Exception):
 
 
 def check_name(name) -> str:
-    if not isinstance(name, str) or not CONFIG_NAME.fullmatch(name):
+    """An expanded config name of the server role's grammar (contract/names.py), which names
+    the canary's folders too."""
+    try:
+        parse_config_name(name)
+    except ServingConfigError:
         raise CanaryError(
             f"serving config name {str(name)[:80]!r}: needed lower-case letters, digits, '.' "
-            "and '-' (at most 128); fix kimi_canary_configs"
-        )
+            f"and '-' (at most {MAX_NAME}); fix kimi_canary_configs"
+        ) from None
     return name
 
 

@@ -11,7 +11,7 @@ import json
 import re
 from datetime import datetime, timezone
 
-from ansible.module_utils.canary.serve_inputs import CONFIG_NAME, CanaryError
+from ansible.module_utils.canary.serve_inputs import CanaryError, check_name
 from ansible.module_utils.host.helpers import TooLarge, atomic_write, read_bounded
 
 KIND = "kimi.canary"
@@ -141,7 +141,9 @@ def validate_record(record) -> list[str]:
     if not isinstance(configs, dict) or len(configs) > MAX_CONFIGS:
         return [*errors, "configs is not an object of at most 256 entries"]
     for name, entry in configs.items():
-        if not isinstance(name, str) or not CONFIG_NAME.fullmatch(name):
+        try:
+            check_name(name)
+        except CanaryError:
             errors.append(f"config name {str(name)[:80]!r} is not a serving config name")
             continue
         errors += validate_entry(name, entry)
