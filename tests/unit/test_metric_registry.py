@@ -24,7 +24,7 @@ from ansible.module_utils.contract import (
 from jsonschema import Draft202012Validator
 
 import analysis
-from analysis import html, plots, results, tables
+from analysis import canvas, html, plots, results, tables
 from tests.support.results_tree import (
     CHAIN_CONTROL,
     GPU_SUMMARY,
@@ -280,18 +280,18 @@ def test_number_formats_are_the_ones_written_out_before(column, text):
 def drawn_labels(run) -> set[str]:
     """Every x and y label the figures drawn by run() carry (PNG encoding skipped)."""
     seen: set[str] = set()
-    real = plots._png
+    real = canvas.png
 
     def record(figure, *args, **kwargs):
         for axis in figure.axes:
             seen.update(t for t in (axis.get_xlabel(), axis.get_ylabel()) if t)
         return b""
 
-    plots._png = record
+    canvas.png = record
     try:
         run()
     finally:
-        plots._png = real
+        canvas.png = real
     return seen
 
 
