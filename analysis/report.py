@@ -105,7 +105,7 @@ class _Findings:
     api_checks: list[dict]
     warnings: list[dict]  # every kind, by severity
     expected: predicted.Predictions
-    model: dict  # run.json's model, or the one the run's configs imply
+    model: dict | None  # run.json's model; None for a run from before models were data
     pick_rows: list[dict]  # the recommendation as rows
     origin: dict  # provenance per host
     losslessness: list[dict]
