@@ -12,7 +12,9 @@ the field) or OutputError (the output folder cannot be used; nothing is written 
 # The kit's module_utils/ as ansible.module_utils.<stage> (module_utils/__init__.py): the
 # analysis reads the contract (module_utils/contract/) the writer writes by.
 import module_utils  # noqa: F401
-from analysis.report import Outcome, OutputError, compare, report
+from analysis.output import Outcome, OutputError
+from analysis.report import report
+from analysis.report_compare import compare
 from analysis.results import ResultsError, load
 
 __all__ = ["Outcome", "OutputError", "ResultsError", "compare", "load", "report"]

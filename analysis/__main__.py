@@ -12,7 +12,9 @@ from analysis import comparability
 from analysis.bundle import DEFAULT_MAX_BYTES as BUNDLE_MAX_BYTES
 from analysis.bundle import DEFAULT_MAX_FILE_BYTES as BUNDLE_MAX_FILE_BYTES
 from analysis.bundle import BundleError, bundle
-from analysis.report import OutputError, compare, report
+from analysis.output import OutputError
+from analysis.report import report
+from analysis.report_compare import compare
 from analysis.results import DEFAULT_MAX_FILE_BYTES, ResultsError, model_title
 from analysis.tables import DEFAULT_BAND_EDGES, SloError, parse_slo
 

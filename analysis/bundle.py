@@ -17,22 +17,20 @@ linked into place, so it is whole or absent, and an existing --out is never repl
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import json
 import os
 import re
 import stat
 import tarfile
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ansible.module_utils.contract.secrets import CONTROLLER_SECRET_ENV as SECRET_ENV
+from ansible.module_utils.host.archive import PartialArchive, add_member
 from ansible.module_utils.host.secret_scrub import Scrubber
 
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "KIMI_SERVER_API_KEY")
 DEFAULT_MAX_FILE_BYTES = 512 << 20
 DEFAULT_MAX_BYTES = 8 << 30
 MAX_SECRET_FILE_BYTES = 1 << 20
@@ -182,23 +180,19 @@ def bundle(
     done = Bundled(out=target, secrets=len(values))
     files, done.left_out = candidates(root)
     top = root.name or "run"
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=parent)
+    partial = PartialArchive(str(parent), prefix=f".{target.name}.")
     try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        with partial.tar() as tar:
             _pack(tar, top, files, scrub, done, max_file_bytes, max_bytes)
             manifest = _manifest(top, done, scrub.count, sources)
             add(tar, f"{top}/BUNDLE.json", scrub.bytes(json.dumps(manifest, indent=1).encode()))
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(temporary, 0o644)
         # A link cannot replace a file: an --out that appeared meanwhile is kept.
         try:
-            os.link(temporary, target)
+            partial.publish(str(target), 0o644)
         except FileExistsError:
             raise BundleError(f"--out {out} appeared while packing; it was left as it is") from None
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        partial.discard()
     done.masked = scrub.count
     return done
 
@@ -275,8 +269,6 @@ def _manifest(top: str, done: Bundled, masked: int, sources: list[str]) -> dict:
 
 
 def add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float = 0) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = 0o644
-    info.mtime = int(mtime)
-    tar.addfile(info, io.BytesIO(data))
+    """A member anyone may read once the bundle is shared, dated as its file (the manifest
+    at 0)."""
+    add_member(tar, name, data, 0o644, mtime)

@@ -8,10 +8,11 @@ Standard library only: the modules ship it to hosts (AnsiballZ), whose Pythons m
 from __future__ import annotations
 
 import datetime
-import io
 import re
 import tarfile
 import time
+
+from ansible.module_utils.host import archive
 
 HOST_KIND = "kimi.diagnose.host"
 BUNDLE_KIND = "kimi.diagnose"
@@ -87,10 +88,6 @@ def unique(name: str, taken: set[str]) -> str:
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: float | None = None) -> None:
-    """A regular file member, root-only when extracted, owned by nobody in particular."""
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = 0o600
-    info.mtime = int(time.time() if mtime is None else mtime)
-    info.uname = info.gname = ""
-    tar.addfile(info, io.BytesIO(data))
+    """A regular file member, root-only when extracted, owned by nobody in particular, dated
+    now unless given a time."""
+    archive.add_member(tar, name, data, 0o600, time.time() if mtime is None else mtime)

@@ -34,6 +34,7 @@ from ansible.module_utils.diagnose.members import (
     utc_now,
     valid_member,
 )
+from ansible.module_utils.host.archive import PartialArchive
 from ansible.module_utils.host.secret_scrub import Scrubber
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -197,7 +198,7 @@ def build_bundle(
     scrub = Scrubber([s for s in secrets if isinstance(s, str) and s])
     staging = os.path.realpath(staging_dir) if staging_dir else ""
     try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".partial", dir=output_dir)
+        partial = PartialArchive(output_dir, prefix=f".{run_id}.", suffix=".partial")
     except OSError as error:
         raise BadInput(
             f"diagnose_output_dir {output_dir}: the bundle cannot be written there "
@@ -205,22 +206,18 @@ def build_bundle(
             "diagnose.yml again."
         ) from None
     try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        with partial.tar() as tar:
             index_hosts, written = pack_hosts(
                 tar, run_id, staging, hosts, outcomes, scrub, max_host_bytes
             )
             index = index_of(run_id, index_hosts, scrub)
             add_member(tar, f"{run_id}/{INDEX}", scrub.bytes(json.dumps(index, indent=1).encode()))
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(temporary, 0o600)
         try:
-            os.link(temporary, target)
+            partial.publish(target, 0o600)
         except FileExistsError:
             raise BadInput(f"{target} appeared while packing; it was left as it is") from None
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        partial.discard()
         if staging_dir:
             shutil.rmtree(staging_dir, ignore_errors=True)
     return {

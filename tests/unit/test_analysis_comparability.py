@@ -14,6 +14,8 @@ import pytest
 
 from analysis import comparability
 from analysis.__main__ import main
+from analysis.comparability_facts import launch_flags
+from analysis.comparability_values import MAX_SHOWN
 from analysis.results import load
 from tests.support.results_tree import QWEN, Plan, Sim, write_run
 
@@ -151,10 +153,8 @@ def test_argv_order_address_paths_and_the_api_key_are_not_differences():
     two = ["/srv/b/python", "-m", "sglang.launch_server", "--enable-metrics", "--api-key=k2"]
     two += ["--port=31000", "--tp-size=8", "--model-path", "/mnt/elsewhere", "--host", "::"]
     repos = {"target": "moonshotai/Kimi-K2.6"}
-    assert comparability.launch_flags(one, "release", repos) == comparability.launch_flags(
-        two, "release", repos
-    )
-    flags = comparability.launch_flags(one, "release", repos)
+    assert launch_flags(one, "release", repos) == launch_flags(two, "release", repos)
+    flags = launch_flags(one, "release", repos)
     assert flags == {
         "--model-path": "moonshotai/Kimi-K2.6",
         "--tp-size": "8",
@@ -163,9 +163,7 @@ def test_argv_order_address_paths_and_the_api_key_are_not_differences():
         "(runtime)": "release",
     }
     # A flag given twice is its values in any order.
-    assert comparability.launch_flags(["--x", "1", "--x", "2"]) == comparability.launch_flags(
-        ["--x", "2", "--x", "1"]
-    )
+    assert launch_flags(["--x", "1", "--x", "2"]) == launch_flags(["--x", "2", "--x", "1"])
 
 
 def test_an_nccl_variable_is_one_warning_and_secrets_are_compared_masked(tmp_path):
@@ -484,7 +482,7 @@ def test_a_huge_differing_value_is_compared_by_hash_and_shown_cut(tmp_path):
         level.settings = {**level.settings, "telemetry": "x" * 100_000 + "2"}
     (found,) = comparability.check(a, b)
     assert found["field"] == "settings.telemetry"
-    assert len(found["message"]) < 400 and len(found["a"]) <= comparability.MAX_SHOWN
+    assert len(found["message"]) < 400 and len(found["a"]) <= MAX_SHOWN
 
 
 def test_hostile_run_json_fields_do_not_stop_compare(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import analysis
-from analysis import plots, tables
+from analysis import plots, plots_latency, tables
 from analysis.__main__ import main
 from analysis.results import ResultsError, load
 from tests.support.report_check import check_report, png_size
@@ -414,7 +414,7 @@ def test_itl_splits_an_events_gap_over_its_tokens_in_either_layout(tmp_path):
     assert sorted({round(v, 3) for v in itl}) == [6.5, round(26.0 / 3, 3)]
     compact = tmp_path / "compact.json"
     compact.write_text(json.dumps(json.loads(path.read_text())))  # not the module's layout
-    assert plots._fast_events(compact.read_bytes()) is None
+    assert plots_latency._fast_events(compact.read_bytes()) is None
     assert plots.level_latencies(compact) == (ttft, itl)
 
 

@@ -257,7 +257,8 @@ def test_one_mask_and_one_secret_rule():
     from ansible.module_utils.host import helpers, secret_scrub
     from ansible.module_utils.plan import serving
 
-    from analysis import bundle, comparability
+    from analysis import bundle
+    from analysis import comparability_facts as comparability
 
     assert helpers.MASK == secret_scrub.MASK == comparability.MASK == serving.MASK
     assert secrets.MASK == "********"
@@ -344,7 +345,8 @@ def test_the_record_kinds_and_versions_are_the_contract_s():
     from ansible.module_utils.server import api_check
     from ansible.module_utils.tuning import speed_calibration
 
-    from analysis import comparability, results
+    from analysis import comparability_values as comparability
+    from analysis import results
 
     assert stats.SCHEMA_VERSION == level.SCHEMA_VERSION
     assert level.SCHEMA_VERSION in results.SUPPORTED_SCHEMAS

@@ -24,7 +24,7 @@ from ansible.module_utils.contract import (
 from jsonschema import Draft202012Validator
 
 import analysis
-from analysis import html, plots, results, tables
+from analysis import canvas, html, plots, results, tables
 from tests.support.results_tree import (
     CHAIN_CONTROL,
     GPU_SUMMARY,
@@ -35,6 +35,7 @@ from tests.support.results_tree import (
 )
 
 report_module = importlib.import_module("analysis.report")
+compare_module = importlib.import_module("analysis.report_compare")
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "docs" / "schema"
@@ -240,7 +241,7 @@ def test_the_derived_column_lists_are_the_ones_written_out_before():
     assert tables.SLO_STATS == ("p50", "p90", "p99")
     assert report_module.HTML_COLUMNS == HTML_COLUMNS
     assert tuple(n for n, _ in report_module.OPTIONAL_HTML_COLUMNS) == OPTIONAL_HTML_COLUMNS
-    assert report_module.COMPARED == COMPARED
+    assert compare_module.COMPARED == COMPARED
     assert set(html.TEXT_COLUMNS) == TEXT_COLUMNS
     assert results._LATENCIES == ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
     assert plots.LATENCY_METRICS == (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"))
@@ -280,18 +281,18 @@ def test_number_formats_are_the_ones_written_out_before(column, text):
 def drawn_labels(run) -> set[str]:
     """Every x and y label the figures drawn by run() carry (PNG encoding skipped)."""
     seen: set[str] = set()
-    real = plots._png
+    real = canvas.png
 
     def record(figure, *args, **kwargs):
         for axis in figure.axes:
             seen.update(t for t in (axis.get_xlabel(), axis.get_ylabel()) if t)
         return b""
 
-    plots._png = record
+    canvas.png = record
     try:
         run()
     finally:
-        plots._png = real
+        canvas.png = real
     return seen
 
 
