@@ -15,7 +15,7 @@ description:
     files' names, sizes and modification times, unless that archive is already there; keeps
     the most recently used four archives. The logic is module_utils/host/wheelhouse.py.
   - The weights and runtime roles copy the archive to the hosts and unpack it there with
-    M(wheelhouse_unpack), one transfer instead of one per wheel.
+    C(wheelhouse_unpack), one transfer instead of one per wheel.
 version_added: "0.1.0"
 options:
   src:

@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: wheelhouse_unpack
 short_description: Unpacks a wheelhouse archive on the host, writing only what differs
 description:
-  - Writes each member of O(archive) (a tar of regular files, as M(wheelhouse_pack) makes)
+  - Writes each member of O(archive) (a tar of regular files, as C(wheelhouse_pack) makes)
     into O(dest) when its bytes or mode differ there, each file atomically; files in O(dest)
     that the archive lacks stay. A member named outside O(dest), a link, a device or an
     archive past the bounds fails the task and writes nothing more.
