@@ -11,8 +11,10 @@ import json
 from ansible.module_utils.contract import metrics
 from ansible.module_utils.contract.level import LEVEL_KIND, SCHEMA_VERSION
 from ansible.module_utils.contract.level_schema_provenance import (
+    ENDED_AT,
     PROVENANCE,
     SETTINGS,
+    STARTED_AT,
     WEIGHTS_ENTRY,
 )
 from ansible.module_utils.contract.level_schema_records import (
@@ -291,22 +293,8 @@ HEAD = {
             ],
             "additionalProperties": False,
         },
-        "started_at": {
-            "type": "string",
-            "description": (
-                "When the level started: an ISO 8601 date and time in UTC with "
-                "milliseconds, as datetime.isoformat(timespec='milliseconds') writes it."
-            ),
-            "format": "date-time",
-        },
-        "ended_at": {
-            "type": "string",
-            "description": (
-                "When the level ended: an ISO 8601 date and time in UTC with milliseconds, "
-                "as datetime.isoformat(timespec='milliseconds') writes it."
-            ),
-            "format": "date-time",
-        },
+        "started_at": STARTED_AT,
+        "ended_at": ENDED_AT,
         "settings": {
             "$ref": "#/$defs/settings",
         },

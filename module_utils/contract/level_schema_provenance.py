@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
+# When a level ran: the level file's own fields and its provenance's.
+STARTED_AT = {
+    "type": "string",
+    "description": (
+        "When the level started: an ISO 8601 date and time in UTC with "
+        "milliseconds, as datetime.isoformat(timespec='milliseconds') writes it."
+    ),
+    "format": "date-time",
+}
+ENDED_AT = {
+    "type": "string",
+    "description": (
+        "When the level ended: an ISO 8601 date and time in UTC with milliseconds, "
+        "as datetime.isoformat(timespec='milliseconds') writes it."
+    ),
+    "format": "date-time",
+}
+
 SETTINGS = {
     "type": "object",
     "description": "The module's arguments that shape every level of the run.",
@@ -217,22 +235,8 @@ PROVENANCE = {
             ],
             "additionalProperties": False,
         },
-        "started_at": {
-            "type": "string",
-            "description": (
-                "When the level started: an ISO 8601 date and time in UTC with "
-                "milliseconds, as datetime.isoformat(timespec='milliseconds') writes it."
-            ),
-            "format": "date-time",
-        },
-        "ended_at": {
-            "type": "string",
-            "description": (
-                "When the level ended: an ISO 8601 date and time in UTC with milliseconds, "
-                "as datetime.isoformat(timespec='milliseconds') writes it."
-            ),
-            "format": "date-time",
-        },
+        "started_at": STARTED_AT,
+        "ended_at": ENDED_AT,
     },
     "required": [
         "runtime",
