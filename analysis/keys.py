@@ -1,7 +1,7 @@
 """Keys the tables, the quality gate and the plots share: where a level is measured, which
 config is its reference (the writer's rule, module_utils/contract/names.py), a value at a TP
-size. Nothing here imports another analysis module, so that tables and quality can both import
-it without a loop."""
+size, the closed-loop rows. Nothing here imports another analysis module, so that tables and
+quality can both import it without a loop."""
 
 from __future__ import annotations
 
@@ -31,3 +31,9 @@ def level_key(level) -> tuple:
 def rows_by_file(table: list[dict]) -> dict[str, dict]:
     """Each level file's row (a row of averaged repeats holds several files)."""
     return {path: row for row in table for path in row.get("files") or [row.get("file")]}
+
+
+def closed_loop(table: list[dict]) -> list[dict]:
+    """The rows of closed-loop levels (c<N>.json): the ones concurrency bands, the budget
+    sweep and the concurrency plots are about."""
+    return [row for row in table if row.get("request_rate") is None]

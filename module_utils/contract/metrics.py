@@ -208,7 +208,7 @@ def _interval(metric: str, **extra) -> tuple[Metric, Metric]:
             f"{metric}_ci95_{end}",
             DERIVED,
             "repeats",
-            computed_by="analysis.tables.merge_repeats",
+            computed_by="analysis.repeats.merge_repeats",
             interval_of=metric,
             **extra,
         )
@@ -225,10 +225,12 @@ METRICS = (
     _level("prompt_set", text=True, **_SHOWN),
     _level("config", text=True, **_SHOWN),
     _level("base_config", computed_by="analysis.results.base_config"),
-    _level("tp_size", computed_by="analysis.results.tp_size", fixed=True),
-    _level("ddtree_budget", computed_by="analysis.results.ddtree_budget", fixed=True),
+    _level("tp_size", computed_by="analysis.provenance.tp_size", fixed=True),
+    _level("ddtree_budget", computed_by="analysis.provenance.ddtree_budget", fixed=True),
     _level(
-        "verify_tokens_per_step", computed_by="analysis.results.verify_tokens_per_step", fixed=True
+        "verify_tokens_per_step",
+        computed_by="analysis.provenance.verify_tokens_per_step",
+        fixed=True,
     ),
     _level("concurrency", fixed=True, **_SHOWN),
     Metric(
@@ -422,7 +424,7 @@ METRICS = (
         "repeats",
         DERIVED,
         "repeats",
-        computed_by="analysis.tables.merge_repeats",
+        computed_by="analysis.repeats.merge_repeats",
         fixed=True,
         html=PRESENT,
         shown_if=lambda value: (value or 1) > 1,
@@ -433,12 +435,12 @@ METRICS = (
     Metric("under_filled", FLAG, "load", computed_by=_ROW, html=PRESENT, shown_if=bool),
     # With --slo only: every SLO met by the level's percentiles, and the requests/s whose own
     # latencies meet every threshold.
-    Metric("slo_met", FLAG, "slo", computed_by="analysis.tables.slo_met", html=EXTRA),
+    Metric("slo_met", FLAG, "slo", computed_by="analysis.slo.slo_met", html=EXTRA),
     Metric(
         "goodput_requests_per_s",
         DERIVED,
         "slo",
-        computed_by="analysis.tables.goodput",
+        computed_by="analysis.slo.goodput",
         unit="requests/s",
         better="higher",
         repeat=True,

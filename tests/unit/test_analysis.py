@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import analysis
-from analysis import plots, sweep
+from analysis import plots, results_level, results_tree, sweep
 from analysis import results as results_module
 from analysis.results import verify_tokens_per_step
 from analysis.tables import WARNING_KINDS
@@ -966,7 +966,7 @@ def test_the_fast_reader_agrees_with_a_full_parse(study, monkeypatch):
     assert [vars(a) for a in fast.levels] == [vars(b) for b in strict.levels]
     assert fast.records == 2 * 2 * 6 * 3 * 16 - (2 * 3 - 1) * 16
     # Parallel readers give the same answer as one.
-    monkeypatch.setattr(results_module, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(results_tree, "PARALLEL_BYTES", 0)
     assert [lv.summary for lv in analysis.load(root, workers=2).levels] == [
         lv.summary for lv in fast.levels
     ]
@@ -975,9 +975,9 @@ def test_the_fast_reader_agrees_with_a_full_parse(study, monkeypatch):
 def test_files_in_other_layouts_take_the_full_parse(small):
     path = small / "node-a" / "dflash" / "gsm8k" / "c1.json"
     document = json.loads(path.read_text())
-    assert results_module._fast(path.read_bytes()) is not None
+    assert results_level._fast(path.read_bytes()) is not None
     compact = json.dumps({"requests": document["requests"], **document}).encode()
-    assert results_module._fast(compact) is None
+    assert results_level._fast(compact) is None
     path.write_bytes(compact)
     level = next(
         lv for lv in analysis.load(small).levels if lv.path.endswith("dflash/gsm8k/c1.json")

@@ -65,7 +65,7 @@ def test_a_healthy_launch_passes_every_check(model):
     assert NAME in checks["models"]["found"]
     assert "tool_calls[0] 'get_weather'" in checks["tool_call"]["found"]
     assert all(check["fix"] == "" and check["ms"] > 0 for check in checks.values())
-    # What the report reads it with (analysis/results.py) takes it as it is.
+    # What the report reads it with (analysis/results_side.py) takes it as it is.
     from jsonschema import Draft202012Validator
 
     from analysis.results import API_CHECK_SCHEMA

@@ -24,7 +24,7 @@ from ansible.module_utils.contract import (
 from jsonschema import Draft202012Validator
 
 import analysis
-from analysis import canvas, html, plots, results, tables
+from analysis import canvas, html, plots, repeats, results, results_schema, tables
 from tests.support.results_tree import (
     CHAIN_CONTROL,
     GPU_SUMMARY,
@@ -236,14 +236,14 @@ def test_the_derived_column_lists_are_the_ones_written_out_before():
     assert tables.CI_METRICS == ("output_tokens_per_s", "tpot_ms_p50", "ttft_ms_p99")
     assert tables.MARKDOWN_COLUMNS == MARKDOWN_COLUMNS
     assert tables.REPEAT_METRICS == REPEAT_METRICS
-    assert set(tables._IDENTITY) == IDENTITY
+    assert set(repeats._IDENTITY) == IDENTITY
     assert tables.SLO_METRICS == ("ttft", "itl", "tpot", "e2e")
     assert tables.SLO_STATS == ("p50", "p90", "p99")
     assert report_module.HTML_COLUMNS == HTML_COLUMNS
     assert tuple(n for n, _ in report_module.OPTIONAL_HTML_COLUMNS) == OPTIONAL_HTML_COLUMNS
     assert compare_module.COMPARED == COMPARED
     assert set(html.TEXT_COLUMNS) == TEXT_COLUMNS
-    assert results._LATENCIES == ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+    assert results_schema._LATENCIES == ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
     assert plots.LATENCY_METRICS == (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"))
 
 
