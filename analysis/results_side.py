@@ -7,6 +7,7 @@ import functools
 import json
 from pathlib import Path
 
+from ansible.module_utils.contract import run_schema
 from ansible.module_utils.contract.level import (
     API_CHECK_KIND,
     API_CHECK_SCHEMA_VERSION,
@@ -24,8 +25,6 @@ from analysis.results_schema import schema_problems
 from analysis.results_values import is_number, merged_problems, number_problems
 
 _NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}}
-# A name shown in a title: a repository id or a revision is far shorter.
-_SHORT = {"type": "string", "maxLength": 200}
 # run.json as roles/benchmark/tasks/main.yml writes it: the fields the analysis reads (the
 # reference config, the run's name and kit, the plan the incomplete_run warnings check).
 RUN_SCHEMA = {
@@ -49,34 +48,9 @@ RUN_SCHEMA = {
         "num_prompts": {"type": "integer", "minimum": 1},
         "max_new_tokens": {"type": "integer", "minimum": 1},
         "temperature": {"type": "number", "minimum": 0},
-        # The model under test (roles/benchmark's benchmark_model); runs before models were
-        # data have none, and their model is unknown.
-        "model": {
-            "type": "object",
-            "properties": {
-                "name": _SHORT,
-                "title": _SHORT,
-                "attention": _SHORT,
-                "target": {
-                    "type": "object",
-                    "properties": {"repo_id": _SHORT, "revision": _SHORT},
-                },
-                # Per prompt set the accuracy the reference config must reach, and where that
-                # floor comes from (the model's model.yml accuracy.floors).
-                "accuracy_floors": {
-                    "type": "object",
-                    "propertyNames": {"maxLength": 200},
-                    "additionalProperties": {
-                        "type": "object",
-                        "properties": {
-                            "floor": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-                            "source": {"type": "string", "maxLength": 2000},
-                        },
-                        "required": ["floor"],
-                    },
-                },
-            },
-        },
+        # The model under test: the writer's own definition (runs before models were data
+        # have none, and their model is unknown).
+        "model": run_schema.MODEL,
     },
 }
 _RATE = {"type": ["number", "null"], "minimum": 0, "maximum": 1}

@@ -1,7 +1,7 @@
 """run.json's schema as data: the record roles/benchmark/tasks/main.yml writes at the run's
 start and again, with how it ended, at its end (to_nice_json, sorted keys). `make schema`
 writes it to docs/schema/run.schema.json. analysis/results_side.py RUN_SCHEMA is the subset the
-report reads, with the same bounds."""
+report reads, with the same bounds; its model is MODEL itself."""
 
 from __future__ import annotations
 
