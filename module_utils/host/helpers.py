@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -31,15 +32,19 @@ SECRET_KEY = re.compile(
 )
 
 
-def atomic_write(path: str, data: bytes | str, mode: int = 0o644) -> None:
-    """`path` holds `data` with `mode`, or is left as it was: never half written, never with
+def atomic_write(path: str, data, mode: int = 0o644) -> None:
+    """`path` holds `data` (bytes, text, or a binary file object read to its end in chunks: a
+    wheel may be gigabytes) with `mode`, or is left as it was: never half written, never with
     looser permissions for a moment (the temporary file is created 0600 in the same folder)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
+            if hasattr(data, "read"):
+                shutil.copyfileobj(data, handle, 1 << 20)
+            else:
+                handle.write(data.encode() if isinstance(data, str) else data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, mode)

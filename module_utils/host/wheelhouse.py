@@ -12,13 +12,15 @@ Standard library only: unpack() ships to the hosts.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import io
 import json
 import os
 import stat
 import tarfile
 import tempfile
+
+from ansible.module_utils.host.helpers import atomic_write
 
 # A wheelhouse of SGLang with torch and its CUDA wheels is a few GB in some hundred files.
 MAX_FILES = 10_000
@@ -114,7 +116,7 @@ def pack(src: str, cache_dir: str) -> dict:
             # Atomic: runs packing the same folder at once each rename a whole archive.
             os.replace(partial, path)
         except BaseException:
-            with _ignored():
+            with contextlib.suppress(OSError):
                 os.unlink(partial)
             raise
     else:
@@ -130,7 +132,7 @@ def _prune(cache_dir: str) -> list[str]:
     )
     pruned = []
     for entry in archives[KEEP_ARCHIVES:]:
-        with _ignored():
+        with contextlib.suppress(OSError):
             os.unlink(entry.path)
             pruned.append(entry.name)
     return pruned
@@ -138,14 +140,6 @@ def _prune(cache_dir: str) -> list[str]:
 
 def _is_archive(name: str) -> bool:
     return name.startswith("wheelhouse-") and name.endswith(".tar")
-
-
-class _ignored:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, traceback):
-        return kind is not None and issubclass(kind, OSError)
 
 
 # -- on the host ---------------------------------------------------------------------------
@@ -200,20 +194,6 @@ def _same_bytes(path: str, size: int, source) -> bool:
     for chunk in iter(lambda: source.read(_CHUNK), b""):
         ours.update(chunk)
     return theirs.digest() == ours.digest()
-
-
-def _write(path: str, source, mode: int) -> None:
-    handle, partial = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".wheelhouse-")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            for chunk in iter(lambda: source.read(_CHUNK), b""):
-                out.write(chunk)
-        os.chmod(partial, mode)
-        os.replace(partial, path)
-    except BaseException:
-        with _ignored():
-            os.unlink(partial)
-        raise
 
 
 def _stamp(path: str) -> list[int]:
@@ -280,7 +260,7 @@ def _unpack_members(archive, archive_path, dest, file_mode, dir_mode, check) -> 
             continue
         _folders(dest, os.path.dirname(path), dest_real, dir_mode)
         if not _same_bytes(path, member.size, archive.extractfile(member)):
-            _write(path, archive.extractfile(member), file_mode)
+            atomic_write(path, archive.extractfile(member), file_mode)
             written.append(member.name)
         elif stat.S_IMODE(os.lstat(path).st_mode) != file_mode:
             os.chmod(path, file_mode)
@@ -299,4 +279,4 @@ def _folders(dest: str, folder: str, dest_real: str, dir_mode: int) -> None:
 
 
 def _write_record(dest: str, record: dict) -> None:
-    _write(os.path.join(dest, RECORD), io.BytesIO(json.dumps(record).encode()), 0o644)
+    atomic_write(os.path.join(dest, RECORD), json.dumps(record), 0o644)
