@@ -2,9 +2,10 @@
 
 Each host is a network namespace on a private bridge with its own address, its own
 hostname (UTS namespace), its own process tree (PID namespace) and its own mount namespace in
-which /etc, /opt, /var, /usr/local, /root, /srv and /home are copy-on-write overlays and /tmp,
-/run and /dev/shm are private: whatever a role writes stays on that host. Its sshd takes keys
-only. A fake `nvidia-smi` on its PATH replays a GPU capture from tests/fixtures/gpu-hosts/.
+which /etc, /opt, /var, /usr/local, /root, /srv and /home are copy-on-write overlays (/root
+starting as a fresh root home) and /tmp, /run and /dev/shm are private: whatever a role writes
+stays on that host. Its sshd takes keys only. A fake `nvidia-smi` on its PATH replays a GPU
+capture from tests/fixtures/gpu-hosts/.
 
 Besides root, every host has an unprivileged user, SUDO_USER, with a home under /home, whom the
 run's client key logs in too and who may run anything through sudo without a password: the
@@ -117,6 +118,41 @@ def run(cmd: list[str], check: bool = True, **kwargs) -> subprocess.CompletedPro
             f"{' '.join(cmd)} failed ({result.returncode}): {result.stderr.strip()}"
         )
     return result
+
+
+# What a freshly installed Debian host gives root: base-files' dot files (or /etc/skel's).
+ROOT_DOT_FILES = {
+    ".bashrc": ("/usr/share/base-files/dot.bashrc", "/etc/skel/.bashrc"),
+    ".profile": ("/usr/share/base-files/dot.profile", "/etc/skel/.profile"),
+}
+
+
+def lower_dir(hdir: Path, sub: str) -> str:
+    """What a host's overlay of /<sub> lies over: this machine's folder, except for /root,
+    which lies over a fresh root home (fresh_root_home)."""
+    return str(hdir / "fresh-root") if sub == "root" else f"/{sub}"
+
+
+def overlay_mount(hdir: Path, sub: str, target: str) -> str:
+    """The mount command of a host's copy-on-write /<sub> at target."""
+    return (
+        f"mount -t overlay overlay -o lowerdir={lower_dir(hdir, sub)},"
+        f"upperdir={hdir}/upper/{sub},workdir={hdir}/work/{sub} {target}"
+    )
+
+
+def fresh_root_home(hdir: Path) -> None:
+    """A fresh host's root home, with its dot files: this machine's own (tokens, caches, pip's
+    config, a .bashrc that sshd's bash sources on every session and that may start tools, as
+    pyenv's init does at ~0.1 s of CPU a session) never shows through to a host."""
+    folder = Path(lower_dir(hdir, "root"))
+    folder.mkdir(mode=0o700)
+    # The merged folder takes the upper one's mode: root's home is private.
+    (hdir / "upper" / "root").chmod(0o700)
+    for name, candidates in ROOT_DOT_FILES.items():
+        source = next((Path(c) for c in candidates if Path(c).is_file()), None)
+        if source is not None:
+            shutil.copyfile(source, folder / name)
 
 
 def process_start_time(pid: int) -> int | None:
@@ -373,6 +409,7 @@ class TestHostCluster:
         # sshd reads a user's authorized keys as that user: SUDO_USER must reach the file, which
         # an sshd host sees in this folder (its private host key in it stays 0600).
         hdir.chmod(0o755)
+        fresh_root_home(hdir)
         (hdir / "tmp").mkdir(mode=0o1777)
         (hdir / "tmp").chmod(0o1777)
         # The fake nvidia-smi and its capture land in the host's own /usr/local.
@@ -450,11 +487,7 @@ class TestHostCluster:
             "mount -t tmpfs -o mode=0755 tmpfs /run",
             f"mkdir -p /run/sshd {inside}",
             f"mount --bind {hdir} {inside}",
-            *(
-                f"mount -t overlay overlay -o lowerdir=/{sub},upperdir={hdir}/upper/{sub},"
-                f"workdir={hdir}/work/{sub} /{sub}"
-                for sub in OVERLAID
-            ),
+            *(overlay_mount(hdir, sub, f"/{sub}") for sub in OVERLAID),
             f"mount --bind {hdir}/tmp /tmp",
             "mount -t tmpfs tmpfs /dev/shm",
             f"exec {SSHD} -D -e -f {inside}/sshd_config",
@@ -487,11 +520,7 @@ class TestHostCluster:
             *(f"ln -s usr/{name} {root}/{name}" for name in ("bin", "sbin", "lib", "lib64")),
             f"mount --bind /usr {root}/usr",
             f"mount -o remount,bind,ro {root}/usr",
-            *(
-                f"mount -t overlay overlay -o lowerdir=/{sub},upperdir={hdir}/upper/{sub},"
-                f"workdir={hdir}/work/{sub} {root}/{sub}"
-                for sub in OVERLAID
-            ),
+            *(overlay_mount(hdir, sub, f"{root}/{sub}") for sub in OVERLAID),
             f"mount --bind {hdir}/tmp {root}/tmp",
             f"mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs {root}/run",
             f"mount -t tmpfs -o mode=0755,nosuid tmpfs {root}/dev",
