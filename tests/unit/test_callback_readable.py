@@ -301,3 +301,78 @@ def test_ansible_playbook_with_the_kits_config_shows_progress_without_retry_nois
         localhost                  : ok=2    changed=0    unreachable=0    failed=0""") in (
         run.stdout
     )
+
+
+PROBE_FILTER = """\
+import os
+
+
+def _loaded_in(path):
+    with open(path, "a") as handle:
+        handle.write("%d\\n" % os.getpid())
+
+
+_loaded_in(os.environ["KIT_FILTER_PROBE"])
+
+
+class FilterModule:
+    def filters(self):
+        return {"probed": lambda value: "probed " + value}
+"""
+
+FILTERED_PLAYBOOK = """\
+- name: Tasks whose templates use filters
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Use the probe filter
+      ansible.builtin.debug:
+        msg: "{{ 'one' | probed }}"
+    - name: Use it again
+      ansible.builtin.debug:
+        msg: "{{ 'two' | probed }} {{ 'ddtree-tp4-b32' | kimi_config_base }}"
+    - name: And again
+      ansible.builtin.debug:
+        msg: "{{ 'three' | probed }}"
+"""
+
+
+def test_filter_plugins_are_loaded_once_before_the_workers_fork(tmp_path):
+    """kimi_progress loads every filter plugin in ansible-playbook's own process: each task's
+    worker is forked from it and finds them loaded, instead of importing every filter file
+    (the kit's pull in much of module_utils/) once per task and host."""
+    plugins = tmp_path / "filter_plugins"
+    plugins.mkdir()
+    (plugins / "probe_filters.py").write_text(PROBE_FILTER)
+    playbook = tmp_path / "filtered.yml"
+    playbook.write_text(FILTERED_PLAYBOOK)
+    loads = tmp_path / "loads"
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_FILTER_PLUGINS": f"{REPO / 'filter_plugins'}:{plugins}",
+        "KIT_FILTER_PROBE": str(loads),
+    }
+    for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED"):
+        env.pop(f"ANSIBLE_{name}", None)
+    run = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(playbook),
+        ],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    stdout, _ = run.communicate(timeout=180)
+    assert run.returncode == 0, stdout
+    assert '"msg": "probed two ddtree"' in stdout or "msg: probed two ddtree" in stdout, stdout
+    assert loads.read_text().split() == [str(run.pid)]
