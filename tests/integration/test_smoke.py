@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import host_bytecode
 from tests.support.models import model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,6 +55,10 @@ def test_playbook_over_ssh_sees_per_host_facts_and_profiles(make_testhosts, play
     assert len({r["compute_capability"] for r in reports.values()}) == 3
     assert len({r["interconnect"] for r in reports.values()}) == 2
     assert not Path("/opt/kimi/smoke-marker").exists(), "a host wrote to the controller"
+    # Each host's Python kept what it compiled of the module payloads (host_bytecode.py).
+    for host in cluster.hosts:
+        cached = cluster.ssh(host.name, f"ls {host_bytecode.CACHE_DIR} | wc -l").stdout
+        assert int(cached) > 20, (host.name, cached)
 
     second = playbook("tests/support/playbooks/smoke.yml", cluster.inventory)
     second.assert_unchanged()

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import ipaddress
 import json
 import os
@@ -54,6 +55,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support import host_bytecode
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "gpu-hosts"
 FAKE_NVIDIA_SMI = REPO / "tests" / "support" / "fakes" / "nvidia_smi.py"
@@ -64,6 +67,8 @@ OVERLAID = ("etc", "opt", "var", "usr/local", "root", "srv", "home")
 # Capture replayed by each profile's hosts. h200-x2 is a real capture; the others are built.
 PROFILE_CAPTURES = {"ct200": "ct200-x8", "h200": "h200-x2", "b200": "b200-x8"}
 SSHD = "/usr/sbin/sshd"
+# The hosts' Python, which Ansible runs modules with (ansible_python_interpreter).
+SYSTEM_PYTHON = "/usr/bin/python3"
 SYSTEMD = "/lib/systemd/systemd"
 # Units a systemd host may start: its SSH server, the journal (the server role reads the
 # server's log from it) and the passive targets and slices that order boot. Everything else
@@ -131,6 +136,21 @@ def lower_dir(hdir: Path, sub: str) -> str:
     """What a host's overlay of /<sub> lies over: this machine's folder, except for /root,
     which lies over a fresh root home (fresh_root_home)."""
     return str(hdir / "fresh-root") if sub == "root" else f"/{sub}"
+
+
+@functools.cache
+def system_site_packages() -> Path:
+    """The folder under /usr/local where the hosts' system Python (the one Ansible runs
+    modules with) reads .pth files."""
+    found = run(
+        [
+            SYSTEM_PYTHON,
+            "-c",
+            "import site, sys; print(next(p for p in sys.path if p.startswith('/usr/local/')"
+            " and p.endswith(('site-packages', 'dist-packages'))))",
+        ]
+    ).stdout.strip()
+    return Path(found)
 
 
 def overlay_mount(hdir: Path, sub: str, target: str) -> str:
@@ -418,6 +438,12 @@ class TestHostCluster:
         shutil.copy(FAKE_NVIDIA_SMI, local / "bin" / "nvidia-smi")
         (local / "bin" / "nvidia-smi").chmod(0o755)
         shutil.copytree(FIXTURES / host.capture, local / "share" / "fake-nvidia-smi")
+        # The host's Python keeps the bytecode of what it imports from Ansible's module
+        # payloads (tests/support/host_bytecode.py says why).
+        host_bytecode.install_into(
+            hdir / "upper" / system_site_packages().relative_to("/"),
+            hdir / "upper" / Path(host_bytecode.CACHE_DIR).relative_to("/"),
+        )
         # sshd: its own host key, keys-only login for root with the run's client key.
         host_key = hdir / "ssh_host_ed25519_key"
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(host_key)])
@@ -595,7 +621,7 @@ class TestHostCluster:
                     "ansible_user": "root",
                     "ansible_ssh_private_key_file": str(self.key_file),
                     "ansible_ssh_common_args": common_args,
-                    "ansible_python_interpreter": "/usr/bin/python3",
+                    "ansible_python_interpreter": SYSTEM_PYTHON,
                     **(group_vars or {}),
                 },
                 "children": {"gpu_hosts": {"children": profiles}},

@@ -1,0 +1,107 @@
+"""The test hosts' bytecode cache for zip imports (tests/support/host_bytecode.py): the code
+that runs is the code compiling gives, with each archive's own file names; a damaged entry or
+a folder that cannot be written only costs the compile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from tests.support import host_bytecode
+
+MODULE = """\
+VALUE = sum(range(10))
+
+
+def fails():
+    raise ValueError("from the archive")
+
+
+class Nested:
+    def method(self):
+        return [lambda: __file__][0]()
+"""
+
+# Imports the module from the archive in a Python of its own, with the cache installed over
+# the folder given, and prints what the module gives and where its code says it comes from.
+PROBE = """\
+import sys, traceback
+sys.path.insert(0, {support!r})
+import host_bytecode
+print(host_bytecode.install({folder!r}))
+sys.path.insert(0, {archive!r})
+import payload.module as module
+print(module.VALUE, module.Nested().method())
+try:
+    module.fails()
+except ValueError:
+    print(traceback.extract_tb(sys.exc_info()[2])[-1].filename)
+print(module.Nested.method.__code__.co_filename)
+"""
+
+
+def archive(folder: Path, name: str) -> Path:
+    path = folder / f"{name}.zip"
+    with zipfile.ZipFile(path, "w") as zipped:
+        zipped.writestr("payload/__init__.py", "")
+        zipped.writestr("payload/module.py", MODULE)
+    return path
+
+
+def probe(cache: Path, zipped: Path) -> list[str]:
+    code = PROBE.format(
+        support=str(Path(host_bytecode.__file__).parent), folder=str(cache), archive=str(zipped)
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_second_import_runs_the_cached_code_under_its_own_archive_s_names(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    first, second = archive(tmp_path, "first"), archive(tmp_path, "second")
+    source = f"{first}/payload/module.py"
+    assert probe(cache, first) == ["True", f"45 {source}", source, source]
+    # One entry per source compiled: the package's __init__ and the module.
+    entries = sorted(cache.iterdir())
+    assert len(entries) == 2
+    stamps = [entry.stat().st_mtime_ns for entry in entries]
+    source = f"{second}/payload/module.py"
+    assert probe(cache, second) == ["True", f"45 {source}", source, source]
+    # Read, not written again.
+    assert [entry.stat().st_mtime_ns for entry in sorted(cache.iterdir())] == stamps
+
+
+def test_a_damaged_entry_is_compiled_again_and_replaced(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    zipped = archive(tmp_path, "payload")
+    expected = probe(cache, zipped)
+    for entry in cache.iterdir():
+        entry.write_bytes(b"\x00not marshal data")
+    assert probe(cache, zipped) == expected
+    for entry in cache.iterdir():
+        assert entry.read_bytes() != b"\x00not marshal data"
+
+
+def test_without_its_folder_nothing_is_cached_and_imports_work(tmp_path):
+    zipped = archive(tmp_path, "payload")
+    source = f"{zipped}/payload/module.py"
+    assert probe(tmp_path / "missing", zipped) == ["False", f"45 {source}", source, source]
+
+
+def test_install_into_a_host_s_site_packages_writes_the_module_its_pth_line_and_the_folder(
+    tmp_path,
+):
+    site, cache = tmp_path / "usr/local/lib/python3/dist-packages", tmp_path / "var/cache/b"
+    host_bytecode.install_into(site, cache)
+    assert (site / "kimi_test_bytecode.py").read_text() == Path(host_bytecode.__file__).read_text()
+    assert (site / "kimi-test-bytecode.pth").read_text() == (
+        "import kimi_test_bytecode; kimi_test_bytecode.install()\n"
+    )
+    assert cache.is_dir() and oct(cache.stat().st_mode & 0o777) == "0o755"
