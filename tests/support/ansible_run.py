@@ -96,6 +96,7 @@ def run_playbook(
         # ansible-runner puts its own callback folder in this variable, which hides
         # ansible.cfg's callback_plugins; it keeps what is already there, so name ours.
         "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
+        **controller_bytecode(),
         **(envvars or {}),
     }
     cmdline = ["--check", "--diff"] if check else []
@@ -126,6 +127,19 @@ def run_playbook(
         stdout=stdout,
         private_dir=private_dir,
     )
+
+
+def controller_bytecode() -> dict[str, str]:
+    """The environment under which the modules a playbook runs on this machine keep their
+    payloads' bytecode (tests/support/controller_site/sitecustomize.py)."""
+    folder = REPO / "tests" / ".state" / "controller-bytecode"
+    folder.mkdir(parents=True, exist_ok=True)
+    site = str(REPO / "tests" / "support" / "controller_site")
+    path = os.environ.get("PYTHONPATH")
+    return {
+        "KIT_TEST_BYTECODE_DIR": str(folder),
+        "PYTHONPATH": f"{site}{os.pathsep}{path}" if path else site,
+    }
 
 
 def local_sglang_git() -> dict:

@@ -4,6 +4,7 @@ a folder that cannot be written only costs the compile."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -105,3 +106,23 @@ def test_install_into_a_host_s_site_packages_writes_the_module_its_pth_line_and_
         "import kimi_test_bytecode; kimi_test_bytecode.install()\n"
     )
     assert cache.is_dir() and oct(cache.stat().st_mode & 0o777) == "0o755"
+
+
+def test_the_playbooks_the_tests_run_cache_their_controller_modules_bytecode(tmp_path):
+    """run_playbook's environment puts tests/support/controller_site on PYTHONPATH: a Python
+    it starts (a module delegated to localhost) has the cache installed over the folder named."""
+    from tests.support.ansible_run import controller_bytecode
+
+    env = {**os.environ, **controller_bytecode(), "KIT_TEST_BYTECODE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import zipimport; print(getattr(zipimport._compile_source, 'kimi_test_bytecode', 0))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "True", done.stderr
