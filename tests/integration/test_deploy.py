@@ -1,6 +1,7 @@
 """The whole study end to end over SSH test hosts, a PCIe ct200 host serving Kimi K2.6 and an
 NVSwitch b200 host serving the hybrid control Qwen3.6-27B (`kimi_model: qwen3.6-27b` as a host
-variable), at once: deploy_kimi.yml (preflight, each model's weights from a local hub, the
+variable), at once: deploy_kimi.yml (preflight, the canary of every config of each model's
+default study on tiny same-architecture checkpoints, each model's weights from a local hub, the
 release runtime with the simulator packaged as sglang 0.5.23 and the git runtime built from a
 local copy of the DDTree pull request's ref, tuning with kernel values under a private tree, the
 server), then benchmark_kimi.yml as one run per model (--limit to its host, both at once: ar,
@@ -108,6 +109,14 @@ CONFIGS = {
     for host in HOSTS
 }
 LEVELS = (1, 4)
+# A canary that does not serve within this fails (the default waits up to 900 s).
+CANARY_TIMEOUT_S = 120
+
+
+def canaried_configs(host: str) -> list[str]:
+    """What the host's kimi_serving_configs (its model's) expand to, in the benchmark's order."""
+    served = model(MODELS[host])["serving_configs"]
+    return [*(c for c in ("ar", "eagle3", "dflash") if c in served), CHAIN, *DDTREE_CONFIGS[host]]
 
 
 def drafter(host: str) -> str:
@@ -176,8 +185,10 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
     state_root = Path(cluster.state_dir) / "controller-state"
     extravars = {
         **TUNING_VARS,
-        "kimi_serving_configs": ["ar", "dflash", "ddtree"],
+        # Each model's own kimi_serving_configs: K2.6's adds eagle3 to the hybrid's ar, dflash
+        # and ddtree, so the K2.6 host's canary runs every config of the default study.
         "kimi_server_config": "dflash",
+        "kimi_canary_timeout_s": CANARY_TIMEOUT_S,
         # Beyond loopback, so the API key is in force (on loopback the kit sets none).
         "kimi_server_host": "0.0.0.0",  # noqa: S104 - inside the test host's own namespace
         "kimi_hf_endpoint": hub.url,
@@ -383,8 +394,7 @@ def test_the_canary_ran_every_config_of_each_host_before_its_download(cluster, d
     first, second = deploy["first"], deploy["second"]
     assert first.rc == 0, first.stdout
     for host in HOSTS:
-        # What the deploy's kimi_serving_configs expand to, in the benchmark's order.
-        canaried = ["ar", "dflash", CHAIN, *DDTREE_CONFIGS[host]]
+        canaried = canaried_configs(host)
         record = json.loads(cluster.ssh(host, "cat /opt/kimi/canary/canary.json").stdout)
         assert record["model"] == MODELS[host]
         assert record["passed"] == canaried and record["failed"] == [], record
@@ -406,6 +416,57 @@ def test_the_canary_ran_every_config_of_each_host_before_its_download(cluster, d
         and event["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed")
     }
     assert outcomes == {("runner_on_skipped", host) for host in HOSTS}, outcomes
+
+
+def test_every_config_of_the_default_study_passes_its_canary_before_the_download(cluster, deploy):
+    """The K2.6 host serves every config of its model's default study (ar, eagle3, dflash, the
+    chain control, each DDTree budget): each canary passes on tiny checkpoints, from the small
+    files the weights stage's transfer fetched, and the download follows."""
+    first = deploy["first"]
+    assert first.rc == 0, first.stdout[-6000:]
+    configs = canaried_configs(KIMI_HOST)
+    record = json.loads(cluster.ssh(KIMI_HOST, "cat /opt/kimi/canary/canary.json").stdout)
+    assert record["kind"] == "kimi.canary" and record["schema_version"] == 1
+    assert record["host"] == KIMI_HOST and record["profile"] == "ct200"
+    assert record["compute_capability"] == "12.0"
+    # The configs in the order the run took them.
+    assert list(record["configs"]) == configs and record["passed"] == configs
+    assert record["failed"] == record["skipped"] == []
+    for name, entry in record["configs"].items():
+        assert entry["state"] == "ok" and entry["failure"] is None, (name, entry)
+        assert 0 < entry["seconds_to_ready"] <= entry["seconds"] < CANARY_TIMEOUT_S, (name, entry)
+        assert entry["generate"]["completion_tokens"] == 8 and entry["chat"] == {"ok": True}
+        speculative = name != "ar"
+        assert (entry["generate"]["spec_verify_ct"] is not None) == speculative, (name, entry)
+        assert entry["log"] == f"/opt/kimi/canary/logs/{name}.log"
+    # Tiny checkpoints of the target and both drafters, under 1 GiB together.
+    checkpoints = record["checkpoints"]
+    assert set(checkpoints) == {"target", "dflash", "eagle3"}
+    assert sum(c["bytes"] for c in checkpoints.values()) < 1 << 30
+    assert checkpoints["target"]["path"] == "/opt/kimi/canary/checkpoints/moonshotai/Kimi-K2.6"
+    # The controller's copy is the host's.
+    assert json.loads((deploy["state_root"] / KIMI_HOST / "canary.json").read_text()) == record
+    # Sources: the small files only, through the weights stage's transfer (its manifest); the
+    # gated drafter's folder root:kimi 0750 as in the weights stage.
+    listing = cluster.ssh(KIMI_HOST, "cd /opt/kimi/canary/sources && find . -type f | sort").stdout
+    assert "./moonshotai/Kimi-K2.6/config.json" in listing
+    assert "./moonshotai/Kimi-K2.6/chat_template.jinja" in listing
+    assert "./moonshotai/Kimi-K2.6/kimi-manifest.json" in listing
+    assert ".safetensors" not in listing, listing
+    gated = "/opt/kimi/canary/sources/z-lab/Kimi-K2.6-DFlash"
+    gated = cluster.ssh(KIMI_HOST, f"stat -c '%U:%G %a' {gated}")
+    assert gated.stdout.split() == ["root:kimi", "750"]
+    logs = "/opt/kimi/canary/logs /opt/kimi/canary/logs/ar.log"
+    logs = cluster.ssh(KIMI_HOST, f"stat -c '%a' {logs}")
+    assert logs.stdout.split() == ["700", "600"]
+    # After the canary, the download: the real weights are there.
+    weights = cluster.ssh(KIMI_HOST, "ls /opt/kimi/weights/moonshotai/Kimi-K2.6").stdout
+    assert "model-00001-of-00004.safetensors" in weights
+    # The summary and the stage say per host how it went.
+    said = first.results("Say how each canary went")[KIMI_HOST]["msg"]
+    assert said[0] == f"Canary: {len(configs)} of {len(configs)} serving configs passed.", said
+    summary = first.results("Say how the canary went")[KIMI_HOST]["msg"]
+    assert summary.startswith(f"Canary: {len(configs)} of {len(configs)} serving configs passed.")
 
 
 def test_the_host_records_what_preflight_found_and_what_the_runtime_says_of_itself(cluster, deploy):
@@ -766,6 +827,15 @@ def test_no_secret_reaches_a_file_others_can_read(cluster, deploy):
     leaks, read = scan(controller + hosts, secrets, exclude=[deploy["secrets"]])
     assert read > 200, f"only {read} files were read: the scan looked in the wrong places"
     assert not leaks, "\n".join(map(str, leaks))
+    # The K2.6 host's canary records, logs and sources hold no trace of the token, readable by
+    # others or not (its checkpoints are the generator's random bytes), nor does the output.
+    canary = Path(cluster.host(KIMI_HOST).state_dir) / "upper/opt/kimi/canary"
+    tops = [canary / "logs", canary / "sources"]
+    leaks, read = scan(tops, {"HF token": secrets["HF token"]}, readable_only=False)
+    assert read > 20 and not leaks, "\n".join(map(str, leaks))
+    assert TOKEN.encode() not in (canary / "canary.json").read_bytes()
+    for run in (deploy["first"], deploy["second"]):
+        assert TOKEN not in run.stdout
     # The server logged its resolved arguments, the API key among them, as SGLang does: into
     # its root-only log file on both hosts, never into the systemd host's journal.
     for host in HOSTS:

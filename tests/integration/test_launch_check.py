@@ -1,17 +1,17 @@
-"""The deploy-time launch check over an SSH test host: a flag the user added in
-kimi_server_settings.extra_args that the runtime does not know fails the deploy naming it, and
-the running server is left as it was; the git runtime checks DDTree with its own parser.
-(tests/unit/test_launch_check.py runs the probe itself.)
+"""The deploy-time launch check of the git runtime over an SSH test host: DDTree's launch is
+checked with that runtime's own parser. (tests/integration/test_server.py checks the release's:
+a flag the runtime does not know fails the deploy naming it, and the running server is left as
+it was; tests/unit/test_launch_check.py runs the probe itself.)
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.support.ansible_run import with_extra_args
 from tests.support.fake_sglang import build_git_source
 from tests.support.hostprep import put_file
 
@@ -26,8 +26,8 @@ SIM_ENV = {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_LOAD_SECONDS": "1", "SGLANG_SIM_ST
 
 @pytest.fixture(scope="module")
 def host(runtime_wheelhouse, tmp_path_factory):
-    """One host with both runtimes: the release wheel, and the fake DDTree pull request from a
-    git repository on the host."""
+    """One host with the git runtime: the fake DDTree pull request from a git repository on the
+    host."""
     from tests.support.ansible_run import run_playbook
     from tests.support.testhosts import TestHostCluster
 
@@ -44,7 +44,7 @@ def host(runtime_wheelhouse, tmp_path_factory):
         put_file(cluster, HOST, "/root/sglang-git.tgz", archive)
         cluster.ssh(HOST, "mkdir -p /srv/git && tar -C /srv/git -xzf /root/sglang-git.tgz")
         git = {"url": "file:///srv/git/sglang.git", "ref": source["ref"], "patches": []}
-        base = {"kimi_serving_configs": ["ar", "ddtree"], "kimi_sglang_git": git}
+        base = {"kimi_serving_configs": ["ddtree"], "kimi_sglang_git": git}
         installed = run_playbook(
             "playbooks/runtime.yml",
             cluster.inventory,
@@ -60,60 +60,12 @@ def host(runtime_wheelhouse, tmp_path_factory):
 def server_vars(base: dict, **extra) -> dict:
     return {
         **base,
-        "kimi_server_config": "ar",
+        "kimi_server_config": "ddtree-b16",
         "kimi_server_environment": SIM_ENV,
         "server_health_poll_s": 1,
         "server_restart_delay_s": 1,
         **extra,
     }
-
-
-def with_extra_args(*args: str) -> str:
-    """server_settings as the deploy computes it, with the user's extra flags."""
-    extra = json.dumps(list(args))
-    return "{{ kimi_server_settings | combine({'extra_args': " + extra + "}) }}"
-
-
-def server_pid(cluster) -> int:
-    state = cluster.ssh(HOST, "cat /var/lib/kimi/server/kimi-sglang.state.json").stdout
-    return int(json.loads(state).get("child_pid") or 0)
-
-
-@pytest.mark.integration
-def test_an_unknown_extra_flag_fails_the_deploy_before_the_server_is_touched(playbook, host):
-    cluster, base = host
-    first = playbook("playbooks/server.yml", cluster.inventory, extravars=server_vars(base))
-    assert first.rc == 0, first.stdout[-4000:]
-    assert first.results(CHECK)[HOST]["mode"] == "prepare_server_args"
-    pid = server_pid(cluster)
-    launch = cluster.ssh(HOST, "cat /var/lib/kimi/server/launch.json").stdout
-
-    refused = playbook(
-        "playbooks/server.yml",
-        cluster.inventory,
-        extravars=server_vars(base, server_settings=with_extra_args("--enable-metricz")),
-    )
-    assert refused.rc != 0
-    result = refused.results(CHECK)[HOST]
-    assert result["failed"] and result["flags"] == ["--enable-metricz"]
-    assert "unrecognized arguments: --enable-metricz" in result["msg"]
-    assert "kimi_server_settings.extra_args" in result["msg"]
-    assert "The running server was left as it is" in result["msg"]
-    assert START not in {e["event_data"].get("task") for e in refused.events}
-    # The same server process, launch record and answers as before.
-    assert server_pid(cluster) == pid
-    assert cluster.ssh(HOST, "cat /var/lib/kimi/server/launch.json").stdout == launch
-    code = cluster.ssh(
-        HOST,
-        "curl -s -o /dev/null -w '%{http_code}' -X POST -d "
-        '\'{"text": "hi", "sampling_params": {"max_new_tokens": 2}}\' '
-        "http://127.0.0.1:30000/generate",
-    ).stdout.strip()
-    assert code == "200"
-
-    # A flag the release knows passes, and a second run of the good launch changes nothing.
-    again = playbook("playbooks/server.yml", cluster.inventory, extravars=server_vars(base))
-    again.assert_unchanged()
 
 
 @pytest.mark.integration

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ansible_run import with_extra_args
 from tests.support.hostprep import put_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +37,7 @@ FAIL = "Fail with what the server said"
 API_CHECK = "Check the endpoints users call"
 API_RECORD = "/var/lib/kimi/server/api-check.json"
 CHECK_RELEASE = "Check the release runtime against the sglang wheel's own requirements"
+CHECK = "Check the launch with the runtime's own parser"
 SIM_ENV = {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_LOAD_SECONDS": "1", "SGLANG_SIM_STEP_MS": "5"}
 
 
@@ -61,8 +63,30 @@ def server_vars(**extra) -> dict:
     }
 
 
+# The last server.yml run of this module, and whether it succeeded on every host it ran on.
+LAST_RUN: dict = {}
+
+
 def run_server(playbook, cluster, limit=BOTH, **extra):
-    return playbook(SERVER, cluster.inventory, extravars=server_vars(**extra), limit=limit)
+    extravars = server_vars(**extra)
+    run = playbook(SERVER, cluster.inventory, extravars=extravars, limit=limit)
+    LAST_RUN.update(
+        key=(limit, json.dumps(extravars, sort_keys=True)),
+        ok=run.rc == 0 and not run.failed_hosts(),
+    )
+    return run
+
+
+def serving(playbook, cluster, **extra) -> None:
+    """Both servers running as run_server(**extra) launches them. Each test starts from that on
+    its own; run in file order, a test often finds it left so by the one before (its last run
+    had the same settings and both servers still run), and the run is not repeated."""
+    key = (BOTH, json.dumps(server_vars(**extra), sort_keys=True))
+    left = LAST_RUN.get("key") == key and LAST_RUN.get("ok")
+    if left and all(server_pid(cluster, host) for host in SERVER_HOSTS):
+        return
+    run = run_server(playbook, cluster, **extra)
+    assert run.rc == 0, run.stdout[-4000:]
 
 
 def send(cluster, path: Path, host=HOST) -> str:
@@ -151,20 +175,13 @@ def runtime(cluster, runtime_wheelhouse, tmp_path_factory):
         extravars=extravars,
         limit=BOTH,
     )
-    second = run_playbook(
-        RUNTIME,
-        cluster.inventory,
-        tmp_path_factory.mktemp("runtime-2"),
-        extravars=extravars,
-        limit=BOTH,
-    )
-    return first, second, extravars
+    return first, extravars
 
 
 def test_runtime_installs_the_pinned_release_and_records_it(cluster, runtime):
-    first, second, _ = runtime
+    """The install; that a second run changes nothing is the last run of the next test."""
+    first, _ = runtime
     assert first.rc == 0, first.stdout
-    second.assert_unchanged()
     record = json.loads(cluster.ssh(HOST, "cat /opt/kimi/runtime/runtime.json").stdout)
     release = record["release"]
     assert release["version"] == "0.5.23"
@@ -182,7 +199,7 @@ def test_runtime_restores_a_changed_pin_and_names_what_pip_cannot_fix(
 ):
     from tests.support.fake_sglang import wheel
 
-    _, _, extravars = runtime
+    _, extravars = runtime
     # An older packaging replaces sglang's pin, as a stray `pip install` would.
     old = send(cluster, wheel(tmp_path, "packaging", "25.0", {"packaging/__init__.py": b""}, []))
     plugin = send(
@@ -210,7 +227,9 @@ def test_runtime_restores_a_changed_pin_and_names_what_pip_cannot_fix(
     message = checked.results(CHECK_RELEASE)[HOST]["msg"]
     assert "packaging: 25.0, but sglang 0.5.23 requires packaging==26.4" in message
     assert playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST).rc == 0
-    again = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST)
+    # Restored, and a second run on either host (the other untouched since the install)
+    # changes nothing.
+    again = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=BOTH)
     again.assert_unchanged()
 
 
@@ -220,6 +239,8 @@ def test_server_starts_healthy_and_a_second_run_changes_nothing(playbook, cluste
     shown = first.results("Show the launch")
     for host in SERVER_HOSTS:
         assert shown[host]["msg"]["manager"] == MANAGERS[host]
+        # The launch was checked by the release's own parser first.
+        assert first.results(CHECK)[host]["mode"] == "prepare_server_args"
         assert first.results(START)[host]["action"] == "started"
         assert first.results(WAIT)[host]["state"] == "healthy"
         assert generate(cluster, host) == "200"
@@ -280,22 +301,36 @@ def test_server_starts_healthy_and_a_second_run_changes_nothing(playbook, cluste
         assert modes.startswith("600 ")
 
 
-def test_a_tool_parser_that_does_not_engage_fails_the_api_check(playbook, cluster, runtime):
-    """The launch asks for kimi_k2's tool-call parser; the server runs as if without it, so a
-    forced tool_choice comes back as JSON text in the content. The role fails, naming the
-    check, what came back and the flag to check."""
-    environment = {**SIM_ENV, "SGLANG_SIM_IGNORE_PARSERS": "tool_call"}
-    run = run_server(playbook, cluster, limit=HOST, kimi_server_environment=environment)
-    assert run.rc != 0
-    message = run.results("Fail when an API check failed")[HOST]["msg"]
-    assert 'tool_call: found no tool_calls; content \'[{"name": "get_weather"' in message
-    assert "--tool-call-parser kimi_k2" in message
-    record = json.loads(cluster.ssh(HOST, f"cat {API_RECORD}").stdout)
-    assert [c["name"] for c in record["checks"] if c["passed"] is False] == ["tool_call"]
+def test_an_unknown_extra_flag_fails_the_deploy_before_the_server_is_touched(
+    playbook, cluster, runtime
+):
+    """The deploy-time launch check: a flag the user added in kimi_server_settings.extra_args
+    that the runtime does not know fails the run naming it, and the running server is left as
+    it was (tests/integration/test_launch_check.py checks DDTree on the git runtime)."""
+    serving(playbook, cluster)
+    pid = server_pid(cluster, HOST)
+    launch = cluster.ssh(HOST, "cat /var/lib/kimi/server/launch.json").stdout
+    refused = run_server(
+        playbook, cluster, limit=HOST, server_settings=with_extra_args("--enable-metricz")
+    )
+    assert refused.rc != 0
+    result = refused.results(CHECK)[HOST]
+    assert result["failed"] and result["flags"] == ["--enable-metricz"]
+    assert "unrecognized arguments: --enable-metricz" in result["msg"]
+    assert "kimi_server_settings.extra_args" in result["msg"]
+    assert "The running server was left as it is" in result["msg"]
+    assert START not in {e["event_data"].get("task") for e in refused.events}
+    # The same server process, launch record and answers as before.
+    assert server_pid(cluster, HOST) == pid
+    assert cluster.ssh(HOST, "cat /var/lib/kimi/server/launch.json").stdout == launch
+    assert generate(cluster, HOST) == "200"
+    # A flag the release knows passes, and a second run of the good launch changes nothing.
+    again = run_server(playbook, cluster)
+    again.assert_unchanged()
 
 
 def test_argv_change_restarts_exactly_once(playbook, cluster, runtime):
-    assert run_server(playbook, cluster).rc == 0
+    serving(playbook, cluster)
     before = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
     changed = run_server(playbook, cluster, kimi_server_config="dflash")
     assert changed.rc == 0, changed.stdout
@@ -316,7 +351,7 @@ def test_argv_change_restarts_exactly_once(playbook, cluster, runtime):
 
 
 def test_a_killed_server_is_restarted_by_its_manager(playbook, cluster, runtime):
-    assert run_server(playbook, cluster).rc == 0
+    serving(playbook, cluster, kimi_server_config="dflash")
     pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
     counts = {host: restarts(cluster, host) for host in SERVER_HOSTS}
     # The managers restart the server as an earlier kit had launched it: with the unkeyed hash
@@ -365,7 +400,7 @@ def test_a_killed_server_is_restarted_by_its_manager(playbook, cluster, runtime)
     restarted = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
     # Still the wanted launch: the next run keeps the server and only rewrites the records to
     # the keyed identity (tests/unit/test_server_identity.py shows the run after that is idle).
-    again = run_server(playbook, cluster)
+    again = run_server(playbook, cluster, kimi_server_config="dflash")
     assert again.rc == 0, again.stdout
     for host in SERVER_HOSTS:
         started = again.results(START)[host]
@@ -376,6 +411,20 @@ def test_a_killed_server_is_restarted_by_its_manager(playbook, cluster, runtime)
         assert "config_hash" not in record
     shown = cluster.ssh(SYSD, f"systemctl show {UNIT} -p Environment").stdout
     assert "KIMI_SERVER_CONFIG_HASH" not in shown
+
+
+def test_a_tool_parser_that_does_not_engage_fails_the_api_check(playbook, cluster, runtime):
+    """The launch asks for kimi_k2's tool-call parser; the server runs as if without it, so a
+    forced tool_choice comes back as JSON text in the content. The role fails, naming the
+    check, what came back and the flag to check."""
+    environment = {**SIM_ENV, "SGLANG_SIM_IGNORE_PARSERS": "tool_call"}
+    run = run_server(playbook, cluster, limit=HOST, kimi_server_environment=environment)
+    assert run.rc != 0
+    message = run.results("Fail when an API check failed")[HOST]["msg"]
+    assert 'tool_call: found no tool_calls; content \'[{"name": "get_weather"' in message
+    assert "--tool-call-parser kimi_k2" in message
+    record = json.loads(cluster.ssh(HOST, f"cat {API_RECORD}").stdout)
+    assert [c["name"] for c in record["checks"] if c["passed"] is False] == ["tool_call"]
 
 
 def test_health_timeout_fails_with_the_log_tail(playbook, cluster, runtime):
@@ -462,9 +511,10 @@ def test_api_key_beyond_loopback_stays_off_the_command_line(playbook, cluster, r
 
 
 def test_teardown_stops_the_server(playbook, cluster, runtime):
-    assert run_server(playbook, cluster).rc == 0
+    serving(playbook, cluster)
     pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
     down = playbook("teardown.yml", cluster.inventory, extravars=server_vars(), limit=BOTH)
+    LAST_RUN.clear()
     assert down.rc == 0, down.stdout
     for host in SERVER_HOSTS:
         assert down.results("Stop the server")[host]["action"] == "stopped"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -178,3 +179,10 @@ def patched_environ(values: dict[str, str]):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def with_extra_args(*args: str) -> str:
+    """kimi_server_settings as the deploy computes it, with the user's extra flags: a
+    server_settings extra var."""
+    extra = json.dumps(list(args))
+    return "{{ kimi_server_settings | combine({'extra_args': " + extra + "}) }}"
