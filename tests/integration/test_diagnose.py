@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import host_bytecode
 from tests.support.ansible_run import run_playbook
 from tests.support.diagnose_plant import SCRUBBED_SOURCES, SECRET_NAMED_LOG, forms, planted
 from tests.support.hostprep import install_fabricmanager
@@ -62,6 +63,8 @@ NOT_OURS = (
     "var/log/wtmp",
     "var/log/btmp",
     "var/log/lastlog",
+    # The test harness's bytecode cache (tests/support/host_bytecode.py).
+    host_bytecode.CACHE_DIR.lstrip("/"),
 )
 
 

@@ -83,13 +83,19 @@ def install(folder: str = CACHE_DIR) -> bool:
 
 
 def install_into(site_packages, cache_dir) -> None:
-    """Put this file and its .pth line into a host's site-packages folder (seen from here),
-    and create the cache folder the host's root writes."""
+    """Put this file, its bytecode and its .pth line into a host's site-packages folder (seen
+    from here), and create the cache folder the host's root writes. The bytecode is written
+    here so that the host's first Python does not add it to the host's files mid-test."""
+    import py_compile
     from pathlib import Path
 
     site_packages, cache_dir = Path(site_packages), Path(cache_dir)
     site_packages.mkdir(parents=True, exist_ok=True)
-    (site_packages / f"{MODULE_NAME}.py").write_text(Path(__file__).read_text())
+    module = site_packages / f"{MODULE_NAME}.py"
+    module.write_text(Path(__file__).read_text())
+    py_compile.compile(
+        str(module), cfile=importlib.util.cache_from_source(str(module)), doraise=True
+    )
     (site_packages / PTH_NAME).write_text(f"import {MODULE_NAME}; {MODULE_NAME}.install()\n")
     cache_dir.mkdir(parents=True, exist_ok=True)
     cache_dir.chmod(0o755)

@@ -4,6 +4,7 @@ a folder that cannot be written only costs the compile."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -106,6 +107,8 @@ def test_install_into_a_host_s_site_packages_writes_the_module_its_pth_line_and_
         "import kimi_test_bytecode; kimi_test_bytecode.install()\n"
     )
     assert cache.is_dir() and oct(cache.stat().st_mode & 0o777) == "0o755"
+    # Its bytecode is there before the host's first Python would write it.
+    assert Path(importlib.util.cache_from_source(str(site / "kimi_test_bytecode.py"))).is_file()
 
 
 def test_the_playbooks_the_tests_run_cache_their_controller_modules_bytecode(tmp_path):
