@@ -192,6 +192,7 @@ def test_serving_definitions_sweep_budgets_and_tp_sizes():
     assert all(definition["tp"] == [1, 4, 8] for definition in swept.values())
     # The model's data is never changed by a caller's sweep.
     assert "tp" not in kimi["serving_config_definitions"]["ar"]
+    assert "budgets" not in kimi["serving_config_definitions"]["ddtree"]
     for budgets, tp_sizes in (([0], []), ([16, 16], []), ([16], ["4"]), ([16], [True])):
         with pytest.raises(ModelDataError, match="Fix kimi_"):
             serving_definitions(kimi, budgets, tp_sizes)
