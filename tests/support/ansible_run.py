@@ -132,13 +132,15 @@ def run_playbook(
 
 def controller_bytecode() -> dict[str, str]:
     """The environment under which the modules a playbook runs on this machine keep their
-    payloads' bytecode (tests/support/controller_site/sitecustomize.py)."""
-    folder = REPO / "tests" / ".state" / "controller-bytecode"
-    folder.mkdir(parents=True, exist_ok=True)
+    payloads' bytecode, and ansible-playbook what module_utils files import
+    (tests/support/controller_site/sitecustomize.py)."""
+    state = REPO / "tests" / ".state"
+    (state / "controller-bytecode").mkdir(parents=True, exist_ok=True)
     site = str(REPO / "tests" / "support" / "controller_site")
     path = os.environ.get("PYTHONPATH")
     return {
-        "KIT_TEST_BYTECODE_DIR": str(folder),
+        "KIT_TEST_BYTECODE_DIR": str(state / "controller-bytecode"),
+        "KIT_TEST_ANSIBALLZ_DEPS_DIR": str(state / "ansiballz-deps"),
         "PYTHONPATH": f"{site}{os.pathsep}{path}" if path else site,
     }
 
