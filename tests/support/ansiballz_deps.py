@@ -18,19 +18,19 @@ this was written against, nothing is installed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import pickle
-import sys
 
-_MODULE = "ansible.executor.module_common"
+MODULE = "ansible.executor.module_common"
 
 
 class _Source:
     """What _compile_module_ast was given, parsed only if something needs the tree."""
 
-    __slots__ = ("name", "source", "_tree")
+    __slots__ = ("_tree", "name", "source")
 
     def __init__(self, name, source):
         self.name, self.source, self._tree = name, source, None
@@ -99,55 +99,10 @@ def patch(module_common, folder: str) -> bool:
                     pickle.dump((sorted(self.submodules), sorted(self.optional_imports)), handle)
                 os.replace(partial, entry)
             except OSError:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(partial)
-                except OSError:
-                    pass
 
     module_common._compile_module_ast = compile_later
     module_common._get_module_metadata = module_metadata
     module_common.ModuleDepFinder = CachedDepFinder
     return True
-
-
-class _PatchOnImport:
-    """A meta path finder that patches module_common once it has been imported."""
-
-    def __init__(self, folder: str):
-        self.folder = folder
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != _MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, folder = spec.loader, self.folder
-
-        def exec_module(module):
-            loader.exec_module(module)
-            patch(module, folder)
-
-        spec.loader = _Loader(loader, exec_module)
-        return spec
-
-
-class _Loader:
-    def __init__(self, loader, exec_module):
-        self._loader, self.exec_module = loader, exec_module
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-
-def install(folder: str) -> None:
-    """Patch module_common when (if ever) this process imports it."""
-    os.makedirs(folder, exist_ok=True)
-    if _MODULE in sys.modules:
-        patch(sys.modules[_MODULE], folder)
-    else:
-        sys.meta_path.insert(0, _PatchOnImport(folder))

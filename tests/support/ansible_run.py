@@ -132,8 +132,8 @@ def run_playbook(
 
 def controller_bytecode() -> dict[str, str]:
     """The environment under which the modules a playbook runs on this machine keep their
-    payloads' bytecode, and ansible-playbook what module_utils files import
-    (tests/support/controller_site/sitecustomize.py)."""
+    payloads' bytecode, and ansible-playbook what module_utils files import and the code its
+    templates compile to (tests/support/controller_site/sitecustomize.py)."""
     state = REPO / "tests" / ".state"
     (state / "controller-bytecode").mkdir(parents=True, exist_ok=True)
     site = str(REPO / "tests" / "support" / "controller_site")
@@ -141,6 +141,7 @@ def controller_bytecode() -> dict[str, str]:
     return {
         "KIT_TEST_BYTECODE_DIR": str(state / "controller-bytecode"),
         "KIT_TEST_ANSIBALLZ_DEPS_DIR": str(state / "ansiballz-deps"),
+        "KIT_TEST_JINJA_CODE_DIR": str(state / "jinja-code"),
         "PYTHONPATH": f"{site}{os.pathsep}{path}" if path else site,
     }
 

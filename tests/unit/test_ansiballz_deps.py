@@ -21,10 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = """
 import datetime, hashlib, io, json, os, sys, zipfile
 sys.path.insert(0, {repo!r})
+from ansible.executor import module_common
 if {folder!r}:
     from tests.support import ansiballz_deps
-    ansiballz_deps.install({folder!r})
-from ansible.executor import module_common
+    ansiballz_deps.patch(module_common, {folder!r})
 from ansible.plugins.loader import init_plugin_loader
 from ansible._internal._ansiballz import _builder
 from ansible._internal._datatag._tags import Origin
@@ -44,7 +44,9 @@ for name in {names!r}:
             name, "ansible.legacy." + name, Origin(path=path).tag(data), zf, when, manager
         )
     with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as zf:
-        payloads[name] = {{i.filename: hashlib.sha256(zf.read(i)).hexdigest() for i in zf.infolist()}}
+        payloads[name] = {{
+            i.filename: hashlib.sha256(zf.read(i)).hexdigest() for i in zf.infolist()
+        }}
 print(json.dumps({{"payloads": payloads, "parsed": len(parsed),
     "cached": getattr(module_common.ModuleDepFinder, "kimi_cached", False)}}))
 """

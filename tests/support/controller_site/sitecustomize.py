@@ -1,14 +1,17 @@
 """On PYTHONPATH of the playbooks the tests run (tests/support/ansible_run.py), never of the
-kit's own. Two caches that only save time:
-- the modules a playbook runs on the controller (delegated to localhost, plan.yml's) keep the
-  bytecode of what they import from their payloads, as the test hosts' do
-  (tests/support/host_bytecode.py says why), in KIT_TEST_BYTECODE_DIR;
-- ansible-playbook keeps what each module_utils file imports, so that it builds module
-  payloads without parsing them anew in every run (tests/support/ansiballz_deps.py says why),
-  in KIT_TEST_ANSIBALLZ_DEPS_DIR."""
+kit's own. Caches that only save time, each in the folder its variable names:
+- KIT_TEST_BYTECODE_DIR: the modules a playbook runs on the controller (delegated to localhost,
+  plan.yml's) keep the bytecode of what they import from their payloads, as the test hosts' do
+  (tests/support/host_bytecode.py says why);
+- KIT_TEST_ANSIBALLZ_DEPS_DIR: ansible-playbook keeps what each module_utils file imports, to
+  build module payloads without parsing them anew (tests/support/ansiballz_deps.py);
+- KIT_TEST_JINJA_CODE_DIR: ansible-playbook keeps the code its templates compile to
+  (tests/support/jinja_code_cache.py).
+The last two patch an ansible-core module when, if ever, the process imports it."""
 
 import importlib.util
 import os
+import sys
 
 SUPPORT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,13 +23,61 @@ def _load(name: str, filename: str):
     return module
 
 
+class _Loader:
+    """A module's own loader, with `then(module)` run once the module has been executed."""
+
+    def __init__(self, loader, then):
+        self._loader, self._then = loader, then
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._then(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _AfterImport:
+    """A meta path finder that hands a module, once imported, to `then`."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader, self.then)
+        return spec
+
+
+def after_import(name: str, then) -> None:
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
 def _install() -> None:
     folder = os.environ.get("KIT_TEST_BYTECODE_DIR")
     if folder:
         _load("kimi_test_bytecode", "host_bytecode.py").install(folder)
-    folder = os.environ.get("KIT_TEST_ANSIBALLZ_DEPS_DIR")
-    if folder:
-        _load("kimi_test_ansiballz_deps", "ansiballz_deps.py").install(folder)
+    for variable, filename in (
+        ("KIT_TEST_ANSIBALLZ_DEPS_DIR", "ansiballz_deps.py"),
+        ("KIT_TEST_JINJA_CODE_DIR", "jinja_code_cache.py"),
+    ):
+        folder = os.environ.get(variable)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+            cache = _load(f"kimi_test_{filename[:-3]}", filename)
+            after_import(
+                cache.MODULE, lambda module, cache=cache, folder=folder: cache.patch(module, folder)
+            )
 
 
 _install()
