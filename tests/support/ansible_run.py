@@ -189,3 +189,20 @@ def with_extra_args(*args: str) -> str:
     server_settings extra var."""
     extra = json.dumps(list(args))
     return "{{ kimi_server_settings | combine({'extra_args': " + extra + "}) }}"
+
+
+def python_json(code: str, env: dict[str, str], timeout_s: float = 120) -> dict:
+    """What a Python program run in the checkout prints as JSON on its last line: the unit
+    tests of the harness's caches run ansible-core in a process of its own, which they patch."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])

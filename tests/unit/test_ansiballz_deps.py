@@ -6,13 +6,12 @@ changes ansible-core's module_common for the whole process."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.ansible_run import controller_bytecode
+from tests.support.ansible_run import controller_bytecode, python_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,16 +55,7 @@ NAMES = ["serving_render", "weights_download", "sglang_benchmark"]
 
 def build(folder, names=NAMES) -> dict:
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
-    done = subprocess.run(
-        [sys.executable, "-c", BUILD.format(repo=str(REPO), folder=str(folder or ""), names=names)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return python_json(BUILD.format(repo=str(REPO), folder=str(folder or ""), names=names), env)
 
 
 def test_payloads_are_the_same_bytes_and_a_second_build_parses_only_the_modules(tmp_path):

@@ -252,29 +252,31 @@ PLAYBOOK = """\
 """
 
 
+def local_playbook(playbook: Path, **env: str) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of ansible-playbook running playbook on localhost under the kit's
+    ansible.cfg: what it says about callbacks, not what this shell may say."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **env}
+    for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED"):
+        env.pop(f"ANSIBLE_{name}", None)
+    argv = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        str(playbook),
+    ]
+    return argv, env
+
+
 def test_ansible_playbook_with_the_kits_config_shows_progress_without_retry_noise(tmp_path):
     (tmp_path / "library").mkdir()
     (tmp_path / "library" / "polled.py").write_text(POLLED_MODULE)
     playbook = tmp_path / "polled.yml"
     playbook.write_text(PLAYBOOK % {"counter": tmp_path / "polls"})
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-    }
-    # What the kit's ansible.cfg says, not what this shell may say.
-    for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED"):
-        env.pop(f"ANSIBLE_{name}", None)
+    argv, env = local_playbook(playbook, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     run = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(playbook),
-        ],
+        argv,
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         env=env,
@@ -348,23 +350,13 @@ def test_filter_plugins_are_loaded_once_before_the_workers_fork(tmp_path):
     playbook = tmp_path / "filtered.yml"
     playbook.write_text(FILTERED_PLAYBOOK)
     loads = tmp_path / "loads"
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_FILTER_PLUGINS": f"{REPO / 'filter_plugins'}:{plugins}",
-        "KIT_FILTER_PROBE": str(loads),
-    }
-    for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED"):
-        env.pop(f"ANSIBLE_{name}", None)
+    argv, env = local_playbook(
+        playbook,
+        ANSIBLE_FILTER_PLUGINS=f"{REPO / 'filter_plugins'}:{plugins}",
+        KIT_FILTER_PROBE=str(loads),
+    )
     run = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(playbook),
-        ],
+        argv,
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         env=env,

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import jinja2
 import pytest
 
 from tests.support import jinja_code_cache
-from tests.support.ansible_run import controller_bytecode
+from tests.support.ansible_run import controller_bytecode, python_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -178,16 +176,7 @@ def render(folder) -> dict:
     if folder:
         env.update(controller_bytecode())
         env["KIT_TEST_JINJA_CODE_DIR"] = str(folder)
-    done = subprocess.run(
-        [sys.executable, "-c", RENDER.format(repo=str(REPO))],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return python_json(RENDER.format(repo=str(REPO)), env)
 
 
 def test_ansible_core_s_templar_renders_the_kit_s_variables_the_same_from_the_cache(tmp_path):
