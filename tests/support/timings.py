@@ -2,9 +2,11 @@
 
 A pytest plugin (tests/conftest.py loads it) and a program. In a pytest run it prints, at the
 end, the SLOWEST tests by their whole time (setup, call and teardown: a module's first test
-carries its fixture, which is the cost worth seeing) and each phase's wall time, from its first
-test's start to its last test's end, across the xdist workers. Where KIT_TIMINGS_FILE names a
-file it writes the same figures there as JSON, which
+carries its fixture, which is the cost worth seeing), the SLOWEST_FILES files by their tests'
+time added up, each phase's test time added up over the xdist workers (phases share the
+workers, so a phase's wall time says when it ran, its added-up time what it cost) and each
+phase's wall time, from its first test's start to its last test's end, across the workers.
+Where KIT_TIMINGS_FILE names a file it writes the same figures there as JSON, which
 
     python -m tests.support.timings FILE --phase lint=SECONDS --phase syntax=SECONDS ...
 
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 
 SLOWEST = 20
+SLOWEST_FILES = 10
 # A test's phase is its top folder under tests/.
 PHASES = ("unit", "contract", "integration")
 
@@ -44,8 +47,20 @@ class Timings:
 
     def figures(self) -> dict:
         slowest = sorted(self.per_test.items(), key=lambda item: item[1], reverse=True)
+        per_file: dict[str, float] = {}
+        per_phase: dict[str, float] = {}
+        for nodeid, seconds in self.per_test.items():
+            path = nodeid.split("::")[0]
+            per_file[path] = per_file.get(path, 0.0) + seconds
+            per_phase[phase_of(nodeid)] = per_phase.get(phase_of(nodeid), 0.0) + seconds
+        files = sorted(per_file.items(), key=lambda item: item[1], reverse=True)
         return {
             "slowest": [[nodeid, round(seconds, 2)] for nodeid, seconds in slowest[:SLOWEST]],
+            "files": [[path, round(seconds, 1)] for path, seconds in files[:SLOWEST_FILES]],
+            "test_time": {
+                phase: round(seconds, 1)
+                for phase, seconds in sorted(per_phase.items(), key=_phase_rank)
+            },
             "phases": {
                 phase: round(stop - start, 1)
                 for phase, (start, stop) in sorted(self.spans.items(), key=_phase_rank)
@@ -71,6 +86,14 @@ def _phase_rank(item) -> int:
 def summary_lines(figures: dict, phases_outside: dict | None = None) -> list[str]:
     lines = [f"slowest {len(figures['slowest'])} tests (setup + call + teardown):"]
     lines += [f"  {seconds:8.1f} s  {nodeid}" for nodeid, seconds in figures["slowest"]]
+    if figures.get("files"):
+        lines.append(f"slowest {len(figures['files'])} files (their tests' time added up):")
+        lines += [f"  {seconds:8.1f} s  {path}" for path, seconds in figures["files"]]
+    if figures.get("test_time"):
+        lines.append(
+            "phase test time (added up over the workers): "
+            + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in figures["test_time"].items())
+        )
     outside = dict(phases_outside or {})
     total = outside.pop("total", None)
     walls = {**outside, **figures["phases"], **({} if total is None else {"total": total})}

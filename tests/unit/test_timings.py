@@ -29,6 +29,13 @@ def test_a_test_s_phases_add_up_and_a_phase_spans_its_first_start_to_its_last_st
     ]
     # Unit before integration, whatever order the reports came in.
     assert list(figures["phases"].items()) == [("unit", 52.0), ("integration", 92.0)]
+    # What each phase and file cost, added up: unit's 52 s of wall time held 4 s of tests.
+    assert list(figures["test_time"].items()) == [("unit", 4.0), ("integration", 92.0)]
+    assert figures["files"] == [
+        ["tests/integration/test_a.py", 92.0],
+        ["tests/unit/test_c.py", 3.0],
+        ["tests/unit/test_b.py", 1.0],
+    ]
     assert phase_of("tests/contract/test_x.py::y") == "contract"
     assert phase_of("test_x.py::y") == "other"
 
@@ -41,7 +48,14 @@ def test_only_the_controller_collects_under_xdist():
 def test_the_closing_lines_put_lint_and_syntax_first_and_the_total_last(tmp_path):
     timings = tmp_path / "pytest.json"
     timings.write_text(
-        json.dumps({"slowest": [["tests/unit/t.py::a", 4.0]], "phases": {"unit": 40.0}})
+        json.dumps(
+            {
+                "slowest": [["tests/unit/t.py::a", 4.0]],
+                "files": [["tests/unit/t.py", 4.0]],
+                "test_time": {"unit": 4.0},
+                "phases": {"unit": 40.0},
+            }
+        )
     )
     argv = [str(timings), "--phase", "total=99", "--phase", "lint=30", "--phase", "syntax=20"]
     done = subprocess.run(
@@ -55,6 +69,8 @@ def test_the_closing_lines_put_lint_and_syntax_first_and_the_total_last(tmp_path
         "phase wall times: lint 30 s, syntax 20 s, unit 40 s, total 99 s"
     )
     assert "4.0 s  tests/unit/t.py::a" in done.stdout
+    assert "4.0 s  tests/unit/t.py\n" in done.stdout
+    assert "phase test time (added up over the workers): unit 4 s" in done.stdout
 
 
 def test_a_pytest_that_did_not_finish_still_gives_the_other_phases(tmp_path):
