@@ -149,13 +149,17 @@ def runtime_wheelhouse(wheelhouse, tmp_path_factory):
 
 
 # Under pytest-xdist (make test) the longest files go first, so that one worker runs the
-# end-to-end deploy while the other goes through everything else; alone, unit tests go first.
+# end-to-end deploy while the others go through everything else and no long file starts last;
+# alone, unit tests go first. The order is make test's own closing figures (slowest files).
 LONGEST_FIRST = (
     "tests/integration/test_deploy.py",
-    "tests/integration/test_server.py",
-    "tests/integration/test_weights.py",
     "tests/integration/test_benchmark.py",
+    "tests/integration/test_canary.py",
+    "tests/integration/test_weights.py",
+    "tests/integration/test_server.py",
     "tests/integration/test_git_runtime.py",
+    "tests/integration/test_runtime_rollback.py",
+    "tests/integration/test_plan.py",
 )
 
 
