@@ -95,7 +95,12 @@ def build(wanted: dict) -> None:
     print("loader venv requirements:", ", ".join(requirements), flush=True)
     constraints = ["--constraint", str(cv.lock_pins(PINS))]
     pip = [str(python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
-    cv.run([*pip, "--only-binary=:all:", *constraints, *requirements], cv.INSTALL_TIMEOUT)
+    # --no-compile: pip would compile every file of torch and transformers, thousands the
+    # loaders never import; what they import is compiled (and cached) on first import.
+    cv.run(
+        [*pip, "--only-binary=:all:", "--no-compile", *constraints, *requirements],
+        cv.INSTALL_TIMEOUT,
+    )
     shutil.rmtree(downloads)
     lines = cv.check_cpu_only(python)
     smoke = subprocess.run(
