@@ -1,0 +1,215 @@
+"""The server's files on the host, written in one step: its folders, its files with their
+content (the unit, the supervisor and its spec, the logrotate entry, the environment, secrets
+and launch records), its log file, and files it no longer reads removed.
+
+One module run instead of one per file: a server start wrote a dozen files, each its own
+AnsiballZ run. Every file is written the way a secret must be, whether or not it holds one: a
+temporary file in the same folder, created with O_CREAT|O_EXCL and mode 0600 (nobody but its
+owner can open it while its content goes in), given its final mode, flushed to disk, then
+renamed over the path. So no reader ever sees a half-written file or a secret under a wider
+mode, and a file whose content and mode already match is not touched (no change reported).
+
+Standard library only (runs on the host)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+import tempfile
+
+STATES = ("directory", "file", "touch", "absent")
+# What the server role writes is kilobytes; a bound keeps a wrong argument from filling a disk.
+MAX_CONTENT_BYTES = 1 << 20
+MODE = re.compile(r"^0?[0-7]{3,4}$")
+
+
+class FilesError(Exception):
+    """A file the server needs could not be written as asked: names the path and what."""
+
+
+def parse_mode(value, path: str) -> int:
+    text = str(value)
+    if not MODE.match(text):
+        raise FilesError(
+            f"{path}: mode {value!r} is not an octal mode such as '0644' (needed: 3 or 4 octal "
+            "digits, quoted in YAML so it is not read as a decimal number)"
+        )
+    return int(text, 8)
+
+
+def check_path(path) -> str:
+    if not isinstance(path, str) or not path:
+        raise FilesError(f"a path must be a non-empty string, found {path!r}")
+    if not os.path.isabs(path) or os.path.normpath(path) != path.rstrip("/") or "\0" in path:
+        raise FilesError(
+            f"{path!r} is not a plain absolute path (needed: starting with /, without . or .. "
+            "parts or repeated slashes)"
+        )
+    return path
+
+
+def check_entries(entries, secret_contents=None) -> list[dict]:
+    """Entries as the module takes them, each checked: path, state, mode, and content, which
+    an entry marked secret takes from secret_contents (keyed by path) instead of its own."""
+    if not isinstance(entries, list):
+        raise FilesError(f"the files must be a list, found {type(entries).__name__}")
+    secret_contents = secret_contents or {}
+    if not isinstance(secret_contents, dict):
+        raise FilesError("the secret contents must be a mapping of path to content")
+    checked = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise FilesError(f"each file must be a mapping, found {type(entry).__name__}")
+        path = check_path(entry.get("path"))
+        state = entry.get("state") or "file"
+        if state not in STATES:
+            raise FilesError(f"{path}: state {state!r} is not one of {', '.join(STATES)}")
+        for unrendered in ("template", "src"):
+            if entry.get(unrendered) is not None:
+                raise FilesError(
+                    f"{path}: {unrendered} is read on the controller by the server_files action "
+                    "plugin, which did not run (needed: the kit's action_plugins in ansible.cfg)"
+                )
+        secret = bool(entry.get("secret"))
+        content = entry.get("content")
+        if secret:
+            if content is not None:
+                raise FilesError(f"{path}: a secret file's content goes in secret_contents")
+            content = secret_contents.get(path)
+            if state == "file" and content is None:
+                raise FilesError(f"{path}: a secret file needs its content in secret_contents")
+        if state == "file":
+            if not isinstance(content, str):
+                raise FilesError(f"{path}: a file needs its content as text")
+            data = content.encode("utf-8")
+            if len(data) > MAX_CONTENT_BYTES:
+                raise FilesError(
+                    f"{path}: content of {len(data)} bytes is over the {MAX_CONTENT_BYTES} bytes "
+                    "a server file may have"
+                )
+        elif content is not None:
+            raise FilesError(f"{path}: content is only for state file, not {state}")
+        else:
+            data = None
+        mode = None
+        if state != "absent":
+            if entry.get("mode") is None:
+                raise FilesError(f"{path}: state {state} needs a mode")
+            mode = parse_mode(entry["mode"], path)
+        checked.append({"path": path, "state": state, "mode": mode, "data": data, "secret": secret})
+    return checked
+
+
+def _lstat(path: str):
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _same_content(path: str, found: os.stat_result, data: bytes) -> bool:
+    if found.st_size != len(data):
+        return False
+    with open(path, "rb") as handle:
+        return handle.read(len(data) + 1) == data
+
+
+def _write(path: str, data: bytes, mode: int) -> None:
+    folder, name = os.path.split(path)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def _text(data: bytes | None) -> str:
+    return "" if data is None else data.decode("utf-8", "replace")
+
+
+def _described(found) -> str:
+    if found is None:
+        return "absent\n"
+    kind = "directory" if stat.S_ISDIR(found.st_mode) else "file"
+    return f"{kind} {stat.S_IMODE(found.st_mode):04o}\n"
+
+
+def _described_wanted(state: str, mode: int | None) -> str:
+    if state == "absent":
+        return "absent\n"
+    return f"{'directory' if state == 'directory' else 'file'} {mode:04o}\n"
+
+
+def apply(entries: list[dict], check_mode: bool = False, diff: bool = False) -> dict:
+    """Brings each checked entry (check_entries) about, in order: a folder an entry creates may
+    hold the next entry's file. Returns the paths changed and, with diff, before and after of
+    each changed file that is not secret."""
+    changed, diffs = [], []
+    for entry in entries:
+        path, state, mode, data = entry["path"], entry["state"], entry["mode"], entry["data"]
+        found = _lstat(path)
+        before = None
+        try:
+            if state == "absent":
+                if found is None:
+                    continue
+                if stat.S_ISDIR(found.st_mode):
+                    raise FilesError(f"{path} is a folder; only files are removed here")
+                if not check_mode:
+                    os.unlink(path)
+            elif state == "directory":
+                if found is not None and not stat.S_ISDIR(found.st_mode):
+                    raise FilesError(f"{path} exists and is not a folder")
+                if found is not None and stat.S_IMODE(found.st_mode) == mode:
+                    continue
+                if not check_mode:
+                    if found is None:
+                        os.mkdir(path, 0o700)
+                    os.chmod(path, mode)
+            elif state == "touch":
+                if found is not None and not stat.S_ISREG(found.st_mode):
+                    raise FilesError(f"{path} exists and is not a regular file")
+                if found is not None and stat.S_IMODE(found.st_mode) == mode:
+                    continue
+                if not check_mode:
+                    if found is None:
+                        # Private from its first byte; times of an existing file are kept.
+                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                    os.chmod(path, mode)
+            else:
+                if found is not None and stat.S_ISDIR(found.st_mode):
+                    raise FilesError(f"{path} is a folder, not a file")
+                regular = found is not None and stat.S_ISREG(found.st_mode)
+                if (
+                    regular
+                    and stat.S_IMODE(found.st_mode) == mode
+                    and _same_content(path, found, data)
+                ):
+                    continue
+                if diff and regular and found.st_size <= MAX_CONTENT_BYTES:
+                    with open(path, "rb") as handle:
+                        before = handle.read(MAX_CONTENT_BYTES)
+                if not check_mode:
+                    _write(path, data, mode)
+        except OSError as error:
+            raise FilesError(f"{path}: {error.strerror or error}") from error
+        changed.append(path)
+        if diff and not entry["secret"]:
+            diffs.append(
+                {
+                    "before_header": path,
+                    "after_header": path,
+                    "before": _text(before) if state == "file" else _described(found),
+                    "after": _text(data) if state == "file" else _described_wanted(state, mode),
+                }
+            )
+    return {"changed": bool(changed), "changed_paths": changed, "diff": diffs}
