@@ -132,6 +132,15 @@ def _write(path: str, data: bytes, mode: int) -> None:
         raise
 
 
+def _create_private(path: str, folder: bool) -> None:
+    """A folder or an empty file nobody else can open until its mode is set; the times of an
+    existing log file are never touched, as it is never created again."""
+    if folder:
+        os.mkdir(path, 0o700)
+    else:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def _text(data: bytes | None) -> str:
     return "" if data is None else data.decode("utf-8", "replace")
 
@@ -166,24 +175,18 @@ def apply(entries: list[dict], check_mode: bool = False, diff: bool = False) -> 
                     raise FilesError(f"{path} is a folder; only files are removed here")
                 if not check_mode:
                     os.unlink(path)
-            elif state == "directory":
-                if found is not None and not stat.S_ISDIR(found.st_mode):
-                    raise FilesError(f"{path} exists and is not a folder")
+            elif state in ("directory", "touch"):
+                folder = state == "directory"
+                if found is not None and not (stat.S_ISDIR if folder else stat.S_ISREG)(
+                    found.st_mode
+                ):
+                    kind = "a folder" if folder else "a regular file"
+                    raise FilesError(f"{path} exists and is not {kind}")
                 if found is not None and stat.S_IMODE(found.st_mode) == mode:
                     continue
                 if not check_mode:
                     if found is None:
-                        os.mkdir(path, 0o700)
-                    os.chmod(path, mode)
-            elif state == "touch":
-                if found is not None and not stat.S_ISREG(found.st_mode):
-                    raise FilesError(f"{path} exists and is not a regular file")
-                if found is not None and stat.S_IMODE(found.st_mode) == mode:
-                    continue
-                if not check_mode:
-                    if found is None:
-                        # Private from its first byte; times of an existing file are kept.
-                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                        _create_private(path, folder)
                     os.chmod(path, mode)
             else:
                 if found is not None and stat.S_ISDIR(found.st_mode):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,3 +207,34 @@ def python_json(code: str, env: dict[str, str], timeout_s: float = 120) -> dict:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def local_playbook(playbook: Path, **env: str) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of ansible-playbook running playbook on localhost under the kit's
+    ansible.cfg: what it says about callbacks, not what this shell may say."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **env}
+    for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED"):
+        env.pop(f"ANSIBLE_{name}", None)
+    argv = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        str(playbook),
+    ]
+    return argv, env
+
+
+def run_local_playbook(playbook: Path, timeout_s: float = 180, **env: str):
+    """ansible-playbook on localhost (local_playbook), run to its end within timeout_s."""
+    argv, environ = local_playbook(playbook, **env)
+    return subprocess.run(
+        argv,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )

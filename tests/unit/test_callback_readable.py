@@ -4,7 +4,6 @@ results stand in for a polled status module; the assertions are on what the scre
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,8 @@ from ansible.inventory.host import Host
 from ansible.playbook.play import Play
 from ansible.playbook.task import Task
 from ansible.plugins.loader import callback_loader
+
+from tests.support.ansible_run import local_playbook, run_local_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 callback_loader.add_directory(str(REPO / "callback_plugins"))
@@ -252,38 +253,12 @@ PLAYBOOK = """\
 """
 
 
-def local_playbook(playbook: Path, **env: str) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of ansible-playbook running playbook on localhost under the kit's
-    ansible.cfg: what it says about callbacks, not what this shell may say."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **env}
-    for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED"):
-        env.pop(f"ANSIBLE_{name}", None)
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        "localhost,",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        str(playbook),
-    ]
-    return argv, env
-
-
 def test_ansible_playbook_with_the_kits_config_shows_progress_without_retry_noise(tmp_path):
     (tmp_path / "library").mkdir()
     (tmp_path / "library" / "polled.py").write_text(POLLED_MODULE)
     playbook = tmp_path / "polled.yml"
     playbook.write_text(PLAYBOOK % {"counter": tmp_path / "polls"})
-    argv, env = local_playbook(playbook, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    run = subprocess.run(
-        argv,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    run = run_local_playbook(playbook, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     assert run.returncode == 0, run.stdout + run.stderr
     assert RETRY_NOISE not in run.stdout
     lines = run.stdout.splitlines()

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.server import files as server_files
 
+from tests.support.ansible_run import run_local_playbook
 from tests.support.modules import assert_unchanged, run_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -207,6 +206,7 @@ def test_the_action_plugin_renders_each_template_as_the_template_module_does(tmp
         textwrap.dedent(
             f"""\
             - hosts: localhost
+              connection: local
               gather_facts: false
               vars:
                 server_model_title: Kimi K2.6
@@ -247,27 +247,7 @@ def test_the_action_plugin_renders_each_template_as_the_template_module_does(tmp
             """
         )
     )
-    environ = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED"):
-        environ.pop(f"ANSIBLE_{name}", None)
-    run = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(playbook),
-        ],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    run = run_local_playbook(playbook, ANSIBLE_NOCOLOR="1")
     assert run.returncode == 0, run.stdout + run.stderr
     for name in (unit, rotate, env):
         assert (out / f"action-{name}").read_bytes() == (out / f"template-{name}").read_bytes()
