@@ -46,6 +46,7 @@ from ansible.module_utils.canary.serve import CanaryError, launches, source_file
 from ansible.module_utils.contract.names import ServingConfigError, parse_config_name  # noqa: E402
 from ansible.module_utils.host.rollout import RolloutError, rollout  # noqa: E402
 from ansible.module_utils.host.secret_scrub import Scrubber  # noqa: E402
+from ansible.module_utils.plan.capacity import capacity_launches  # noqa: E402
 from ansible.module_utils.plan.model_data import (  # noqa: E402
     MAX_MODEL_FILE_BYTES,
     ModelDataError,
@@ -424,6 +425,17 @@ def kimi_canary_launches(configs, extra) -> dict:
         raise AnsibleFilterError(f"kimi_canary_launches: {error}") from None
 
 
+def kimi_capacity_launches(configs, definitions, model_configs) -> list[dict]:
+    """capacity_plan's launches for rendered serving configs (module_utils/plan/capacity.py)."""
+    try:
+        return capacity_launches(configs, definitions, model_configs)
+    except (KeyError, TypeError, AttributeError) as error:
+        raise AnsibleFilterError(
+            f"kimi_capacity_launches: a serving config, its definition or its drafter's "
+            f"config is missing or malformed ({type(error).__name__}: {error})"
+        ) from None
+
+
 def kimi_scrub(text, secrets):
     """A server log's text or lines with secrets masked: SGLang logs its API key at start."""
     scrub = Scrubber([s for s in secrets or [] if isinstance(s, str)])
@@ -527,5 +539,6 @@ class FilterModule:
             "kimi_ddtree_rules": kimi_ddtree_rules,
             "kimi_small_files": kimi_small_files,
             "kimi_canary_launches": kimi_canary_launches,
+            "kimi_capacity_launches": kimi_capacity_launches,
             "kimi_speed_plan": kimi_speed_plan,
         }

@@ -49,9 +49,8 @@ options:
     description: >-
       Tensor-parallel size: from 1 to 1024, dividing the attention heads and MLP widths of the
       target (and drafter) that SGLang splits evenly over ranks; fails naming the field
-      otherwise.
+      otherwise. Required unless O(launches) is given.
     type: int
-    required: true
   gpu_count:
     description: >-
       GPUs the server can span (gpu_facts count, times the nodes of a multi-node server), when
@@ -115,6 +114,32 @@ options:
       SGLang's --max-mamba-cache-size - recurrent state slots, instead of
       mamba_full_memory_ratio's share of memory.
     type: int
+  launches:
+    description:
+      - Several launches of the same target on the same GPUs, planned in one run (the
+        preflight and plan stages plan every serving config): each with its own C(name),
+        C(tp_size), C(launch_argv) and C(draft_model_config), the options above shared. Returns
+        C(launches), each launch's plan under its C(name), instead of one plan. Not with
+        O(tp_size), O(launch_argv) or O(draft_model_config); a launch that cannot be planned
+        fails the run, naming it.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: The launch's serving config name, returned with its plan.
+        type: str
+        required: true
+      tp_size:
+        description: As O(tp_size).
+        type: int
+        required: true
+      launch_argv:
+        description: As O(launch_argv).
+        type: list
+        elements: str
+      draft_model_config:
+        description: As O(draft_model_config).
+        type: path
   context_length:
     description:
       - SGLang's --context-length - C(auto), or a number of tokens. C(auto) resolves to
@@ -140,6 +165,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+launches:
+  description: With O(launches), each launch's plan (the fields below) and its C(name).
+  returned: with launches
+  type: list
+  elements: dict
 weights_gib_per_gpu:
   description: Target weights on one GPU, GiB.
   returned: success
@@ -273,8 +303,7 @@ from ansible.module_utils.plan.capacity_hybrid import (  # noqa: E402
 MAX_CONFIG_BYTES = 16 << 20
 
 
-def read_config(module: AnsibleModule, option: str) -> dict | None:
-    path = module.params[option]
+def read_config(module: AnsibleModule, option: str, path: str | None) -> dict | None:
     if path is None:
         return None
     try:
@@ -295,13 +324,52 @@ def read_config(module: AnsibleModule, option: str) -> dict | None:
     return config
 
 
+SHARED_OPTIONS = (
+    "verify_tokens",
+    "max_running_requests",
+    "mamba_ssm_dtype",
+    "mamba_full_memory_ratio",
+    "mamba_radix_cache_strategy",
+    "disable_overlap_schedule",
+    "max_mamba_cache_size",
+    "context_length",
+)
+
+
+def plan_launch(params: dict, model_config: dict, launch: dict, draft_config) -> dict:
+    """One launch's plan: its own TP size, flags and drafter, the module's shared options."""
+    options = launch_options(launch["launch_argv"]) if launch["launch_argv"] else {}
+    options.update({name: params[name] for name in SHARED_OPTIONS if params[name] is not None})
+    return plan(
+        model_config,
+        gpu_memory_mib=params["gpu_memory_mib"],
+        tp_size=launch["tp_size"],
+        mem_fraction_static=params["mem_fraction_static"],
+        kv_cache_dtype=params["kv_cache_dtype"],
+        draft_model_config=draft_config,
+        overhead_mib=params["overhead_mib"],
+        min_kv_tokens=params["min_kv_tokens"],
+        gpu_count=params["gpu_count"],
+        sources=(params["model_config"], launch["draft_model_config"]),
+        **options,
+    )
+
+
+LAUNCH = {
+    "name": {"type": "str", "required": True},
+    "tp_size": {"type": "int", "required": True},
+    "launch_argv": {"type": "list", "elements": "str"},
+    "draft_model_config": {"type": "path"},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "model_config": {"type": "path", "required": True},
             "draft_model_config": {"type": "path"},
             "gpu_memory_mib": {"type": "int", "required": True},
-            "tp_size": {"type": "int", "required": True},
+            "tp_size": {"type": "int"},
             "gpu_count": {"type": "int"},
             "mem_fraction_static": {"type": "float", "required": True},
             "kv_cache_dtype": {
@@ -320,46 +388,37 @@ def main() -> None:
             "launch_argv": {"type": "list", "elements": "str"},
             "max_mamba_cache_size": {"type": "int"},
             "context_length": {"type": "str"},
+            "launches": {"type": "list", "elements": "dict", "options": LAUNCH},
         },
+        required_one_of=[("tp_size", "launches")],
+        mutually_exclusive=[
+            ("launches", "tp_size"),
+            ("launches", "launch_argv"),
+            ("launches", "draft_model_config"),
+        ],
         supports_check_mode=True,
     )
-    model_config = read_config(module, "model_config")
-    draft_config = read_config(module, "draft_model_config")
     params = module.params
-    try:
-        options = launch_options(params["launch_argv"]) if params["launch_argv"] else {}
-        options.update(
-            {
-                name: params[name]
-                for name in (
-                    "verify_tokens",
-                    "max_running_requests",
-                    "mamba_ssm_dtype",
-                    "mamba_full_memory_ratio",
-                    "mamba_radix_cache_strategy",
-                    "disable_overlap_schedule",
-                    "max_mamba_cache_size",
-                    "context_length",
-                )
-                if params[name] is not None
-            }
-        )
-        result = plan(
-            model_config,
-            gpu_memory_mib=params["gpu_memory_mib"],
-            tp_size=params["tp_size"],
-            mem_fraction_static=params["mem_fraction_static"],
-            kv_cache_dtype=params["kv_cache_dtype"],
-            draft_model_config=draft_config,
-            overhead_mib=params["overhead_mib"],
-            min_kv_tokens=params["min_kv_tokens"],
-            gpu_count=params["gpu_count"],
-            sources=(params["model_config"], params["draft_model_config"]),
-            **options,
-        )
-    except CapacityError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **result)
+    model_config = read_config(module, "model_config", params["model_config"])
+    if params["launches"] is None:
+        launch = {key: params[key] for key in ("tp_size", "launch_argv", "draft_model_config")}
+        draft_config = read_config(module, "draft_model_config", launch["draft_model_config"])
+        try:
+            result = plan_launch(params, model_config, launch, draft_config)
+        except CapacityError as exc:
+            module.fail_json(msg=str(exc))
+        module.exit_json(changed=False, **result)
+    planned, drafts = [], {}
+    for index, launch in enumerate(params["launches"]):
+        path = launch["draft_model_config"]
+        if path is not None and path not in drafts:
+            drafts[path] = read_config(module, f"launches[{index}].draft_model_config", path)
+        try:
+            result = plan_launch(params, model_config, launch, drafts.get(path))
+        except CapacityError as exc:
+            module.fail_json(msg=f"launch {launch['name']}: {exc}")
+        planned.append({"name": launch["name"], **result})
+    module.exit_json(changed=False, launches=planned)
 
 
 if __name__ == "__main__":

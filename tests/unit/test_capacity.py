@@ -14,6 +14,7 @@ import pytest
 from ansible.module_utils.plan.capacity import (
     GIB,
     CapacityError,
+    capacity_launches,
     checkpoint_bytes,
     draft_parameters,
     launch_options,
@@ -673,6 +674,75 @@ def test_the_module_plans_the_launch_it_is_given_and_explicit_options_win():
     assert explicit["verify_tokens"] == 16 and explicit["fits"] is True
     bad = run_module("capacity_plan", {**common, "launch_argv": ["--max-running-requests", "x"]})
     assert bad["failed"] and "--max-running-requests 'x'" in bad["msg"]
+
+
+def test_launches_are_planned_in_one_run_as_each_would_be_alone(tmp_path):
+    """preflight and plan give every serving config's launch to one module run: each launch's
+    plan is the one its own run gives, under its name; a bad one fails the run, named."""
+    ddtree = ["--speculative-algorithm", "DDTREE", "--speculative-num-draft-tokens", "16",
+              "--disable-overlap-schedule", "--speculative-ddtree-budget", "64"]  # fmt: skip
+    launches = [
+        {"name": "ar", "tp_size": 1, "launch_argv": []},
+        {
+            "name": "ddtree-b64",
+            "tp_size": 1,
+            "launch_argv": ddtree,
+            "draft_model_config": str(QWEN_DFLASH),
+        },
+        {
+            "name": "ddtree-tp2-b64",
+            "tp_size": 2,
+            "launch_argv": ddtree,
+            "draft_model_config": str(QWEN_DFLASH),
+        },
+    ]
+    common = {"model_config": str(QWEN), "gpu_memory_mib": 97887, "mem_fraction_static": 0.85}
+    together = run_module("capacity_plan", {**common, "launches": launches})
+    assert not together.get("failed"), together
+    assert [launch["name"] for launch in together["launches"]] == [
+        entry["name"] for entry in launches
+    ]
+    for launch, planned in zip(launches, together["launches"], strict=True):
+        alone = run_module(
+            "capacity_plan", {**common, **{k: v for k, v in launch.items() if k != "name"}}
+        )
+        alone.pop("changed")
+        alone.pop("invocation", None)
+        assert planned == {"name": launch["name"], **alone}
+    bad = [*launches, {"name": "ar-tp3", "tp_size": 3, "launch_argv": []}]
+    failed = run_module("capacity_plan", {**common, "launches": bad})
+    assert failed["failed"] and failed["msg"].startswith("launch ar-tp3: "), failed
+    missing = [{**launches[1], "draft_model_config": str(tmp_path / "absent.json")}]
+    failed = run_module("capacity_plan", {**common, "launches": missing})
+    assert failed["failed"], failed
+    assert (
+        failed["msg"].startswith("launches[0].draft_model_config: ")
+        and "absent.json" in failed["msg"]
+    )
+    both = run_module("capacity_plan", {**common, "launches": launches, "tp_size": 1})
+    assert both["failed"] and "mutually exclusive" in both["msg"]
+    neither = run_module("capacity_plan", common)
+    assert neither["failed"] and "tp_size" in neither["msg"] and "launches" in neither["msg"]
+
+
+def test_capacity_launches_takes_each_config_s_tp_flags_and_drafter():
+    launch = ["py", "-m", "sglang.launch_server"]
+    configs = [
+        {"name": "ar", "base": "ar", "tp_size": 8, "argv": [*launch, "--tp-size", "8"]},
+        {"name": "dflash", "base": "dflash", "tp_size": 4, "argv": [*launch, "--x"]},
+    ]
+    definitions = {"ar": {"drafter": None}, "dflash": {"drafter": "dflash"}}
+    assert capacity_launches(configs, definitions, {"dflash": "/m/dflash/config.json"}) == [
+        {"name": "ar", "tp_size": 8, "launch_argv": ["--tp-size", "8"]},
+        {
+            "name": "dflash",
+            "tp_size": 4,
+            "launch_argv": ["--x"],
+            "draft_model_config": "/m/dflash/config.json",
+        },
+    ]
+    with pytest.raises(KeyError):
+        capacity_launches(configs, {"ar": {"drafter": None}}, {})
 
 
 def test_context_length_auto_is_the_pool_capped_at_the_model_positions():
