@@ -117,7 +117,7 @@ options:
   launches:
     description:
       - Several launches of the same target on the same GPUs, planned in one run (the
-        preflight and plan stages plan every serving config): each with its own C(name),
+        preflight and plan stages plan every serving config), each with its own C(name),
         C(tp_size), C(launch_argv) and C(draft_model_config), the options above shared. Returns
         C(launches), each launch's plan under its C(name), instead of one plan. Not with
         O(tp_size), O(launch_argv) or O(draft_model_config); a launch that cannot be planned

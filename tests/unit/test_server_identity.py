@@ -109,7 +109,7 @@ def test_legacy_hash_is_what_ansible_computed(raw):
 
 
 def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
-    """Every file the role's copy and template tasks write: name -> (mode, content), rendered
+    """Every file the role's tasks write from its variables: name -> (mode, content), rendered
     as Ansible would from tasks/main.yml, the set_fact tasks evaluated in order."""
     raw = launch(api_key)
     masked = {
@@ -150,6 +150,9 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
         if "ansible.builtin.set_fact" in task:
             variables.update(templar(scope).template(task["ansible.builtin.set_fact"]))
             continue
+        if "server_files" in task:
+            files.update(server_files_written(task["server_files"], scope))
+            continue
         for action in ("ansible.builtin.copy", "ansible.builtin.template"):
             args = task.get(action)
             if not args or ("content" not in args and action.endswith("copy")):
@@ -162,6 +165,27 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
             dest = templar(scope).template(args["dest"])
             files[dest] = (int(str(args["mode"]), 8), str(content))
     return files
+
+
+def server_files_written(args: dict, scope: dict) -> dict[str, tuple[int, str]]:
+    """What a server_files task writes from the role's variables, each file's content as its
+    action plugin renders it; a file copied as it is from the role's files/ (the supervisor's
+    code) holds none of them."""
+    entries = templar(scope).template(args["files"])
+    secrets = templar(scope).template(args.get("secret_contents", {}))
+    written = {}
+    for entry in entries:
+        if entry.get("state", "file") != "file" or entry.get("src"):
+            continue
+        if entry.get("template"):
+            source = (ROLE / "templates" / entry["template"]).read_text()
+            content = templar(scope).template(trusted(source))
+        elif entry.get("secret"):
+            content = secrets[entry["path"]]
+        else:
+            content = entry["content"]
+        written[entry["path"]] = (int(str(entry["mode"]), 8), str(content))
+    return written
 
 
 @pytest.mark.parametrize("manager", ["systemd", "supervisor"])
