@@ -690,8 +690,14 @@ def test_ddtree_sweep_runs_with_its_flags_and_is_diagnosed_per_host(deploy):
         fastest = max(speed, key=speed.get)
         assert fastest in ("ddtree-b32", "ddtree-b64"), (band, speed)
         saturates = any(r["budget_diagnosis"] == "saturated" for r in inside)
-        near = speed["ddtree-b32"] >= (1 - NEAR_BEST) * speed[fastest]
-        expected = "ddtree-b32" if saturates and near else fastest
+        # The analysis's rule (analysis/recommend.py): saturated, the smallest budget within
+        # NEAR_BEST of the fastest; b16 can come within it on a loaded machine.
+        near = [
+            f"ddtree-b{b}"
+            for b in sorted(BUDGETS[KIMI_HOST])
+            if speed.get(f"ddtree-b{b}", 0) >= (1 - NEAR_BEST) * speed[fastest]
+        ]
+        expected = near[0] if saturates and near else fastest
         assert pick["config"] == expected, (band, saturates, speed, pick)
         if pick["config"] != fastest:
             assert "the budget sweep saturates (b64 -> b128" in pick["note"], pick
