@@ -3,21 +3,22 @@ content (the unit, the supervisor and its spec, the logrotate entry, the environ
 and launch records), its log file, and files it no longer reads removed.
 
 One module run instead of one per file: a server start wrote a dozen files, each its own
-AnsiballZ run. Every file is written the way a secret must be, whether or not it holds one: a
-temporary file in the same folder, created with O_CREAT|O_EXCL and mode 0600 (nobody but its
-owner can open it while its content goes in), given its final mode, flushed to disk, then
-renamed over the path. So no reader ever sees a half-written file or a secret under a wider
-mode, and a file whose content and mode already match is not touched (no change reported).
+AnsiballZ run. Every file is written the way a secret must be, whether or not it holds one, by
+the kit's atomic_write (module_utils/host/helpers.py): a temporary file in the same folder,
+created 0600 by mkstemp (nobody but its owner can open it while its content goes in), flushed
+to disk, given its final mode, then renamed over the path. So no reader ever sees a
+half-written file or a secret under a wider mode, and a file whose content and mode already
+match is not touched (no change reported).
 
-Standard library only (runs on the host)."""
+Runs on the host: the standard library and the kit's host helpers."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
-import tempfile
+
+from ansible.module_utils.host.helpers import atomic_write
 
 STATES = ("directory", "file", "touch", "absent")
 # What the server role writes is kilobytes; a bound keeps a wrong argument from filling a disk.
@@ -116,22 +117,6 @@ def _same_content(path: str, found: os.stat_result, data: bytes) -> bool:
         return handle.read(len(data) + 1) == data
 
 
-def _write(path: str, data: bytes, mode: int) -> None:
-    folder, name = os.path.split(path)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-
-
 def _create_private(path: str, folder: bool) -> None:
     """A folder or an empty file nobody else can open until its mode is set; the times of an
     existing log file are never touched, as it is never created again."""
@@ -202,7 +187,7 @@ def apply(entries: list[dict], check_mode: bool = False, diff: bool = False) -> 
                     with open(path, "rb") as handle:
                         before = handle.read(MAX_CONTENT_BYTES)
                 if not check_mode:
-                    _write(path, data, mode)
+                    atomic_write(path, data, mode)
         except OSError as error:
             raise FilesError(f"{path}: {error.strerror or error}") from error
         changed.append(path)

@@ -98,8 +98,8 @@ def test_every_file_is_private_until_it_has_its_content_and_mode(tmp_path, monke
         seen.append(("renamed", Path(source).read_text(), mode_of(Path(source))))
         real_replace(source, target)
 
-    monkeypatch.setattr(server_files.tempfile, "mkstemp", mkstemp)
-    monkeypatch.setattr(server_files.os, "replace", replace)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(os, "replace", replace)
     folder = tmp_path / "etc"
     folder.mkdir()
     wanted = [
@@ -123,7 +123,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path, monke
     def fail(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(server_files.os, "fsync", fail)
+    monkeypatch.setattr(os, "fsync", fail)
     checked = server_files.check_entries(
         [{"path": str(target), "content": "new\n", "mode": "0644"}]
     )
