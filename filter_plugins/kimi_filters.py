@@ -46,7 +46,7 @@ from ansible.module_utils.canary.serve import CanaryError, launches, source_file
 from ansible.module_utils.contract.names import ServingConfigError, parse_config_name  # noqa: E402
 from ansible.module_utils.host.rollout import RolloutError, rollout  # noqa: E402
 from ansible.module_utils.host.secret_scrub import Scrubber  # noqa: E402
-from ansible.module_utils.plan.capacity import capacity_launches  # noqa: E402
+from ansible.module_utils.plan.capacity_launches import capacity_launches  # noqa: E402
 from ansible.module_utils.plan.model_data import (  # noqa: E402
     MAX_MODEL_FILE_BYTES,
     ModelDataError,

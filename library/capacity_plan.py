@@ -285,75 +285,18 @@ mamba_ssm_dtype:
   type: str
 """
 
-import json  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.plan.capacity import (  # noqa: E402
-    CapacityError,
-    launch_options,
-    plan,
-)
+from ansible.module_utils.plan.capacity import CapacityError  # noqa: E402
 from ansible.module_utils.plan.capacity_common import KV_DTYPE_BYTES  # noqa: E402
 from ansible.module_utils.plan.capacity_hybrid import (  # noqa: E402
     MAMBA_STRATEGIES,
     SSM_DTYPE_BYTES,
 )
-
-# A config.json is a few KiB; anything this large is not one.
-MAX_CONFIG_BYTES = 16 << 20
-
-
-def read_config(module: AnsibleModule, option: str, path: str | None) -> dict | None:
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-        if len(data) > MAX_CONFIG_BYTES:
-            raise ValueError(f"over {MAX_CONFIG_BYTES} bytes")
-        config = json.loads(data)
-    except FileNotFoundError:
-        module.fail_json(msg=f"{option}: {path} does not exist. Needed: an HF-style config.json.")
-    except (OSError, ValueError) as exc:
-        module.fail_json(msg=f"{option}: {path} is not a readable JSON config ({exc}).")
-    if not isinstance(config, dict):
-        module.fail_json(
-            msg=f"{option}: {path} holds a JSON {type(config).__name__}; needed: an HF-style "
-            "config.json (a JSON object). Fix: point it at the model's config.json."
-        )
-    return config
-
-
-SHARED_OPTIONS = (
-    "verify_tokens",
-    "max_running_requests",
-    "mamba_ssm_dtype",
-    "mamba_full_memory_ratio",
-    "mamba_radix_cache_strategy",
-    "disable_overlap_schedule",
-    "max_mamba_cache_size",
-    "context_length",
+from ansible.module_utils.plan.capacity_launches import (  # noqa: E402
+    plan_launch,
+    plan_launches,
+    read_config,
 )
-
-
-def plan_launch(params: dict, model_config: dict, launch: dict, draft_config) -> dict:
-    """One launch's plan: its own TP size, flags and drafter, the module's shared options."""
-    options = launch_options(launch["launch_argv"]) if launch["launch_argv"] else {}
-    options.update({name: params[name] for name in SHARED_OPTIONS if params[name] is not None})
-    return plan(
-        model_config,
-        gpu_memory_mib=params["gpu_memory_mib"],
-        tp_size=launch["tp_size"],
-        mem_fraction_static=params["mem_fraction_static"],
-        kv_cache_dtype=params["kv_cache_dtype"],
-        draft_model_config=draft_config,
-        overhead_mib=params["overhead_mib"],
-        min_kv_tokens=params["min_kv_tokens"],
-        gpu_count=params["gpu_count"],
-        sources=(params["model_config"], launch["draft_model_config"]),
-        **options,
-    )
-
 
 LAUNCH = {
     "name": {"type": "str", "required": True},
@@ -399,26 +342,16 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    model_config = read_config(module, "model_config", params["model_config"])
-    if params["launches"] is None:
+    try:
+        model_config = read_config("model_config", params["model_config"])
+        if params["launches"] is not None:
+            module.exit_json(changed=False, launches=plan_launches(params, model_config))
         launch = {key: params[key] for key in ("tp_size", "launch_argv", "draft_model_config")}
-        draft_config = read_config(module, "draft_model_config", launch["draft_model_config"])
-        try:
-            result = plan_launch(params, model_config, launch, draft_config)
-        except CapacityError as exc:
-            module.fail_json(msg=str(exc))
-        module.exit_json(changed=False, **result)
-    planned, drafts = [], {}
-    for index, launch in enumerate(params["launches"]):
-        path = launch["draft_model_config"]
-        if path is not None and path not in drafts:
-            drafts[path] = read_config(module, f"launches[{index}].draft_model_config", path)
-        try:
-            result = plan_launch(params, model_config, launch, drafts.get(path))
-        except CapacityError as exc:
-            module.fail_json(msg=f"launch {launch['name']}: {exc}")
-        planned.append({"name": launch["name"], **result})
-    module.exit_json(changed=False, launches=planned)
+        draft_config = read_config("draft_model_config", launch["draft_model_config"])
+        result = plan_launch(params, model_config, launch, draft_config)
+    except CapacityError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

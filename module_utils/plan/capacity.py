@@ -556,20 +556,3 @@ def context_fit(kv_tokens: int, model_config: dict, requested: int | None) -> di
         "context_length_fits": warning is None,
         "context_length_warning": warning,
     }
-
-
-def capacity_launches(configs, definitions, model_configs) -> list[dict]:
-    """capacity_plan's launches for serving_render's configs: each one's TP size, its flags (the
-    argv after `python -m sglang.launch_server`) and its drafter's config.json, if it has one."""
-    planned = []
-    for config in configs:
-        drafter = definitions[config["base"]].get("drafter")
-        launch = {
-            "name": config["name"],
-            "tp_size": config["tp_size"],
-            "launch_argv": [str(arg) for arg in config["argv"][3:]],
-        }
-        if drafter:
-            launch["draft_model_config"] = model_configs[drafter]
-        planned.append(launch)
-    return planned

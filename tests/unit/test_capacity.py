@@ -14,13 +14,13 @@ import pytest
 from ansible.module_utils.plan.capacity import (
     GIB,
     CapacityError,
-    capacity_launches,
     checkpoint_bytes,
     draft_parameters,
     launch_options,
     plan,
     target_parameters,
 )
+from ansible.module_utils.plan.capacity_launches import capacity_launches
 
 from tests.support.modules import run_module
 
