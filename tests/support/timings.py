@@ -57,6 +57,8 @@ class Timings:
         return {
             "slowest": [[nodeid, round(seconds, 2)] for nodeid, seconds in slowest[:SLOWEST]],
             "files": [[path, round(seconds, 1)] for path, seconds in files[:SLOWEST_FILES]],
+            # Every file, for a profile beyond the printed ten (the JSON file only).
+            "all_files": [[path, round(seconds, 1)] for path, seconds in files],
             "test_time": {
                 phase: round(seconds, 1)
                 for phase, seconds in sorted(per_phase.items(), key=_phase_rank)

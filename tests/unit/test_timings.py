@@ -36,6 +36,8 @@ def test_a_test_s_phases_add_up_and_a_phase_spans_its_first_start_to_its_last_st
         ["tests/unit/test_c.py", 3.0],
         ["tests/unit/test_b.py", 1.0],
     ]
+    # The JSON file keeps every file, past the ten printed.
+    assert figures["all_files"] == figures["files"]
     assert phase_of("tests/contract/test_x.py::y") == "contract"
     assert phase_of("test_x.py::y") == "other"
 
