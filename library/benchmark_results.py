@@ -45,7 +45,7 @@ options:
     description: The controller folder the files land in (used by the action plugin only).
     type: path
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -73,6 +73,18 @@ options:
     description: Lines of log to return.
     type: int
     default: 40
+  wait_s:
+    description:
+      - Seconds to keep polling (every O(poll_s)) while the phase's waiting state holds
+        (C(loading) for O(phase=load), C(answering) for O(phase=generate)); the last poll is
+        returned as soon as the state changes, or when the window ends. One module run then
+        stands for many retries of the C(until) loop. C(0) polls once. At most 600.
+    type: float
+    default: 0
+  poll_s:
+    description: Seconds between the polls of one O(wait_s) window.
+    type: float
+    default: 1
   command_timeout:
     description:
       - Seconds one poll's commands (C(systemctl show)) may take together; a
@@ -146,7 +158,7 @@ http_status:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host.helpers import CommandFailed, module_runner  # noqa: E402
-from ansible.module_utils.server.health import poll  # noqa: E402
+from ansible.module_utils.server.health import wait  # noqa: E402
 
 
 def main() -> None:
@@ -165,15 +177,23 @@ def main() -> None:
             "generate_timeout": {"type": "int", "default": 600},
             "restarts_before": {"type": "int", "default": 0},
             "log_lines": {"type": "int", "default": 40},
+            "wait_s": {"type": "float", "default": 0},
+            "poll_s": {"type": "float", "default": 1},
             "command_timeout": {"type": "float", "default": 60},
         },
         supports_check_mode=True,
     )
+    if not 0 <= module.params["wait_s"] <= 600 or not 0 < module.params["poll_s"] <= 600:
+        module.fail_json(
+            msg=f"server_health: wait_s is {module.params['wait_s']:g} and poll_s "
+            f"{module.params['poll_s']:g}; needed: wait_s from 0 to 600 and poll_s above 0 "
+            "up to 600 seconds."
+        )
     # One poll's commands (systemctl show): a hung one fails this poll, naming it,
     # rather than the task's timeout killing the module and leaving the command behind.
     run = module_runner(module, "server_health", "one poll's commands", 60, "command_timeout")
     try:
-        result = poll(module.params, run)
+        result = wait(module.params, run)
     except CommandFailed as error:
         module.fail_json(msg=str(error))
     module.exit_json(**result)

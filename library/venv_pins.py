@@ -15,7 +15,7 @@ description:
     running it) and says whether it already holds every C(name==version) pin of
     O(requirements), made by a Python of the same major.minor as O(python). A pin missing or
     different, another Python's venv, a requirement that is not a plain pin, or anything
-    unreadable gives RV(satisfied=false) with the reason: then pip decides.
+    unreadable gives RV(satisfied=false) with the reason, and pip decides.
   - The logic is module_utils/host/venv_pins.py. Changes nothing; runs in check mode.
 version_added: "0.1.0"
 options:
@@ -36,7 +36,7 @@ options:
     type: float
     default: 60
 author:
-  - kimi-deploy-kit maintainers
+  - kimi-deploy-kit maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

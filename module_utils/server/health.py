@@ -1,6 +1,7 @@
-"""One poll of a starting SGLang server, as library/server_health.py does it: the process as
+"""Polls of a starting SGLang server, as library/server_health.py does them: the process as
 its manager sees it, the log's tail, and what /health_generate answers, judged into a state
-(loading, answering, healthy, failed) with a progress line for the until loop.
+(loading, answering, healthy, failed) with a progress line for the until loop; wait() polls
+until the state changes or its window ends.
 """
 
 from __future__ import annotations
@@ -63,6 +64,24 @@ def poll(params: dict, run) -> dict:
         "checked_at": round(now, 3),
         "http_status": code,
     }
+
+
+# What each phase waits out: a poll in any other state ends the wait.
+WAITING = {"load": "loading", "generate": "answering"}
+
+
+def wait(params: dict, run, clock=time.monotonic, sleep=time.sleep) -> dict:
+    """Polls every poll_s until the phase's waiting state ends or wait_s has passed, and
+    returns the last poll: one module run stands for many of the until loop's retries (each
+    retry is a module run on the host). wait_s 0 is one poll."""
+    deadline = clock() + params.get("wait_s", 0)
+    while True:
+        result = poll(params, run)
+        if result["state"] != WAITING[params["phase"]]:
+            return result
+        if clock() + params.get("poll_s", 1) >= deadline:
+            return result
+        sleep(params.get("poll_s", 1))
 
 
 def process_and_log(p: dict, run) -> tuple[dict, list[str]]:

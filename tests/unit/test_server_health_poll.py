@@ -62,3 +62,34 @@ def test_a_poll_of_a_failed_process_does_not_probe(monkeypatch, tmp_path):
     assert result["state"] == "failed" and result["http_status"] is None
     assert result["elapsed"] == 0.0
     assert all("sk-secret" not in line for line in result["log_tail"])
+
+
+def test_a_wait_polls_until_the_state_changes_or_its_window_ends(monkeypatch):
+    """One module run stands for the until loop's retries: it returns at the first poll out of
+    the phase's waiting state, or the last poll when the window ends."""
+    states = iter(["loading", "loading", "answering", "healthy"])
+    polls = []
+
+    def poll(params, run):
+        polls.append(params["phase"])
+        return {"state": next(states)}
+
+    now = [0.0]
+    monkeypatch.setattr(health, "poll", poll)
+    sleep = lambda seconds: now.__setitem__(0, now[0] + seconds)  # noqa: E731
+    clock = lambda: now[0]  # noqa: E731
+    load = {"phase": "load", "wait_s": 30, "poll_s": 2}
+    assert health.wait(load, None, clock, sleep) == {"state": "answering"}
+    assert polls == ["load"] * 3 and now[0] == 4
+    # A window shorter than a poll interval polls once; a state that holds ends with the window.
+    states = iter(["answering"] * 100)
+    polls.clear()
+    assert health.wait({**load, "phase": "generate", "wait_s": 1}, None, clock, sleep) == {
+        "state": "answering"
+    }
+    assert len(polls) == 1
+    polls.clear()
+    assert health.wait({**load, "phase": "generate", "wait_s": 10}, None, clock, sleep)
+    assert len(polls) == 5  # at 0, 2, 4, 6, 8 s: the next would start at the window's end
+    states = iter(["failed"])
+    assert health.wait({**load, "wait_s": 0}, None, clock, sleep) == {"state": "failed"}
