@@ -111,12 +111,19 @@ def pack(config_dir: str, debug_dir: str, patterns, max_bytes: int) -> dict:
     }
 
 
+def archive_chars_limit(max_bytes: int) -> int:
+    """The most base64 characters a packed archive of max_bytes of content can take: content
+    that does not compress (the gzip debug files) comes out a little larger, with the tar's
+    header and padding per member, gzip's few bytes per stored block, then base64's third."""
+    raw = max_bytes + max_bytes // 1000 + (MAX_MEMBERS + 2) * 1024 + 65536
+    return (raw // 3 + 1) * 4
+
+
 def decode(archive, max_bytes: int) -> bytes:
     """The archive's bytes from the module's base64 text (outside input: type and size checked)."""
     if not isinstance(archive, str):
         raise TransferError(f"the host sent no archive (found {type(archive).__name__})")
-    # gzip of JSON is smaller than its content; base64 adds a third.
-    if len(archive) > (max_bytes // 3 + 1) * 4 + 1024:
+    if len(archive) > archive_chars_limit(max_bytes):
         raise TransferError(f"the archive is {len(archive)} characters, past the {max_bytes} cap")
     try:
         return base64.b64decode(archive.encode("ascii"), validate=True)

@@ -149,6 +149,19 @@ def test_a_hostile_archive_writes_nothing_outside_its_folder(tmp_path):
     assert list(outside.iterdir()) == []
 
 
+def test_content_that_does_not_compress_fills_the_cap_and_still_comes_over(tmp_path):
+    """Debug files are gzip already: an archive of them is larger than its content, and one
+    that fills the cap exactly must still pass the controller's bound on the archive."""
+    config = tmp_path / "config"
+    config.mkdir()
+    for i in range(40):
+        (config / f"c{i}.json").write_bytes(os.urandom(7500))
+    packed = rt.pack(str(config), "", rt.PATTERNS, 40 * 7500)
+    assert len(packed["members"]) == 40 and len(packed["archive"]) > 4 * 40 * 7500 // 3
+    result = rt.unpack(rt.decode(packed["archive"], 40 * 7500), str(tmp_path / "dest"), 40 * 7500)
+    assert len(result["written"]) == 40 and result["left_out"] == []
+
+
 def test_the_caps_hold_against_a_large_or_long_archive(tmp_path, monkeypatch):
     big = archive_of(member("results/c1.json", b"a" * 100), member("results/c4.json", b"b" * 100))
     result = rt.unpack(big, str(tmp_path / "a"), 150)
@@ -158,7 +171,7 @@ def test_the_caps_hold_against_a_large_or_long_archive(tmp_path, monkeypatch):
     result = rt.unpack(many, str(tmp_path / "b"), CAP)
     assert len(result["written"]) == rt.MAX_MEMBERS and len(result["left_out"]) == 1
     with pytest.raises(rt.TransferError, match="past the"):
-        rt.decode("A" * (4 * CAP), CAP)
+        rt.decode("A" * (rt.archive_chars_limit(CAP) + 1), CAP)
     with pytest.raises(rt.TransferError, match="not base64"):
         rt.decode("not base64 at all!", CAP)
     with pytest.raises(rt.TransferError, match="no archive"):
