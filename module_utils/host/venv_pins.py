@@ -5,7 +5,8 @@ install, a freeze to see whether anything changed): several seconds of CPU on a 
 already holds the pins. This reads the venv's own record instead (pyvenv.cfg and the METADATA
 of each installed distribution, bounded), so the install runs only where a pin is missing or
 differs, the venv belongs to another Python, or anything cannot be read: any doubt says "not
-satisfied" and pip decides, as it did before. Standard library only: it runs on the hosts.
+satisfied" and pip decides, as it did before. Runs on the hosts: the standard library and the
+runtime stage's PEP 503 name rule.
 """
 
 from __future__ import annotations
@@ -14,18 +15,14 @@ import glob
 import os
 import re
 
+from ansible.module_utils.runtime.freeze import canonical_name
+
 # name==version, as the kit's requirement files pin each package (a comment or blank is
 # skipped; any other line is something only pip can judge).
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
-_SEPARATORS = re.compile(r"[-_.]+")
 MAX_DISTRIBUTIONS = 2000
 MAX_METADATA_HEAD = 16384
 MAX_REQUIREMENTS_BYTES = 1 << 20
-
-
-def canonical(name: str) -> str:
-    """PEP 503: lower case, runs of `-_.` as one `-`."""
-    return _SEPARATORS.sub("-", name).lower()
 
 
 def parse_pins(text: str) -> dict[str, str] | None:
@@ -41,7 +38,7 @@ def parse_pins(text: str) -> dict[str, str] | None:
         match = _PIN.fullmatch(line)
         if match is None:
             return None
-        pins[canonical(match.group(1))] = match.group(2)
+        pins[canonical_name(match.group(1))] = match.group(2)
     return pins
 
 
@@ -88,7 +85,7 @@ def installed(venv: str, python_version: str) -> dict[str, str] | None:
         metadata = os.path.join(info, "METADATA")
         name, version = _header(metadata, "name"), _header(metadata, "version")
         if name and version:
-            found[canonical(name)] = version
+            found[canonical_name(name)] = version
     return found
 
 
