@@ -110,7 +110,8 @@ def test_legacy_hash_is_what_ansible_computed(raw):
 
 def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
     """Every file the role's tasks write from its variables: name -> (mode, content), rendered
-    as Ansible would from tasks/main.yml, the set_fact tasks evaluated in order."""
+    as Ansible would from tasks/main.yml with the role's vars, the set_fact tasks evaluated in
+    order."""
     raw = launch(api_key)
     masked = {
         **raw,
@@ -135,12 +136,17 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
         "server_stop_timeout_s": 120,
         "server_file_limit": 1048576,
         "server_manager": manager,
-        "__server_systemd_dir": {"stat": {"isdir": manager == "systemd"}},
+        # What server_inspect answers for the launch (module_utils/server/inspect.py).
+        "__server_host": {
+            "manager": manager,
+            "systemd": manager == "systemd",
+            "python_exists": True,
+            "runtime_dir": "/opt/kimi/runtimes/release-0123456789ab",
+        },
         "__server_rendered": {"configs": [masked], "configs_unmasked": [raw]},
+        # The role's vars (the manager, the names of its files), templated where used.
+        **trusted(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())),
     }
-    for task in role_tasks("manager.yml"):
-        if "ansible.builtin.set_fact" in task:
-            variables.update(templar(variables).template(task["ansible.builtin.set_fact"]))
     files = {}
     # main.yml, then what it includes to start the server on its runtime folder.
     variables["__server_runtime_dir_wanted"] = "/opt/kimi/runtimes/release-0123456789ab"
