@@ -103,6 +103,22 @@ def check_entries(entries, secret_contents=None) -> list[dict]:
     return checked
 
 
+def with_parents(entries: list[dict]) -> list[dict]:
+    """Checked entries with a folder entry, of the same mode, before each folder entry for each
+    of its missing parents, as mkdir -p makes them (the controller's records: state/ and
+    results/ may not exist yet). Where one exists as something else, apply() says so."""
+    expanded = []
+    for entry in entries:
+        if entry["state"] == "directory":
+            missing, parent = [], os.path.dirname(entry["path"])
+            while parent != os.path.dirname(parent) and _lstat(parent) is None:
+                missing.append(parent)
+                parent = os.path.dirname(parent)
+            expanded += [{**entry, "path": path} for path in reversed(missing)]
+        expanded.append(entry)
+    return expanded
+
+
 def _lstat(path: str):
     try:
         return os.lstat(path)
