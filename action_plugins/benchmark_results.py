@@ -6,24 +6,14 @@ module run, and the archive is unpacked here, under dest, as outside input
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import action_loader
 
-# ansible-playbook does not have the kit's folder on sys.path: module_utils/__init__.py, loaded
-# by path as the kit's filters load it, makes ansible.module_utils.<stage> importable.
-if "module_utils" not in sys.modules:
-    _init = Path(__file__).resolve().parents[1] / "module_utils" / "__init__.py"
-    _spec = importlib.util.spec_from_file_location(
-        "module_utils", _init, submodule_search_locations=[str(_init.parent)]
-    )
-    sys.modules["module_utils"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["module_utils"])
+# The kit's module_utils, importable in ansible-playbook once kit_in_process is loaded.
+action_loader.get("kit_in_process", class_only=True)
 
-from ansible.module_utils.benchmark import results_transfer
+from ansible.module_utils.benchmark import results_transfer  # noqa: E402
 
 
 class ActionModule(ActionBase):

@@ -286,72 +286,17 @@ mamba_ssm_dtype:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.plan.capacity import CapacityError  # noqa: E402
-from ansible.module_utils.plan.capacity_common import KV_DTYPE_BYTES  # noqa: E402
-from ansible.module_utils.plan.capacity_hybrid import (  # noqa: E402
-    MAMBA_STRATEGIES,
-    SSM_DTYPE_BYTES,
-)
-from ansible.module_utils.plan.capacity_launches import (  # noqa: E402
-    plan_launch,
-    plan_launches,
-    read_config,
-)
-
-LAUNCH = {
-    "name": {"type": "str", "required": True},
-    "tp_size": {"type": "int", "required": True},
-    "launch_argv": {"type": "list", "elements": "str"},
-    "draft_model_config": {"type": "path"},
-}
+from ansible.module_utils.host.in_process import TaskError  # noqa: E402
+from ansible.module_utils.plan.capacity_plan_task import RULES, SPEC, act  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "model_config": {"type": "path", "required": True},
-            "draft_model_config": {"type": "path"},
-            "gpu_memory_mib": {"type": "int", "required": True},
-            "tp_size": {"type": "int"},
-            "gpu_count": {"type": "int"},
-            "mem_fraction_static": {"type": "float", "required": True},
-            "kv_cache_dtype": {
-                "type": "str",
-                "default": "auto",
-                "choices": sorted(KV_DTYPE_BYTES),
-            },
-            "overhead_mib": {"type": "int", "default": 3072},
-            "min_kv_tokens": {"type": "int", "default": 16384, "no_log": False},
-            "verify_tokens": {"type": "int", "no_log": False},
-            "max_running_requests": {"type": "int"},
-            "mamba_ssm_dtype": {"type": "str", "choices": list(SSM_DTYPE_BYTES)},
-            "mamba_full_memory_ratio": {"type": "float"},
-            "mamba_radix_cache_strategy": {"type": "str", "choices": list(MAMBA_STRATEGIES)},
-            "disable_overlap_schedule": {"type": "bool"},
-            "launch_argv": {"type": "list", "elements": "str"},
-            "max_mamba_cache_size": {"type": "int"},
-            "context_length": {"type": "str"},
-            "launches": {"type": "list", "elements": "dict", "options": LAUNCH},
-        },
-        required_one_of=[("tp_size", "launches")],
-        mutually_exclusive=[
-            ("launches", "tp_size"),
-            ("launches", "launch_argv"),
-            ("launches", "draft_model_config"),
-        ],
-        supports_check_mode=True,
-    )
-    params = module.params
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True, **RULES)
     try:
-        model_config = read_config("model_config", params["model_config"])
-        if params["launches"] is not None:
-            module.exit_json(changed=False, launches=plan_launches(params, model_config))
-        launch = {key: params[key] for key in ("tp_size", "launch_argv", "draft_model_config")}
-        draft_config = read_config("draft_model_config", launch["draft_model_config"])
-        result = plan_launch(params, model_config, launch, draft_config)
-    except CapacityError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **result)
+        result = act(module.params, module.check_mode)
+    except TaskError as error:
+        module.fail_json(msg=str(error), **error.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -92,46 +92,16 @@ configs_unmasked:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.plan.serving import (  # noqa: E402
-    ServingConfigError,
-    load_contracts,
-    masked,
-    render_all,
-    validation,
-    with_controls,
-)
+from ansible.module_utils.host.in_process import TaskError  # noqa: E402
+from ansible.module_utils.plan.serving_render_task import SPEC, act  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "definitions": {"type": "dict", "required": True},
-            "selected": {"type": "list", "elements": "str", "required": True},
-            "settings": {"type": "dict", "required": True},
-            "api_key": {"type": "str", "default": "", "no_log": True},
-            "reveal": {"type": "bool", "default": False},
-            "add_controls": {"type": "bool", "default": False},
-            "contracts": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
-    settings = dict(module.params["settings"], api_key=module.params["api_key"])
-    definitions = module.params["definitions"]
-    selected = module.params["selected"]
-    if module.params["add_controls"]:
-        selected = with_controls(definitions, selected)
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     try:
-        configs = render_all(definitions, selected, settings)
-    except (ServingConfigError, KeyError) as error:
-        module.fail_json(msg=f"cannot render the serving configs: {error}")
-    if module.params["contracts"] is not None:
-        contracts = load_contracts(module.params["contracts"], settings)
-        for config in configs:
-            # Checked masked: a message quoting argv must not carry the API key.
-            config["validation"] = validation(masked(config), contracts)
-    result = {"changed": False, "selected": selected, "configs": [masked(c) for c in configs]}
-    if module.params["reveal"]:
-        result["configs_unmasked"] = configs
+        result = act(module.params, module.check_mode)
+    except TaskError as error:
+        module.fail_json(msg=str(error), **error.result)
     module.exit_json(**result)
 
 

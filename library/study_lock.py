@@ -163,75 +163,17 @@ runtime:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host.helpers import run_with_deadline  # noqa: E402
-from ansible.module_utils.plan.study_lock import (  # noqa: E402
-    LockError,
-    git_resolver,
-    hub_resolver,
-    merge_known,
-    merge_requested,
-    record_runtime,
-    sync,
-)
+from ansible.module_utils.host.in_process import TaskError  # noqa: E402
+from ansible.module_utils.plan.study_lock_task import RULES, SPEC, act  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "action": {
-                "type": "str",
-                "default": "read",
-                "choices": ["read", "record", "resolve", "record_runtime"],
-            },
-            "requested": {"type": "list", "elements": "dict", "default": []},
-            "known": {"type": "list", "elements": "dict", "default": []},
-            "update": {"type": "bool", "default": False},
-            "endpoint": {"type": "str", "default": "https://huggingface.co"},
-            "token": {"type": "str", "default": "", "no_log": True},
-            "kind": {"type": "str", "choices": ["release", "git"]},
-            "record": {"type": "dict"},
-            "replace": {"type": "bool", "default": False},
-            "timeout": {"type": "float", "default": 60},
-            "tolerate_mismatch": {"type": "bool", "default": False},
-            "runtime_built_from": {"type": "dict", "default": {}},
-        },
-        required_if=[("action", "record_runtime", ("kind", "record"))],
-        supports_check_mode=True,
-    )
-    p = module.params
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True, **RULES)
     try:
-        if p["action"] == "record_runtime":
-            result = record_runtime(
-                p["path"], p["kind"], p["record"], p["replace"], module.check_mode
-            )
-            module.exit_json(changed=result["recorded"], **result)
-        resolvers = {}
-        conflicts: list[str] = []
-        if p["action"] == "resolve":
-            hub_bounds = (p["endpoint"], p["token"], p["timeout"], 4 * p["timeout"])
-            resolvers = {
-                "weights": hub_resolver("model", *hub_bounds),
-                "datasets": hub_resolver("dataset", *hub_bounds),
-                "git": git_resolver(run_with_deadline, p["timeout"]),
-            }
-        result = sync(
-            p["path"],
-            merge_requested(p["requested"]),
-            known=merge_known(p["known"], conflicts),
-            resolvers=resolvers,
-            mode=p["action"],
-            update=p["update"],
-            check_mode=module.check_mode,
-            tolerate_mismatch=p["tolerate_mismatch"],
-            runtime_built_from=p["runtime_built_from"],
-        )
-        result["messages"] = result["messages"] + conflicts
-    except LockError as error:
-        module.fail_json(msg=str(error))
-    # A run's record of what it resolved is its bookkeeping on the controller, as the per-host
-    # lock is: a second deploy reports changed=0 whether or not the first one wrote the lock.
-    module.exit_json(changed=result["written"] and p["action"] == "resolve", **result)
+        result = act(module.params, module.check_mode)
+    except TaskError as error:
+        module.fail_json(msg=str(error), **error.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

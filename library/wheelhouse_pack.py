@@ -56,23 +56,17 @@ pruned:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host import wheelhouse  # noqa: E402
+from ansible.module_utils.host.in_process import TaskError  # noqa: E402
+from ansible.module_utils.host.wheelhouse_pack_task import SPEC, act  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "src": {"type": "path", "required": True},
-            "cache_dir": {"type": "path", "required": True},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     try:
-        result = wheelhouse.pack(module.params["src"], module.params["cache_dir"])
-    except (wheelhouse.WheelhouseError, OSError) as error:
-        module.fail_json(msg=f"Packing the wheelhouse: {error}.")
-    # The cache is the controller's own: nothing on a host changed.
-    module.exit_json(changed=False, **result)
+        result = act(module.params, module.check_mode)
+    except TaskError as error:
+        module.fail_json(msg=str(error), **error.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
