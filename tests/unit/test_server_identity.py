@@ -150,7 +150,15 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
     files = {}
     # main.yml, then what it includes to start the server on its runtime folder.
     variables["__server_runtime_dir_wanted"] = "/opt/kimi/runtimes/release-0123456789ab"
-    tasks = role_tasks("main.yml") + role_tasks("runtime_dir.yml") + role_tasks("start.yml")
+    tasks = []
+    for task in role_tasks("main.yml"):
+        # The include of runtime_dir.yml in its place (the files after it name the runtime
+        # folder); start.yml's, inside the block that starts the server, after main.yml's.
+        if task.get("ansible.builtin.include_tasks") == "runtime_dir.yml":
+            tasks += role_tasks("runtime_dir.yml")
+        else:
+            tasks.append(task)
+    tasks += role_tasks("start.yml")
     for task in tasks:
         scope = {**variables, **task.get("vars", {})}
         if "ansible.builtin.set_fact" in task:
