@@ -10,6 +10,8 @@ DOCUMENTATION = r"""
 module: server_files
 short_description: Write the SGLang server's folders, files, log file and removals in one step
 description:
+  - The server stage's files, and the benchmark's per-config records (its folder, provenance
+    and status) on the host.
   - Brings each entry of O(files) about in order, so a folder made by one entry can hold the
     next one's file. The logic is module_utils/server/files.py.
   - C(state=file) writes O(files[].content) atomically. The new content goes into a temporary
