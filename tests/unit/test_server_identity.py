@@ -136,6 +136,8 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
         "server_stop_timeout_s": 120,
         "server_file_limit": 1048576,
         "server_manager": manager,
+        "server_api_check": True,
+        "server_wait_for_health": True,
         # What server_inspect answers for the launch (module_utils/server/inspect.py).
         "__server_host": {
             "manager": manager,
