@@ -92,17 +92,12 @@ configs_unmasked:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host.in_process import TaskError  # noqa: E402
+from ansible.module_utils.host.in_process import run_as_module  # noqa: E402
 from ansible.module_utils.plan.serving_render_task import SPEC, act  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
-    try:
-        result = act(module.params, module.check_mode)
-    except TaskError as error:
-        module.fail_json(msg=str(error), **error.result)
-    module.exit_json(**result)
+    run_as_module(AnsibleModule, SPEC, act)
 
 
 if __name__ == "__main__":

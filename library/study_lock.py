@@ -163,17 +163,12 @@ runtime:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host.in_process import TaskError  # noqa: E402
+from ansible.module_utils.host.in_process import run_as_module  # noqa: E402
 from ansible.module_utils.plan.study_lock_task import RULES, SPEC, act  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True, **RULES)
-    try:
-        result = act(module.params, module.check_mode)
-    except TaskError as error:
-        module.fail_json(msg=str(error), **error.result)
-    module.exit_json(**result)
+    run_as_module(AnsibleModule, SPEC, act, **RULES)
 
 
 if __name__ == "__main__":

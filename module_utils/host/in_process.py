@@ -1,8 +1,9 @@
 """A kit module's logic run inside ansible-playbook's worker instead of a Python started for
-it, for the modules whose work is on the controller (the study lock): the module's argument
-spec checked as AnsibleModule checks it, then its act(params, check_mode). A local module run
-costs a Python start and the import of its payload, about 0.2 s of CPU, on every task of every
-run. The module itself stays (library/), the same spec and act(), for ansible -m and docs."""
+it, for the modules whose work is the controller's or reads nothing of the host
+(action_plugins/kit_in_process.py): the module's argument spec checked as AnsibleModule checks
+it, then its act(params, check_mode). A local module run costs a Python start and the import of
+its payload, about 0.2 s of CPU, on every task of every run. The module itself stays
+(library/), running the same spec and act() through run_as_module, for ansible -m and docs."""
 
 from __future__ import annotations
 
@@ -36,3 +37,14 @@ def run_in_process(name: str, spec: dict, args: dict, act, check_mode: bool, **r
         except TaskError as error:
             result = {**error.result, "failed": True, "msg": str(error)}
     return remove_values(result, validated._no_log_values)
+
+
+def run_as_module(module_class, spec: dict, act, **rules) -> None:
+    """The module's main(): module_class (its AnsibleModule) checks the arguments, act() does
+    the work, and its result or TaskError ends the run as exit_json or fail_json."""
+    module = module_class(argument_spec=spec, supports_check_mode=True, **rules)
+    try:
+        result = act(module.params, module.check_mode)
+    except TaskError as error:
+        module.fail_json(msg=str(error), **error.result)
+    module.exit_json(**result)
