@@ -36,6 +36,9 @@ class Timings:
     def __init__(self) -> None:
         self.per_test: dict[str, float] = {}
         self.spans: dict[str, list[float]] = {}
+        # Per xdist worker, its files in the order it ran them, each [path, start, stop]: a
+        # worker that ends long before the others shows CPU the suite's end left unused.
+        self.workers: dict[str, list[list]] = {}
 
     def pytest_runtest_logreport(self, report) -> None:
         # Under xdist the controller gets every worker's reports, start and stop included.
@@ -44,8 +47,15 @@ class Timings:
         if start and stop:
             span = self.spans.setdefault(phase_of(report.nodeid), [start, stop])
             span[0], span[1] = min(span[0], start), max(span[1], stop)
+            ran = self.workers.setdefault(worker_of(report), [])
+            path = report.nodeid.split("::")[0]
+            if ran and ran[-1][0] == path:
+                ran[-1][1], ran[-1][2] = min(ran[-1][1], start), max(ran[-1][2], stop)
+            else:
+                ran.append([path, start, stop])
 
     def figures(self) -> dict:
+        first = min((start for ran in self.workers.values() for _, start, _ in ran), default=0.0)
         slowest = sorted(self.per_test.items(), key=lambda item: item[1], reverse=True)
         per_file: dict[str, float] = {}
         per_phase: dict[str, float] = {}
@@ -68,6 +78,19 @@ class Timings:
                 for phase, (start, stop) in sorted(self.spans.items(), key=_phase_rank)
             },
             "tests": len(self.per_test),
+            # Seconds after the first test's start: when each worker finished its last test,
+            # and (the JSON file only) each file it ran, with its span.
+            "worker_ends": {
+                worker: round(max(stop for _, _, stop in ran) - first, 1)
+                for worker, ran in sorted(self.workers.items())
+            },
+            "workers": {
+                worker: [
+                    [path, round(start - first, 1), round(stop - first, 1)]
+                    for path, start, stop in ran
+                ]
+                for worker, ran in sorted(self.workers.items())
+            },
         }
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -79,6 +102,12 @@ class Timings:
         target = os.environ.get("KIT_TIMINGS_FILE")
         if target:
             Path(target).write_text(json.dumps(figures, indent=1) + "\n")
+
+
+def worker_of(report) -> str:
+    """The xdist worker that ran the test (gw0, gw1, ...); "main" without xdist."""
+    node = getattr(report, "node", None)
+    return str(getattr(node, "workerinput", {}).get("workerid", "main"))
 
 
 def _phase_rank(item) -> int:
@@ -95,6 +124,11 @@ def summary_lines(figures: dict, phases_outside: dict | None = None) -> list[str
         lines.append(
             "phase test time (added up over the workers): "
             + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in figures["test_time"].items())
+        )
+    if len(figures.get("worker_ends") or {}) > 1:
+        lines.append(
+            "workers' last test ended (s after the first test started): "
+            + ", ".join(f"{name} {seconds:.0f}" for name, seconds in figures["worker_ends"].items())
         )
     outside = dict(phases_outside or {})
     total = outside.pop("total", None)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from tests.support.timings import Timings, phase_of, plugin_for
+from tests.support.timings import Timings, phase_of, plugin_for, summary_lines
 
 
 def report(nodeid: str, duration: float, start: float, stop: float):
@@ -40,6 +40,38 @@ def test_a_test_s_phases_add_up_and_a_phase_spans_its_first_start_to_its_last_st
     assert figures["all_files"] == figures["files"]
     assert phase_of("tests/contract/test_x.py::y") == "contract"
     assert phase_of("test_x.py::y") == "other"
+
+
+def test_each_worker_s_files_and_end_are_kept():
+    timings = Timings()
+    gw0, gw1 = (SimpleNamespace(workerinput={"workerid": name}) for name in ("gw0", "gw1"))
+    for nodeid, start, stop, node in (
+        ("tests/integration/test_a.py::one", 100, 190, gw0),
+        ("tests/integration/test_a.py::two", 190, 200, gw0),
+        ("tests/unit/test_b.py::one", 101, 102, gw1),
+        ("tests/unit/test_c.py::one", 102, 130, gw1),
+        ("tests/unit/test_b.py::two", 130, 131, gw0),
+    ):
+        timings.pytest_runtest_logreport(
+            SimpleNamespace(nodeid=nodeid, duration=stop - start, start=start, stop=stop, node=node)
+        )
+    figures = timings.figures()
+    assert figures["worker_ends"] == {"gw0": 100.0, "gw1": 30.0}
+    assert figures["workers"]["gw0"] == [
+        ["tests/integration/test_a.py", 0.0, 100.0],
+        ["tests/unit/test_b.py", 30.0, 31.0],
+    ]
+    assert figures["workers"]["gw1"] == [
+        ["tests/unit/test_b.py", 1.0, 2.0],
+        ["tests/unit/test_c.py", 2.0, 30.0],
+    ]
+    lines = summary_lines(figures)
+    assert "workers' last test ended (s after the first test started): gw0 100, gw1 30" in lines
+    # Without xdist there is one worker, and no line for it.
+    alone = Timings()
+    alone.pytest_runtest_logreport(report("tests/unit/test_b.py::one", 1, 5, 6))
+    assert alone.figures()["worker_ends"] == {"main": 1.0}
+    assert not any(line.startswith("workers'") for line in summary_lines(alone.figures()))
 
 
 def test_only_the_controller_collects_under_xdist():
