@@ -148,18 +148,45 @@ def runtime_wheelhouse(wheelhouse, tmp_path_factory):
     return folder
 
 
-# Under pytest-xdist (make test) the longest files go first, so that one worker runs the
-# end-to-end deploy while the others go through everything else and no long file starts last;
-# alone, unit tests go first. The order is make test's own closing figures (slowest files).
+# Under pytest-xdist (make test) the costliest files go first and the short ones fill the
+# workers' ends, so that no long file starts last and the workers finish together; alone, unit
+# tests go first. make test passes --no-loadscope-reorder: xdist would otherwise hand files out
+# by their number of tests (the unit files first, the end-to-end deploy after 200 s, a 100 s
+# file alone at the end on one of two cores). The order is make test's own figures (each
+# file's tests' time added up, in the JSON file it writes): a unit file mostly waits
+# (simulators, deadlines), so the unit files are dealt between the integration ones.
 LONGEST_FIRST = (
     "tests/integration/test_deploy.py",
+    "tests/integration/test_weights.py",
     "tests/integration/test_benchmark.py",
     "tests/integration/test_canary.py",
-    "tests/integration/test_weights.py",
     "tests/integration/test_server.py",
     "tests/integration/test_git_runtime.py",
-    "tests/integration/test_runtime_rollback.py",
+    "tests/unit/test_analysis.py",
+    "tests/unit/test_canary_loaders.py",
     "tests/integration/test_plan.py",
+    "tests/unit/test_analysis_predicted.py",
+    "tests/integration/test_runtime_rollback.py",
+    "tests/unit/test_sglang_sim.py",
+    "tests/unit/test_benchmark.py",
+    "tests/unit/test_analysis_fuzz.py",
+    "tests/integration/test_preflight.py",
+    "tests/integration/test_tuning.py",
+    "tests/unit/test_controller_lock.py",
+    "tests/integration/test_rollout.py",
+    "tests/integration/test_launch_check.py",
+    "tests/integration/test_diagnose.py",
+    "tests/unit/test_canary_checkpoint.py",
+    "tests/integration/test_smoke.py",
+    "tests/unit/test_analysis_quality.py",
+    "tests/unit/test_benchmark_faults.py",
+    "tests/unit/test_weights.py",
+    "tests/unit/test_packaging.py",
+    "tests/unit/test_deadlines.py",
+    "tests/integration/test_tags.py",
+    "tests/unit/test_canary.py",
+    "tests/unit/test_analysis_latency.py",
+    "tests/integration/test_host_lock.py",
 )
 
 

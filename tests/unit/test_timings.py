@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from tests.support.timings import Timings, phase_of, plugin_for, summary_lines
@@ -124,3 +125,11 @@ def test_a_pytest_that_did_not_finish_still_gives_the_other_phases(tmp_path):
     )
     assert "pytest did not finish" in done.stderr
     assert done.stdout.splitlines()[-1] == "phase wall times: lint 5 s"
+
+
+def test_the_costliest_first_order_names_files_that_exist_once_each():
+    from tests.conftest import LONGEST_FIRST
+
+    root = Path(__file__).resolve().parents[2]
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    assert [path for path in LONGEST_FIRST if not (root / path).is_file()] == []
