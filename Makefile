@@ -150,8 +150,9 @@ syntax: setup
 	@echo "--phase syntax=$$(( $$(date +%s) - $$(cat $(TIMINGS)/syntax.start) ))" > $(TIMINGS)/syntax.phase
 
 # make test's pytest runs three workers (pytest-xdist), each taking whole files, so
-# module-scoped test hosts are made once, costliest first (tests/conftest.py's LONGEST_FIRST). An integration test mostly waits (SSH, the
-# simulator's steps, server start-ups): on two workers the suite used 0.55 of a core.
+# module-scoped test hosts are made once, costliest first (tests/conftest.py's LONGEST_FIRST).
+# An integration test mostly waits (SSH, the simulator's steps, server start-ups): on two
+# workers the suite used 0.55 of a core.
 pytest: setup test-deps
 	$(BIN)/python -m tests.support.testhosts down --stale
 	@mkdir -p $(TIMINGS)
