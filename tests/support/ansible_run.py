@@ -133,8 +133,9 @@ def run_playbook(
 
 def controller_bytecode() -> dict[str, str]:
     """The environment under which the modules a playbook runs on this machine keep their
-    payloads' bytecode, and ansible-playbook what module_utils files import and the code its
-    templates compile to (tests/support/controller_site/sitecustomize.py)."""
+    payloads' bytecode, and ansible-playbook what module_utils files import, the code its
+    templates compile to and the payloads it builds
+    (tests/support/controller_site/sitecustomize.py)."""
     state = REPO / "tests" / ".state"
     (state / "controller-bytecode").mkdir(parents=True, exist_ok=True)
     site = str(REPO / "tests" / "support" / "controller_site")
@@ -143,6 +144,7 @@ def controller_bytecode() -> dict[str, str]:
         "KIT_TEST_BYTECODE_DIR": str(state / "controller-bytecode"),
         "KIT_TEST_ANSIBALLZ_DEPS_DIR": str(state / "ansiballz-deps"),
         "KIT_TEST_JINJA_CODE_DIR": str(state / "jinja-code"),
+        "KIT_TEST_ANSIBALLZ_PAYLOAD_DIR": str(state / "ansiballz-payloads"),
         "PYTHONPATH": f"{site}{os.pathsep}{path}" if path else site,
     }
 

@@ -6,8 +6,10 @@ kit's own. Caches that only save time, each in the folder its variable names:
 - KIT_TEST_ANSIBALLZ_DEPS_DIR: ansible-playbook keeps what each module_utils file imports, to
   build module payloads without parsing them anew (tests/support/ansiballz_deps.py);
 - KIT_TEST_JINJA_CODE_DIR: ansible-playbook keeps the code its templates compile to
-  (tests/support/jinja_code_cache.py).
-The last two patch an ansible-core module when, if ever, the process imports it."""
+  (tests/support/jinja_code_cache.py);
+- KIT_TEST_ANSIBALLZ_PAYLOAD_DIR: ansible-playbook keeps the module payloads it builds from one
+  run to the next (tests/support/ansiballz_payloads.py).
+The last three patch an ansible-core module when, if ever, the process imports it."""
 
 import importlib.util
 import os
@@ -70,6 +72,7 @@ def _install() -> None:
     for variable, filename in (
         ("KIT_TEST_ANSIBALLZ_DEPS_DIR", "ansiballz_deps.py"),
         ("KIT_TEST_JINJA_CODE_DIR", "jinja_code_cache.py"),
+        ("KIT_TEST_ANSIBALLZ_PAYLOAD_DIR", "ansiballz_payloads.py"),
     ):
         folder = os.environ.get(variable)
         if folder:
