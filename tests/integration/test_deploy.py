@@ -341,7 +341,7 @@ def server_pid(cluster, host: str) -> int:
 def test_deploy_ends_with_a_healthy_server_on_every_host(cluster, deploy):
     first = deploy["first"]
     assert first.rc == 0, first.stdout
-    health = first.results("Wait for /health_generate")
+    health = first.server_health()
     assert {host: health[host]["state"] for host in HOSTS} == dict.fromkeys(HOSTS, "healthy")
     launches = {}
     for host in HOSTS:

@@ -32,7 +32,6 @@ ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - inside the test host's own network na
 RUNTIME = "playbooks/runtime.yml"
 SERVER = "playbooks/server.yml"
 START = "Start the server, restarting it only when its launch changed"
-WAIT = "Wait for /health_generate"
 FAIL = "Fail with what the server said"
 API_CHECK = "Check the endpoints users call"
 API_RECORD = "/var/lib/kimi/server/api-check.json"
@@ -242,7 +241,7 @@ def test_server_starts_healthy_and_a_second_run_changes_nothing(playbook, cluste
         # The launch was checked by the release's own parser first.
         assert first.results(CHECK)[host]["mode"] == "prepare_server_args"
         assert first.results(START)[host]["action"] == "started"
-        assert first.results(WAIT)[host]["state"] == "healthy"
+        assert first.server_health()[host]["state"] == "healthy"
         assert generate(cluster, host) == "200"
     pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
     # systemd runs it as a unit: enabled, active, in its own cgroup, its output in the journal.

@@ -26,10 +26,14 @@ class PlaybookRun:
 
     def results(self, task: str) -> dict[str, dict]:
         """Per host, the result of the task with that name (ok, changed or failed)."""
+        return self.last_results(task)
+
+    def last_results(self, *tasks: str) -> dict[str, dict]:
+        """Per host, the result of whichever of those tasks ran last (ok, changed or failed)."""
         found = {}
         for event in self.events:
             data = event.get("event_data", {})
-            if data.get("task") == task and event["event"] in (
+            if data.get("task") in tasks and event["event"] in (
                 "runner_on_ok",
                 "runner_on_failed",
                 "runner_on_unreachable",
@@ -38,6 +42,11 @@ class PlaybookRun:
                 result["failed"] = event["event"] != "runner_on_ok"
                 found[data["host"]] = result
         return found
+
+    def server_health(self) -> dict[str, dict]:
+        """Per host, the server role's last health poll: the wait for /health_generate, or the
+        wait for the load where that poll saw the server generate already."""
+        return self.last_results("Wait for the server to load", "Wait for /health_generate")
 
     def changed(self) -> dict[str, int]:
         return dict(self.stats.get("changed", {}))
