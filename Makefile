@@ -150,7 +150,7 @@ syntax: setup
 	@echo "--phase syntax=$$(( $$(date +%s) - $$(cat $(TIMINGS)/syntax.start) ))" > $(TIMINGS)/syntax.phase
 
 # make test's pytest runs three workers (pytest-xdist), each taking whole files, so
-# module-scoped test hosts are made once, costliest first (tests/conftest.py's LONGEST_FIRST).
+# module-scoped test hosts are made once, in tests/conftest.py's DEALING_ORDER.
 # An integration test mostly waits (SSH, the simulator's steps, server start-ups): on two
 # workers the suite used 0.55 of a core.
 pytest: setup test-deps

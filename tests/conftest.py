@@ -148,13 +148,13 @@ def runtime_wheelhouse(wheelhouse, tmp_path_factory):
     return folder
 
 
-# Under pytest-xdist (make test) the costliest files go first and the short ones fill the
-# workers' ends, so that no long file starts last and the workers finish together; alone, unit
-# tests go first. make test passes --no-loadscope-reorder: xdist would otherwise hand files out
-# by their number of tests (the unit files first, the end-to-end deploy after 200 s, a 100 s
-# file alone at the end on one of two cores). The order is make test's own figures (each
-# file's tests' time added up, in the JSON file it writes): a unit file mostly waits
-# (simulators, deadlines), so the unit files are dealt between the integration ones.
+# Under pytest-xdist (make test) each worker takes whole files in DEALING_ORDER, then the rest
+# in collection order. make test passes --no-loadscope-reorder: xdist would otherwise hand files
+# out by their number of tests (the unit files first, the end-to-end deploy after 200 s, a 100 s
+# file alone at the end on one of two cores). The figures are make test's own (each file's
+# tests' time added up, in the JSON file it writes) and what each file uses alone
+# (docs/testing.md): the suite is CPU-bound, so the order is about keeping both cores busy.
+# LONGEST_FIRST: the files that take longest, costliest first, so that none starts last.
 LONGEST_FIRST = (
     "tests/integration/test_deploy.py",
     "tests/integration/test_weights.py",
@@ -167,8 +167,6 @@ LONGEST_FIRST = (
     "tests/integration/test_plan.py",
     "tests/unit/test_analysis_predicted.py",
     "tests/integration/test_runtime_rollback.py",
-    "tests/unit/test_sglang_sim.py",
-    "tests/unit/test_benchmark.py",
     "tests/unit/test_analysis_fuzz.py",
     "tests/integration/test_preflight.py",
     "tests/integration/test_tuning.py",
@@ -179,15 +177,28 @@ LONGEST_FIRST = (
     "tests/unit/test_canary_checkpoint.py",
     "tests/integration/test_smoke.py",
     "tests/unit/test_analysis_quality.py",
-    "tests/unit/test_benchmark_faults.py",
-    "tests/unit/test_weights.py",
     "tests/unit/test_packaging.py",
-    "tests/unit/test_deadlines.py",
     "tests/integration/test_tags.py",
-    "tests/unit/test_canary.py",
     "tests/unit/test_analysis_latency.py",
     "tests/integration/test_host_lock.py",
 )
+# Files that mostly wait (the simulator's steps, deadlines, hung peers: a tenth of a core
+# each, 330 s in all): dealt right after the two longest files, they wait while those two keep
+# both cores busy. Dealt among the short files at the end, as they were, they left a core idle
+# for the last 400 s of the run.
+MOSTLY_WAITING = (
+    "tests/unit/test_sglang_sim.py",
+    "tests/unit/test_benchmark.py",
+    "tests/unit/test_benchmark_faults.py",
+    "tests/unit/test_weights.py",
+    "tests/unit/test_deadlines.py",
+    "tests/unit/test_canary.py",
+    "tests/unit/test_allreduce_check.py",
+    "tests/unit/test_hub_server.py",
+    "tests/unit/test_api_check.py",
+    "tests/unit/test_benchmark_client.py",
+)
+DEALING_ORDER = LONGEST_FIRST[:2] + MOSTLY_WAITING + LONGEST_FIRST[2:]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -197,6 +208,6 @@ def pytest_collection_modifyitems(config, items):
 
     def rank(item) -> int:
         path = item.nodeid.split("::", 1)[0]
-        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+        return DEALING_ORDER.index(path) if path in DEALING_ORDER else len(DEALING_ORDER)
 
     items.sort(key=rank)  # stable: within a rank, collection order

@@ -127,9 +127,10 @@ def test_a_pytest_that_did_not_finish_still_gives_the_other_phases(tmp_path):
     assert done.stdout.splitlines()[-1] == "phase wall times: lint 5 s"
 
 
-def test_the_costliest_first_order_names_files_that_exist_once_each():
-    from tests.conftest import LONGEST_FIRST
+def test_the_dealing_order_names_files_that_exist_once_each():
+    from tests.conftest import DEALING_ORDER, LONGEST_FIRST, MOSTLY_WAITING
 
     root = Path(__file__).resolve().parents[2]
-    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
-    assert [path for path in LONGEST_FIRST if not (root / path).is_file()] == []
+    assert len(set(DEALING_ORDER)) == len(DEALING_ORDER)
+    assert set(DEALING_ORDER) == set(LONGEST_FIRST) | set(MOSTLY_WAITING)
+    assert [path for path in DEALING_ORDER if not (root / path).is_file()] == []
