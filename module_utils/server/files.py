@@ -178,6 +178,19 @@ def apply(entries: list[dict], check_mode: bool = False, diff: bool = False) -> 
                     os.unlink(path)
             elif state in ("directory", "touch"):
                 folder = state == "directory"
+                if found is None and not check_mode:
+                    try:
+                        _create_private(path, folder)
+                    except FileExistsError:
+                        # Made by another process between the look and the create (on the
+                        # controller, another host's task making the same state/ folder):
+                        # judged as one found there.
+                        found = _lstat(path)
+                        if found is None:
+                            raise
+                    else:
+                        os.chmod(path, mode)
+                        found = None
                 if found is not None and not (stat.S_ISDIR if folder else stat.S_ISREG)(
                     found.st_mode
                 ):
@@ -185,9 +198,7 @@ def apply(entries: list[dict], check_mode: bool = False, diff: bool = False) -> 
                     raise FilesError(f"{path} exists and is not {kind}")
                 if found is not None and stat.S_IMODE(found.st_mode) == mode:
                     continue
-                if not check_mode:
-                    if found is None:
-                        _create_private(path, folder)
+                if found is not None and not check_mode:
                     os.chmod(path, mode)
             else:
                 if found is not None and stat.S_ISDIR(found.st_mode):

@@ -116,6 +116,33 @@ def test_every_file_is_private_until_it_has_its_content_and_mode(tmp_path, monke
     ]
 
 
+@pytest.mark.parametrize("state", ["directory", "touch"])
+def test_one_made_meanwhile_by_another_process_is_taken_as_found(tmp_path, monkeypatch, state):
+    """Two hosts' tasks on one controller make the same state/ folder: the one that looked
+    first and creates second finds it made, and goes on (it failed with "File exists")."""
+    path = tmp_path / "state"
+    real_mkdir, real_open = os.mkdir, os.open
+
+    def make_first(target, *args, **kwargs):
+        if str(target) == str(path):
+            # The other process, between this one's look and its create.
+            if state == "directory":
+                real_mkdir(target, 0o700)
+            else:
+                os.close(real_open(target, os.O_WRONLY | os.O_CREAT, 0o600))
+            raise FileExistsError(17, "File exists", str(target))
+        return (real_mkdir if state == "directory" else real_open)(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir" if state == "directory" else "open", make_first)
+    wanted = [{"path": str(path), "state": state, "mode": "0750"}]
+    done = server_files.apply(server_files.with_parents(server_files.check_entries(wanted)))
+    assert done["changed_paths"] == [str(path)]  # its mode was the other's private one
+    assert mode_of(path) == 0o750
+    assert path.is_dir() if state == "directory" else path.is_file()
+    monkeypatch.undo()
+    assert server_files.apply(server_files.check_entries(wanted))["changed"] is False
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path, monkeypatch):
     target = tmp_path / "unit.service"
     target.write_text("old\n")
