@@ -28,8 +28,9 @@ def figures_drawn_once():
             return real(function, args, label)
         if key not in drawn:
             drawn[key] = real(function, args, label)
-        # A copy: a caller that retitles its figure must not retitle the kept one.
-        return copy.copy(drawn[key])
+        # A copy: a caller that retitles its figure or edits its details must not change the
+        # kept one.
+        return copy.deepcopy(drawn[key])
 
     plots.draw = draw
     yield real
