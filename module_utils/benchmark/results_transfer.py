@@ -151,8 +151,11 @@ def _inside(dest: str, relative: str) -> str:
         try:
             info = os.lstat(path)
         except FileNotFoundError:
-            os.mkdir(path, 0o755)
-            continue
+            try:
+                os.mkdir(path, 0o755)
+                continue
+            except FileExistsError:  # made meanwhile by another host's transfer
+                info = os.lstat(path)
         if not stat.S_ISDIR(info.st_mode):
             raise TransferError(f"{path} is in the way: not a folder (a link, or a file)")
     target = os.path.join(path, relative.split("/")[-1])
