@@ -256,3 +256,20 @@ def test_the_module_packs_and_the_action_plugin_unpacks_without_showing_the_arch
     # Past its 20 bytes, the second run brings the first small files and leaves the rest,
     # which the files already on the controller keep, and warns naming what stayed.
     assert '"changed": false' in second and "stayed on the host" in run.stdout + run.stderr
+
+
+def test_a_folder_made_meanwhile_by_another_transfer_is_taken_as_found(tmp_path, monkeypatch):
+    """Two hosts' transfers into one results tree: the one that looked first and creates
+    second finds the folder made and puts its file there."""
+    folder = tmp_path / "debug"
+    real_mkdir = os.mkdir
+
+    def make_first(target, *args, **kwargs):
+        if str(target) == str(folder):
+            real_mkdir(target, 0o755)  # the other transfer, between this one's look and create
+            raise FileExistsError(17, "File exists", str(target))
+        return real_mkdir(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", make_first)
+    target = rt._inside(str(tmp_path), "debug/server.log.gz")
+    assert target == str(folder / "server.log.gz") and folder.is_dir()
