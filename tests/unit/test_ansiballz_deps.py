@@ -7,8 +7,6 @@ changes ansible-core's module_common for the whole process."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.support.ansible_run import controller_bytecode, python_json
@@ -96,10 +94,7 @@ def test_an_ansible_core_laid_out_otherwise_is_left_alone():
 def test_the_playbooks_the_tests_run_get_the_cache_when_they_import_module_common(tmp_path):
     env = {**os.environ, **controller_bytecode(), "KIT_TEST_ANSIBALLZ_DEPS_DIR": str(tmp_path)}
     code = (
-        "import sys; from ansible.executor import module_common as m; "
-        "print(getattr(m.ModuleDepFinder, 'kimi_cached', False))"
+        "import json; from ansible.executor import module_common as m; "
+        "print(json.dumps(getattr(m.ModuleDepFinder, 'kimi_cached', False)))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.stdout.strip() == "True", done.stderr
+    assert python_json(code, env) is True

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from tests.support import ansiballz_payloads
-from tests.support.ansible_run import controller_bytecode
+from tests.support.ansible_run import controller_bytecode, python_json
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = Path(sys.executable).parent / "ansible"
@@ -79,12 +79,8 @@ def test_an_ansible_core_laid_out_otherwise_is_left_alone(tmp_path):
 def test_the_playbooks_the_tests_run_get_the_cache_when_they_import_module_common(tmp_path):
     env = {**os.environ, **controller_bytecode(), "KIT_TEST_ANSIBALLZ_PAYLOAD_DIR": str(tmp_path)}
     code = (
-        "from ansible.executor import module_common as m; "
-        "print(getattr(m.C, 'kimi_payload_cache', False), m.C.DEFAULT_LOCAL_TMP)"
+        "import json; from ansible.executor import module_common as m; "
+        "print(json.dumps([getattr(m.C, 'kimi_payload_cache', False), m.C.DEFAULT_LOCAL_TMP]))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    cached, folder = done.stdout.split()
-    assert cached == "True", done.stderr
-    assert Path(folder).parent == tmp_path
+    cached, folder = python_json(code, env)
+    assert cached is True and Path(folder).parent == tmp_path
