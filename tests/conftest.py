@@ -183,9 +183,9 @@ LONGEST_FIRST = (
     "tests/integration/test_host_lock.py",
 )
 # Files that mostly wait (the simulator's steps, deadlines, hung peers: a tenth of a core
-# each, 330 s in all): dealt right after the three longest files, the fourth worker waits
-# through them while those three keep both cores busy. Dealt among the short files at the end,
-# as they were, they left a core idle for the last 400 s of the run.
+# each, 330 s in all): dealt right after the two longest files, they wait while those two keep
+# both cores busy. Dealt among the short files at the end, as they were, they left a core idle
+# for the last 400 s of the run.
 MOSTLY_WAITING = (
     "tests/unit/test_sglang_sim.py",
     "tests/unit/test_benchmark.py",
@@ -198,7 +198,7 @@ MOSTLY_WAITING = (
     "tests/unit/test_api_check.py",
     "tests/unit/test_benchmark_client.py",
 )
-DEALING_ORDER = LONGEST_FIRST[:3] + MOSTLY_WAITING + LONGEST_FIRST[3:]
+DEALING_ORDER = LONGEST_FIRST[:2] + MOSTLY_WAITING + LONGEST_FIRST[2:]
 
 
 def pytest_collection_modifyitems(config, items):
