@@ -10,7 +10,6 @@ import contextlib
 import copy
 import io
 import json
-import pickle
 import random
 import re
 import shutil
@@ -18,7 +17,6 @@ import time
 
 import pytest
 
-from analysis import plots
 from analysis.__main__ import main
 from tests.support.results_tree import GPU_SUMMARY, Plan, Sim, write_run
 
@@ -145,25 +143,10 @@ def tree(tmp_path_factory):
     return write_run(root, plan)
 
 
-def drawn_once(monkeypatch) -> dict:
-    """plots.draw, each figure drawn once per distinct input. Matplotlib is 95% of a report's
-    time, and most mutations the analysis accepts change only what no plot reads (provenance,
-    the run's name); every figure whose input differs is drawn in full, as in a report."""
-    real = plots.draw
-    drawn: dict[bytes, object] = {}
-
-    def draw(function, args, label=""):
-        key = pickle.dumps((function.__name__, args, label))
-        if key not in drawn:
-            drawn[key] = real(function, args, label)
-        return copy.copy(drawn[key])
-
-    monkeypatch.setattr(plots, "draw", draw)
-    return drawn
-
-
-def test_a_thousand_mutations_end_in_a_report_or_a_named_refusal(tree, tmp_path, monkeypatch):
-    drawn = drawn_once(monkeypatch)
+# Most mutations the analysis accepts change only what no plot reads (provenance, the run's
+# name): tests/unit/conftest.py draws each figure once per distinct input, and every figure
+# whose input differs in full, as in a report.
+def test_a_thousand_mutations_end_in_a_report_or_a_named_refusal(tree, tmp_path):
     targets = {
         "node-a/dflash/gsm8k/c1.json": 0.55,
         "node-a/ar/gsm8k/c1.json": 0.15,
@@ -219,4 +202,4 @@ def test_a_thousand_mutations_end_in_a_report_or_a_named_refusal(tree, tmp_path,
     assert failures == [], f"{len(failures)} of {MUTATIONS}:\n" + "\n".join(failures[:40])
     # Both ends are exercised: a fuzz that only ever refused would test nothing past reading.
     assert outcomes[0] >= 50 and outcomes[2] >= 500, outcomes
-    print(f"{MUTATIONS} mutations in {seconds:.1f} s: {outcomes}, {len(drawn)} figures drawn")
+    print(f"{MUTATIONS} mutations in {seconds:.1f} s: {outcomes}")
