@@ -190,7 +190,6 @@ def apply(entries: list[dict], check_mode: bool = False, diff: bool = False) -> 
                             raise
                     else:
                         os.chmod(path, mode)
-                        found = None
                 if found is not None and not (stat.S_ISDIR if folder else stat.S_ISREG)(
                     found.st_mode
                 ):
