@@ -489,9 +489,7 @@ def test_the_server_stages_own_record_of_a_parser_that_does_not_engage(tmp_path)
     }
 
 
-def test_mutations_of_what_the_quality_gate_reads_end_in_a_report_or_a_named_refusal(
-    tmp_path, monkeypatch
-):
+def test_mutations_of_what_the_quality_gate_reads_end_in_a_report_or_a_named_refusal(tmp_path):
     """300 seeded mutations (tests/unit/test_analysis_fuzz.py's) of a level's summary.accuracy,
     run.json's accuracy floors and an api-check.json: each ends in a report or a refusal whose
     every problem names a file and a field, never in an exception."""
@@ -501,9 +499,9 @@ def test_mutations_of_what_the_quality_gate_reads_end_in_a_report_or_a_named_ref
     import shutil
 
     from analysis.__main__ import main
-    from tests.unit.test_analysis_fuzz import PROBLEM, drawn_once, mutate
+    from tests.unit.test_analysis_fuzz import PROBLEM, mutate
 
-    drawn_once(monkeypatch)
+    # Each figure is drawn once per distinct input (tests/unit/conftest.py).
     configs = {"ar": Sim(accuracy=0.5), "dflash": Sim(step_ms=25, accept=4, accuracy=0.25)}
     tree = write_run(
         tmp_path / "run", scored_plan(configs, concurrency=(1,), num_prompts=4, max_new_tokens=4)
