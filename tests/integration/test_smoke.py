@@ -55,10 +55,19 @@ def test_playbook_over_ssh_sees_per_host_facts_and_profiles(make_testhosts, play
     assert len({r["compute_capability"] for r in reports.values()}) == 3
     assert len({r["interconnect"] for r in reports.values()}) == 2
     assert not Path("/opt/kimi/smoke-marker").exists(), "a host wrote to the controller"
-    # Each host's Python kept what it compiled of the module payloads (host_bytecode.py).
+    # The hosts' Pythons kept what they compiled of the module payloads, in the folder all
+    # hosts share (host_bytecode.py); a venv's Python on a host, systemd's or sshd's, has the
+    # cache installed too (pip and ensurepip compile there).
+    probe = "import zipimport; print(getattr(zipimport._compile_source, 'kimi_test_bytecode', 0))"
     for host in cluster.hosts:
         cached = cluster.ssh(host.name, f"ls {host_bytecode.CACHE_DIR} | wc -l").stdout
         assert int(cached) > 20, (host.name, cached)
+        venv = cluster.ssh(
+            host.name,
+            f"python3 -m venv --without-pip /tmp/probe-venv && /tmp/probe-venv/bin/python -c "
+            f'"{probe}"',
+        )
+        assert venv.stdout.strip() == "True", (host.name, venv.stdout, venv.stderr)
 
     second = playbook("tests/support/playbooks/smoke.yml", cluster.inventory)
     second.assert_unchanged()

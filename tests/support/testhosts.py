@@ -69,6 +69,9 @@ PROFILE_CAPTURES = {"ct200": "ct200-x8", "h200": "h200-x2", "b200": "b200-x8"}
 SSHD = "/usr/sbin/sshd"
 # The hosts' Python, which Ansible runs modules with (ansible_python_interpreter).
 SYSTEM_PYTHON = "/usr/bin/python3"
+# What the hosts' Pythons compiled (tests/support/host_bytecode.py), shared by every host: bound
+# at host_bytecode.CACHE_DIR on each.
+HOST_BYTECODE_DIR = REPO / "tests" / ".state" / "host-bytecode"
 SYSTEMD = "/lib/systemd/systemd"
 # Units a systemd host may start: its SSH server, the journal (the server role reads the
 # server's log from it) and the passive targets and slices that order boot. Everything else
@@ -139,6 +142,24 @@ def lower_dir(hdir: Path, sub: str) -> str:
 
 
 @functools.cache
+def system_sitecustomize() -> Path | None:
+    """The file the hosts' system Python reads as sitecustomize, where it lies in a folder each
+    host overlays (Debian and Ubuntu link it to /etc/python3.X/): every Python of the host, a
+    venv's too, reads the host's own copy. None elsewhere."""
+    found = run(
+        [
+            SYSTEM_PYTHON,
+            "-c",
+            "import os, sysconfig; p = os.path.join(sysconfig.get_paths()['stdlib'],"
+            " 'sitecustomize.py'); print(os.path.realpath(p) if os.path.islink(p) else '')",
+        ]
+    ).stdout.strip()
+    if found and Path(found).parts[1:2] and Path(found).parts[1] in OVERLAID:
+        return Path(found)
+    return None
+
+
+@functools.cache
 def system_site_packages() -> Path:
     """The folder under /usr/local where the hosts' system Python (the one Ansible runs
     modules with) reads .pth files."""
@@ -151,6 +172,13 @@ def system_site_packages() -> Path:
         ]
     ).stdout.strip()
     return Path(found)
+
+
+def shared_host_bytecode() -> Path:
+    """HOST_BYTECODE_DIR, there: written by the hosts' root only."""
+    HOST_BYTECODE_DIR.mkdir(parents=True, exist_ok=True)
+    HOST_BYTECODE_DIR.chmod(0o755)
+    return HOST_BYTECODE_DIR
 
 
 def overlay_mount(hdir: Path, sub: str, target: str) -> str:
@@ -438,12 +466,20 @@ class TestHostCluster:
         shutil.copy(FAKE_NVIDIA_SMI, local / "bin" / "nvidia-smi")
         (local / "bin" / "nvidia-smi").chmod(0o755)
         shutil.copytree(FIXTURES / host.capture, local / "share" / "fake-nvidia-smi")
-        # The host's Python keeps the bytecode of what it imports from Ansible's module
-        # payloads (tests/support/host_bytecode.py says why).
+        # The host's Pythons keep the bytecode of what they compile: Ansible's module payloads,
+        # pip's and ensurepip's files (tests/support/host_bytecode.py says why).
+        site_packages, sitecustomize = system_site_packages(), system_sitecustomize()
         host_bytecode.install_into(
-            hdir / "upper" / system_site_packages().relative_to("/"),
+            hdir / "upper" / site_packages.relative_to("/"),
             hdir / "upper" / Path(host_bytecode.CACHE_DIR).relative_to("/"),
+            pth=sitecustomize is None,
         )
+        if sitecustomize is not None:
+            host_bytecode.write_sitecustomize(
+                hdir / "upper" / sitecustomize.relative_to("/"),
+                sitecustomize,
+                str(site_packages / f"{host_bytecode.MODULE_NAME}.py"),
+            )
         # sshd: its own host key, keys-only login for root with the run's client key.
         host_key = hdir / "ssh_host_ed25519_key"
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(host_key)])
@@ -514,6 +550,7 @@ class TestHostCluster:
             f"mkdir -p /run/sshd {inside}",
             f"mount --bind {hdir} {inside}",
             *(overlay_mount(hdir, sub, f"/{sub}") for sub in OVERLAID),
+            f"mount --bind {shared_host_bytecode()} {host_bytecode.CACHE_DIR}",
             f"mount --bind {hdir}/tmp /tmp",
             "mount -t tmpfs tmpfs /dev/shm",
             f"exec {SSHD} -D -e -f {inside}/sshd_config",

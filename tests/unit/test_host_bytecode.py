@@ -129,3 +129,113 @@ def test_the_playbooks_the_tests_run_cache_their_controller_modules_bytecode(tmp
         timeout=60,
     )
     assert done.stdout.strip() == "True", done.stderr
+
+
+# Compiles the same source at two paths with py_compile (as pip's and ensurepip's compileall
+# do) in a Python of its own with the cache over the folder given, then runs each .pyc.
+COMPILE_PROBE = """\
+import importlib.util, marshal, py_compile, sys
+sys.path.insert(0, {support!r})
+import host_bytecode
+print(host_bytecode.install({folder!r}))
+for source in {sources!r}:
+    compiled = py_compile.compile(source, doraise=True)
+    with open(compiled, "rb") as handle:
+        code = marshal.loads(handle.read()[16:])
+    print(code.co_filename)
+    namespace = {{"__file__": source}}
+    exec(code, namespace)
+    print(namespace["VALUE"], namespace["Nested"]().method.__code__.co_filename)
+"""
+
+
+def compile_probe(cache: Path, sources: list[Path]) -> list[str]:
+    code = COMPILE_PROBE.format(
+        support=str(Path(host_bytecode.__file__).parent),
+        folder=str(cache),
+        sources=[str(s) for s in sources],
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return [line.strip() for line in done.stdout.splitlines()]
+
+
+def test_py_compile_of_the_same_source_elsewhere_writes_that_files_names(tmp_path):
+    """What pip and ensurepip compile into each venv: the second venv's files load the first's
+    code, under their own names, and the .pyc they get runs as compiled."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    first, second = tmp_path / "venv-a" / "module.py", tmp_path / "venv-b" / "module.py"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text(MODULE)
+    assert compile_probe(cache, [first]) == ["True", str(first), f"45 {first}"]
+    entries = sorted(cache.iterdir())
+    assert len(entries) == 1
+    stamp = entries[0].stat().st_mtime_ns
+    assert compile_probe(cache, [second]) == ["True", str(second), f"45 {second}"]
+    # Read, not written again.
+    assert sorted(cache.iterdir()) == entries and entries[0].stat().st_mtime_ns == stamp
+    # Another optimization level is another entry (its code differs: no asserts, no docstrings).
+    done = subprocess.run(
+        [sys.executable, "-I", "-OO", "-c", COMPILE_PROBE.format(
+            support=str(Path(host_bytecode.__file__).parent), folder=str(cache),
+            sources=[str(second)],
+        )],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(list(cache.iterdir())) == 2
+
+
+def test_a_source_that_does_not_compile_fails_as_without_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    broken = tmp_path / "broken.py"
+    broken.write_text("def broken(:\n")
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(host_bytecode.__file__).parent)!r}); "
+        f"import host_bytecode, py_compile; host_bytecode.install({str(cache)!r}); "
+        f"py_compile.compile({str(broken)!r}, doraise=True)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and "SyntaxError" in done.stderr, done.stderr
+    assert f'File "{broken}", line 1' in done.stderr
+    assert not list(cache.iterdir())
+
+
+def test_a_hosts_sitecustomize_keeps_the_original_and_installs_the_cache_in_every_python(
+    tmp_path,
+):
+    """Where the system Python's sitecustomize.py is the host's own copy (Debian links it into
+    /etc): the distribution's lines stay, and a Python that reads it, a venv's too (it has no
+    site-packages of the system's), installs the cache from the file install_into wrote."""
+    site, cache = tmp_path / "usr/local/lib/python3/dist-packages", tmp_path / "var/cache/b"
+    host_bytecode.install_into(site, cache, pth=False)
+    assert not (site / host_bytecode.PTH_NAME).exists()
+    original = tmp_path / "original-sitecustomize.py"
+    original.write_text("ORIGINAL_LINE = 1\n")
+    target = tmp_path / "etc/python3/sitecustomize.py"
+    # The cache folder is CACHE_DIR on a host; this machine has none.
+    host_bytecode.write_sitecustomize(
+        target, original, str(site / "kimi_test_bytecode.py"), folder=str(cache)
+    )
+    assert target.read_text().startswith("ORIGINAL_LINE = 1\n")
+    probe = (
+        "import sitecustomize, sys, zipimport; "
+        "print(sitecustomize.ORIGINAL_LINE, sys.modules['kimi_test_bytecode'].__file__, "
+        "getattr(zipimport._compile_source, 'kimi_test_bytecode', 0))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(target.parent)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", str(site / "kimi_test_bytecode.py"), "True"]
