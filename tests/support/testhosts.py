@@ -584,6 +584,7 @@ class TestHostCluster:
             f"mount --bind /usr {root}/usr",
             f"mount -o remount,bind,ro {root}/usr",
             *(overlay_mount(hdir, sub, f"{root}/{sub}") for sub in OVERLAID),
+            f"mount --bind {shared_host_bytecode()} {root}{host_bytecode.CACHE_DIR}",
             f"mount --bind {hdir}/tmp {root}/tmp",
             f"mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs {root}/run",
             f"mount -t tmpfs -o mode=0755,nosuid tmpfs {root}/dev",
@@ -658,6 +659,9 @@ class TestHostCluster:
                     "ansible_user": "root",
                     "ansible_ssh_private_key_file": str(self.key_file),
                     "ansible_ssh_common_args": common_args,
+                    # Ansible's default without -C: the payloads are zip archives, and on
+                    # a bridge compression only costs CPU.
+                    "ansible_ssh_args": "-o ControlMaster=auto -o ControlPersist=60s",
                     "ansible_python_interpreter": SYSTEM_PYTHON,
                     **(group_vars or {}),
                 },
