@@ -9,6 +9,7 @@ calibration record (--tags calibrate) replaces the measured ones. Standard libra
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
@@ -430,6 +431,9 @@ def published_acceptance(acceptance: dict, drafter: str, prompt_set: str | None)
     )
 
 
+# chain_rate and tree_acceptance are pure and ddtree_curve asks them the same question for every
+# budget up to the largest, at every level of every config (a thousand times a plan).
+@functools.lru_cache(maxsize=4096)
 def chain_rate(length: float, drafted: int) -> float:
     """Per-position acceptance a with 1 + a + ... + a^drafted = length (the chain's expected
     accepted tokens with the bonus token), by bisection."""
@@ -444,6 +448,7 @@ def chain_rate(length: float, drafted: int) -> float:
     return (low + high) / 2
 
 
+@functools.lru_cache(maxsize=4096)
 def tree_acceptance(rate: float, budget: int, depth: int, max_width: int = DDTREE_MAX_TOPK):
     """Expected accepted tokens of a best-first tree of `budget` drafted nodes, depth at most
     `depth`, at most `max_width` children a node, when the drafter's r-th choice at a position

@@ -170,13 +170,18 @@ def step_parts(
     context_tokens: int,
     tp_size: int,
     kv_cache_dtype: str = "auto",
+    sizes: dict | None = None,
 ) -> dict:
     """Every part of one decode step of `batch` requests at `context_tokens` each, in ms on
-    one TP rank (the ranks run in step)."""
+    one TP rank (the ranks run in step). `sizes`: a mapping kept by a caller that asks again of
+    the same target config (ddtree_curve), which holds what _target_sizes read of it."""
     bounded(batch, "concurrency", high=MAX_CONCURRENCY, integer=True)
     bounded(context_tokens, "context tokens", high=MAX_CONTEXT, integer=True)
     bounded(tp_size, "tp_size", high=capacity.MAX_TP, integer=True)
-    target = _target_sizes(model_config, kv_cache_dtype, tp_size)
+    key = (kv_cache_dtype, tp_size)
+    target = (sizes or {}).get(key) or _target_sizes(model_config, kv_cache_dtype, tp_size)
+    if sizes is not None:
+        sizes[key] = target
     tokens = batch * shape["verify_tokens"]
     parts: dict[str, dict] = {"dense_weights": _dense_part(target, tokens, tp_size, figures)}
     if target["cfg"].get("n_routed_experts"):
@@ -371,10 +376,11 @@ def predict(
     kv_cache_dtype: str = "auto",
     max_running_requests: int | None = None,
     acceptance_source: str = "",
+    sizes: dict | None = None,
 ) -> dict:
     """One config at one concurrency: the step time with its parts, accepted tokens per step,
     tokens/s per request and per server. Requests past the server's running cap wait, so the
-    server's rate holds while each client's falls."""
+    server's rate holds while each client's falls. `sizes`: step_parts' memo of the target."""
     bounded(concurrency, "concurrency", high=MAX_CONCURRENCY, integer=True)
     batch = concurrency
     if max_running_requests is not None:
@@ -390,7 +396,15 @@ def predict(
             "config.json. Fix: give the drafter folder."
         )
     parts = step_parts(
-        model_config, draft_config, figures, shape, batch, context_tokens, tp_size, kv_cache_dtype
+        model_config,
+        draft_config,
+        figures,
+        shape,
+        batch,
+        context_tokens,
+        tp_size,
+        kv_cache_dtype,
+        sizes,
     )
     step_ms = sum(part["ms"] for part in parts.values())
     accepted = accepted_per_step(shape, chain_length)
@@ -429,10 +443,13 @@ def ddtree_curve(
     gain: where the tokens/s peaks over every budget up to the largest asked (the extra
     experts a wider tree reads cost more than the extra accepted tokens give)."""
 
+    # Every budget up to the largest is predicted: the target config is read once for all.
+    sizes: dict = {}
+
     def at(budget: int) -> dict:
         one = spec("DDTREE", draft_tokens=shape["block_size"], budget=budget)
         return predict(model_config, draft_config, figures, one, concurrency, context_tokens,
-                       tp_size, chain_length, **options)  # fmt: skip
+                       tp_size, chain_length, sizes=sizes, **options)  # fmt: skip
 
     points = []
     for budget in sorted(set(budgets)):
