@@ -51,25 +51,32 @@ class Leak:
         return f"{self.path}: {self.form} of {self.secret}"
 
 
-def readable_by_others(path: Path, top: Path) -> bool:
+def readable_by_others(path: Path, top: Path, folders: dict | None = None) -> bool:
     """Whether someone other than root can read the file: read permission for other users (or
     for a group other than root's) on it, and search permission on every folder from `top`
     down to it. Files under `top` are judged as the host sees them (ownership and modes are
-    kept by the overlay's upper layer)."""
+    kept by the overlay's upper layer). `folders`: a scan's memo of each folder's verdict."""
     info = path.lstat()
     if not stat.S_ISREG(info.st_mode):
         return False
     others, group = bool(info.st_mode & stat.S_IROTH), bool(info.st_mode & stat.S_IRGRP)
     if not (others or (group and info.st_gid != 0)):
         return False
-    folder = path.parent
-    while True:
+    return _searchable(path.parent, top, {} if folders is None else folders)
+
+
+def _searchable(folder: Path, top: Path, folders: dict) -> bool:
+    """Search permission for others on folder and every folder above it up to `top`."""
+    key = (folder, top)
+    if key not in folders:
         mode = folder.stat()
         if not (mode.st_mode & stat.S_IXOTH or (mode.st_mode & stat.S_IXGRP and mode.st_gid)):
-            return False
-        if folder == top or folder == folder.parent:
-            return True
-        folder = folder.parent
+            folders[key] = False
+        elif folder == top or folder == folder.parent:
+            folders[key] = True
+        else:
+            folders[key] = _searchable(folder.parent, top, folders)
+    return folders[key]
 
 
 def files_under(tops: Iterable[Path], exclude: Iterable[Path] = ()) -> Iterable[tuple[Path, Path]]:
@@ -81,12 +88,17 @@ def files_under(tops: Iterable[Path], exclude: Iterable[Path] = ()) -> Iterable[
             continue
         for folder, dirs, files in os.walk(top, followlinks=False):
             here = Path(folder)
+            # A regular file's own path resolves to its resolved folder's (links are skipped).
+            resolved = here.resolve()
             dirs[:] = [d for d in dirs if (here / d).resolve() not in excluded]
             for name in files:
                 path = here / name
-                if path.resolve() in excluded or not path.is_file() or path.is_symlink():
+                try:
+                    regular = stat.S_ISREG(path.lstat().st_mode)
+                except FileNotFoundError:  # gone since the folder was listed
                     continue
-                yield top, path
+                if regular and resolved / name not in excluded:
+                    yield top, path
 
 
 def scan(
@@ -97,14 +109,19 @@ def scan(
 ) -> tuple[list[Leak], int]:
     """Every leak found, and how many files were read. `secrets` maps a label to its forms
     (derived_forms plus any extra value, such as legacy_launch_hash)."""
+    # Matched case-blind (a hex digest may be written in capitals): a value found as it is is
+    # found lowered too.
     needles = [
-        (label, form, value) for label, forms in secrets.items() for form, value in forms.items()
+        (label, form, value.lower())
+        for label, forms in secrets.items()
+        for form, value in forms.items()
     ]
     overlap = max(len(value) for _, _, value in needles)
     leaks: list[Leak] = []
     read = 0
+    folders: dict = {}
     for top, path in files_under(tops, exclude):
-        if readable_only and not readable_by_others(path, top):
+        if readable_only and not readable_by_others(path, top, folders):
             continue
         read += 1
         found: set[tuple[str, str]] = set()
@@ -114,7 +131,7 @@ def scan(
                 window = tail + chunk
                 folded = window.lower()
                 for label, form, value in needles:
-                    if value in window or value.lower() in folded:
+                    if value in folded:
                         found.add((label, form))
                 tail = window[-overlap:]
         leaks += [Leak(path, form, label) for label, form in sorted(found)]
