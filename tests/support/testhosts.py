@@ -40,9 +40,11 @@ import argparse
 import contextlib
 import fcntl
 import functools
+import importlib.util
 import ipaddress
 import json
 import os
+import py_compile
 import secrets
 import shutil
 import signal
@@ -69,6 +71,16 @@ PROFILE_CAPTURES = {"ct200": "ct200-x8", "h200": "h200-x2", "b200": "b200-x8"}
 SSHD = "/usr/sbin/sshd"
 # The hosts' Python, which Ansible runs modules with (ansible_python_interpreter).
 SYSTEM_PYTHON = "/usr/bin/python3"
+# A host's /usr/local/bin/nvidia-smi: the fake from /usr/local/libexec, whose captures it finds
+# in /usr/local/share as it would from /usr/local/bin.
+NVIDIA_SMI_LAUNCHER = f"""#!{SYSTEM_PYTHON}
+import sys
+
+sys.path.insert(0, "/usr/local/libexec")
+from nvidia_smi import main
+
+sys.exit(main(sys.argv[1:]))
+"""
 # What the hosts' Pythons compiled (tests/support/host_bytecode.py), shared by every host: bound
 # at host_bytecode.CACHE_DIR on each.
 HOST_BYTECODE_DIR = REPO / "tests" / ".state" / "host-bytecode"
@@ -460,10 +472,18 @@ class TestHostCluster:
         fresh_root_home(hdir)
         (hdir / "tmp").mkdir(mode=0o1777)
         (hdir / "tmp").chmod(0o1777)
-        # The fake nvidia-smi and its capture land in the host's own /usr/local.
+        # The fake nvidia-smi and its capture land in the host's own /usr/local: a launcher
+        # on PATH and the fake itself beside it, with its bytecode (the roles run nvidia-smi
+        # hundreds of times; a script is compiled at every start, a module once).
         local = hdir / "upper" / "usr/local"
         (local / "bin").mkdir(parents=True)
-        shutil.copy(FAKE_NVIDIA_SMI, local / "bin" / "nvidia-smi")
+        (local / "libexec").mkdir(parents=True)
+        fake = local / "libexec" / FAKE_NVIDIA_SMI.name
+        shutil.copy(FAKE_NVIDIA_SMI, fake)
+        py_compile.compile(
+            str(fake), cfile=importlib.util.cache_from_source(str(fake)), doraise=True
+        )
+        (local / "bin" / "nvidia-smi").write_text(NVIDIA_SMI_LAUNCHER)
         (local / "bin" / "nvidia-smi").chmod(0o755)
         shutil.copytree(FIXTURES / host.capture, local / "share" / "fake-nvidia-smi")
         # The host's Pythons keep the bytecode of what they compile: Ansible's module payloads,
