@@ -178,10 +178,11 @@ def step_parts(
     bounded(batch, "concurrency", high=MAX_CONCURRENCY, integer=True)
     bounded(context_tokens, "context tokens", high=MAX_CONTEXT, integer=True)
     bounded(tp_size, "tp_size", high=capacity.MAX_TP, integer=True)
+    sizes = {} if sizes is None else sizes
     key = (kv_cache_dtype, tp_size)
-    target = (sizes or {}).get(key) or _target_sizes(model_config, kv_cache_dtype, tp_size)
-    if sizes is not None:
-        sizes[key] = target
+    if key not in sizes:
+        sizes[key] = _target_sizes(model_config, kv_cache_dtype, tp_size)
+    target = sizes[key]
     tokens = batch * shape["verify_tokens"]
     parts: dict[str, dict] = {"dense_weights": _dense_part(target, tokens, tp_size, figures)}
     if target["cfg"].get("n_routed_experts"):

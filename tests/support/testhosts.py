@@ -166,7 +166,7 @@ def system_sitecustomize() -> Path | None:
             " 'sitecustomize.py'); print(os.path.realpath(p) if os.path.islink(p) else '')",
         ]
     ).stdout.strip()
-    if found and Path(found).parts[1:2] and Path(found).parts[1] in OVERLAID:
+    if found and any(Path(found).is_relative_to(f"/{sub}") for sub in OVERLAID):
         return Path(found)
     return None
 
