@@ -12,6 +12,7 @@ import yaml
 
 from tests.support import host_bytecode
 from tests.support.models import model
+from tests.support.testhosts import foreign_pth_files
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -68,6 +69,12 @@ def test_playbook_over_ssh_sees_per_host_facts_and_profiles(make_testhosts, play
             f'"{probe}"',
         )
         assert venv.stdout.strip() == "True", (host.name, venv.stdout, venv.stderr)
+        # The .pth files no package installed are this machine's, not a host's: empty there
+        # (under /usr, this machine's, and under an overlaid /usr/local), kept here.
+        for path in foreign_pth_files():
+            seen = cluster.ssh(host.name, f"stat -c %s {path}").stdout.strip()
+            assert seen == "0", (host.name, path, seen)
+            assert path.stat().st_size > 0, path
 
     second = playbook("tests/support/playbooks/smoke.yml", cluster.inventory)
     second.assert_unchanged()

@@ -8,12 +8,13 @@ only the system Python reads (`install_into`). It touches nothing of this machin
 
 Why: Ansible runs each module on a host as an AnsiballZ payload, a zip archive from which the
 host's Python imports ansible.module_utils (about 400 KB of source). zipimport keeps no
-bytecode: every task compiled all of it anew, twice over (Python 3.11's zipimporter compiles a
-module once to name its file and once to run it). On the test hosts that was half of every
-module's CPU, and the suite runs thousands of modules on two cores. And every venv the roles
-create compiles pip and setuptools (ensurepip, about 700 files: half of the 3 CPU-seconds a
-venv takes), every pip install the files it installs: the same sources on every host, in every
-test. Real hosts pay it too; the kit cannot change that, the test harness can.
+bytecode: every task compiled all of it anew, twice over (Python 3.11's zipimporter reads and
+compiles a module once to name its file and once to run it; the second call now takes the
+first's code). On the test hosts that was half of every module's CPU, and the suite runs
+thousands of modules on two cores. And every venv the roles create compiles pip and
+setuptools (ensurepip, about 700 files: half of the 3 CPU-seconds a venv takes), every pip
+install the files it installs: the same sources on every host, in every test. Real hosts pay
+it too; the kit cannot change that, the test harness can.
 
 What: the code a source compiles to is kept under CACHE_DIR, one file per source digest, Python
 bytecode version and optimization level, and loaded from there the next time, with the file
@@ -85,6 +86,23 @@ def cached_compiler(compile_source, folder: str):
     return compile_cached
 
 
+def remembered_module_code(get_module_code):
+    """zipimport._get_module_code(importer, fullname), which an import from a zip archive asks
+    for twice (zipimporter.get_filename names the spec's file, get_code runs it), each time
+    reading, decompressing and compiling the source: the second call takes the first's code.
+    Once: a third call reads the archive again."""
+    first = {}
+
+    def module_code(importer, fullname):
+        key = (importer.archive, importer.prefix, fullname)
+        found = first.pop(key, None)
+        if found is None:
+            found = first[key] = get_module_code(importer, fullname)
+        return found
+
+    return module_code
+
+
 def cached_source_to_code(source_to_code, folder: str):
     """SourceLoader.source_to_code(data, path, _optimize), what imports of a .py file without
     its .pyc, py_compile and so compileall (pip, ensurepip) compile with, kept per source and
@@ -117,6 +135,7 @@ def install(folder: str = CACHE_DIR) -> bool:
     cached = cached_compiler(current, folder)
     cached.kimi_test_bytecode = True
     zipimport._compile_source = cached
+    zipimport._get_module_code = remembered_module_code(zipimport._get_module_code)
     loader = _bootstrap_external.SourceLoader
     loader.source_to_code = cached_source_to_code(loader.source_to_code, folder)
     return True

@@ -186,6 +186,47 @@ def system_site_packages() -> Path:
     return Path(found)
 
 
+@functools.cache
+def foreign_pth_files() -> tuple[Path, ...]:
+    """The .pth files of the hosts' system Python that no distribution package installed:
+    this machine's own additions (a local pip install, a certificate hook of its container),
+    not a GPU host's. Python runs each at every start: one that imported certifi took 30 of the
+    38 ms `python3 -c pass` cost a host, and the roles start thousands. The hosts see them
+    empty (mask_commands). Without dpkg nothing tells them apart, and all stay."""
+    folders = run(
+        [SYSTEM_PYTHON, "-c", "import site; print(*site.getsitepackages(), sep='\\n')"]
+    ).stdout.split()
+    found = sorted({path for folder in folders for path in Path(folder).glob("*.pth")})
+    if not found:
+        return ()
+    try:
+        owned = subprocess.run(
+            ["dpkg", "-S", *map(str, found)], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    # `package[, package]: /path` per file some package installed.
+    installed = {Path(line.split(": ", 1)[1]) for line in owned.splitlines() if ": /" in line}
+    return tuple(path for path in found if path not in installed)
+
+
+def mask_foreign_pth(hdir: Path, root: str = "") -> list[str]:
+    """Shows the host foreign_pth_files() empty: under a folder the host overlays, an empty
+    file in its upper layer; elsewhere (/usr is this machine's) the returned mount commands
+    bind an empty file over each, at root + the file's path."""
+    empty = hdir / "empty.pth"
+    empty.touch()
+    binds = []
+    for path in foreign_pth_files():
+        if any(path.is_relative_to(f"/{sub}") for sub in OVERLAID):
+            upper = hdir / "upper" / path.relative_to("/")
+            upper.parent.mkdir(parents=True, exist_ok=True)
+            upper.write_text("")
+        else:
+            binds.append(f"mount --bind {empty} {root}{path}")
+    return binds
+
+
 def shared_host_bytecode() -> Path:
     """HOST_BYTECODE_DIR, there: written by the hosts' root only."""
     HOST_BYTECODE_DIR.mkdir(parents=True, exist_ok=True)
@@ -571,6 +612,7 @@ class TestHostCluster:
             f"mount --bind {hdir} {inside}",
             *(overlay_mount(hdir, sub, f"/{sub}") for sub in OVERLAID),
             f"mount --bind {shared_host_bytecode()} {host_bytecode.CACHE_DIR}",
+            *mask_foreign_pth(hdir),
             f"mount --bind {hdir}/tmp /tmp",
             "mount -t tmpfs tmpfs /dev/shm",
             f"exec {SSHD} -D -e -f {inside}/sshd_config",
@@ -602,6 +644,7 @@ class TestHostCluster:
             ),
             *(f"ln -s usr/{name} {root}/{name}" for name in ("bin", "sbin", "lib", "lib64")),
             f"mount --bind /usr {root}/usr",
+            *mask_foreign_pth(hdir, str(root)),
             f"mount -o remount,bind,ro {root}/usr",
             *(overlay_mount(hdir, sub, f"{root}/{sub}") for sub in OVERLAID),
             f"mount --bind {shared_host_bytecode()} {root}{host_bytecode.CACHE_DIR}",

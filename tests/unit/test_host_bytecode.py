@@ -97,6 +97,43 @@ def test_without_its_folder_nothing_is_cached_and_imports_work(tmp_path):
     assert probe(tmp_path / "missing", zipped) == ["False", f"45 {source}", source, source]
 
 
+ONCE_PROBE = """\
+import sys, zipimport
+sys.path.insert(0, {support!r})
+import host_bytecode
+host_bytecode.install({folder!r})
+compiled = []
+cached = zipimport._compile_source
+zipimport._compile_source = lambda path, source: compiled.append(path) or cached(path, source)
+sys.path.insert(0, {archive!r})
+import payload.module as module
+print(module.VALUE, module.__file__ == module.__spec__.origin)
+print(*compiled, sep="\\n")
+"""
+
+
+def test_a_module_imported_from_an_archive_is_compiled_once(tmp_path):
+    """zipimporter asks for a module's code to name its file and again to run it: the cache
+    is asked once per source, so a payload's modules are read and unmarshalled once."""
+    zipped = archive(tmp_path, "payload")
+    code = ONCE_PROBE.format(
+        support=str(Path(host_bytecode.__file__).parent),
+        folder=str(tmp_path / "cache"),
+        archive=str(zipped),
+    )
+    (tmp_path / "cache").mkdir()
+    for _ in range(2):  # compiled, then loaded from the cache: once each time
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            "45 True",
+            f"{zipped}/payload/__init__.py",
+            f"{zipped}/payload/module.py",
+        ]
+
+
 def test_install_into_a_host_s_site_packages_writes_the_module_its_pth_line_and_the_folder(
     tmp_path,
 ):
