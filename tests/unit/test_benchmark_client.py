@@ -113,10 +113,14 @@ def test_rate_mode_starts_requests_on_their_schedule_and_reports_their_lag(simul
 
 class HeldServer:
     """A local HTTP server whose answers wait until `release` is set: how many requests the
-    client had open at once is then exact, not a matter of timing."""
+    client had open at once is then exact, not a matter of timing. With `release_after`
+    (requests, seconds) it sets `release` itself that long after that many are open at once:
+    a hold measured from the requests' arrival, not from before the client started (a
+    client's fork can take a second on a loaded machine)."""
 
-    def __init__(self):
+    def __init__(self, release_after: tuple[int, float] | None = None):
         self.release = threading.Event()
+        self.release_after = release_after
         self.open = 0
         self.peak = 0
         self.total = 0
@@ -136,6 +140,9 @@ class HeldServer:
                 self.open += 1
                 self.total += 1
                 self.peak = max(self.peak, self.open)
+                if self.release_after and self.open >= self.release_after[0]:
+                    self.loop.call_later(self.release_after[1], self.release.set)
+                    self.release_after = None
             while not self.release.is_set():
                 await asyncio.sleep(0.005)
             event = b'data: {"text":"a","meta_info":{"completion_tokens":1}}\n\ndata: [DONE]\n\n'
@@ -166,12 +173,11 @@ class HeldServer:
 
 
 def test_rate_mode_never_has_more_in_flight_than_its_cap():
-    server = HeldServer()
+    # 1000 requests/s: all 12 are due within a few ms, and the server holds each answer
+    # until 0.5 s after every request the cap lets out has arrived.
+    server = HeldServer(release_after=(3, 0.5))
     try:
         target = Target(f"http://127.0.0.1:{server.port}", "")
-        # 1000 requests/s: all 12 are due within a few ms, and the server holds each answer
-        # until every request the cap lets out has arrived.
-        threading.Timer(0.5, server.release.set).start()
         level = run(
             benchmark_client.run_level(
                 target, payloads_for(target, 12), 3, 60, 64, request_rate=1000.0
@@ -190,12 +196,11 @@ def test_rate_mode_never_has_more_in_flight_than_its_cap():
 
 @pytest.mark.parametrize("rate", [None, 1000.0])
 def test_the_time_budget_stops_new_requests_and_keeps_only_those_started(rate):
-    server = HeldServer()
+    # Two in flight, held 1 s: the budget of 0.3 s passes while the first two run, so no
+    # third one starts; the two finish.
+    server = HeldServer(release_after=(2, 1.0))
     try:
         target = Target(f"http://127.0.0.1:{server.port}", "")
-        # Two in flight, held 1 s: the budget of 0.3 s passes while the first two run, so
-        # no third one starts; the two finish.
-        threading.Timer(1.0, server.release.set).start()
         level = run(
             benchmark_client.run_level(
                 target, payloads_for(target, 10), 2, 60, 64, request_rate=rate, time_budget_s=0.3
@@ -245,13 +250,14 @@ def test_a_level_spread_over_processes_sends_each_payload_once_in_order(simulato
 
 
 def test_processes_share_one_time_budget_and_leave_a_prefix_sent():
-    server = HeldServer()
+    # Four in flight over two processes, held 2.5 s from their arrival: the budget of 2 s
+    # (time for both forked workers to start, on a loaded machine too) passes while they run.
+    server = HeldServer(release_after=(4, 2.5))
     try:
         target = Target(f"http://127.0.0.1:{server.port}", "")
-        threading.Timer(1.0, server.release.set).start()
         level = run(
             benchmark_client.run_level(
-                target, payloads_for(target, 20), 4, 60, 64, time_budget_s=0.3, processes=2
+                target, payloads_for(target, 20), 4, 60, 64, time_budget_s=2.0, processes=2
             )
         )
     finally:
