@@ -181,10 +181,11 @@ size - 1 as the pull request defaults it) picks step time and tokens per verify 
 SGLANG_SIM_DDTREE_TABLE, so a test can play a whole budget sweep (tests/support/ddtree_tables.py). A
 budget the table lacks, or a row above the depth cap (min(budget, block size - 1) drafts plus
 the bonus token per step: the tree is drafted from block size - 1 positions), stops the server
-at start with the reason on stderr. The verifier sees budget + 1 tokens a step, so
-spec_num_proposed_drafts = spec_verify_ct x budget (tokenizer_manager's
-max_speculative_num_draft_tokens - 1), and the pull request's forced settings show in
-/server_info (disable_overlap_schedule true, the budget resolved).
+at start with the reason on stderr. The verifier sees budget + 1 tokens a step, and
+spec_num_proposed_drafts = spec_verify_ct x (max(block size, budget + 1) - 1) (the pull
+request's tokenizer_manager: a chain below the block size still proposes block size - 1
+drafts a step), and the pull request's forced settings show in /server_info
+(disable_overlap_schedule true, the budget resolved).
 
 Environment (all optional):
     SGLANG_SIM_STEP_MS        decode step time, ms (default 20)
@@ -779,9 +780,16 @@ class Simulator:
         self.step_model = step_model
         self.speculative = self.resolved.get("speculative_algorithm") is not None
         self.draft_tokens = int(self.resolved.get("speculative_num_draft_tokens") or 4)
+        # tokenizer_manager: spec_num_proposed_drafts = verify steps x
+        # (max_speculative_num_draft_tokens - 1).
+        self.proposed_per_step = self.draft_tokens - 1
         if is_ddtree(self.resolved):
-            # The verifier's tokens per step: the tree's nodes plus its root.
-            self.draft_tokens = int(self.resolved["speculative_ddtree_budget"]) + 1
+            # The verifier's tokens per step: the tree's nodes plus its root. The pull request's
+            # max_speculative_num_draft_tokens is max(block size, budget + 1), the block size
+            # being the draft token count its _handle_dflash settles on.
+            budget = int(self.resolved["speculative_ddtree_budget"])
+            self.proposed_per_step = max(self.draft_tokens, budget + 1) - 1
+            self.draft_tokens = budget + 1
         self.model_name = self.resolved.get("served_model_name") or ""
         self.model_type, self.architectures = model_identity(self.resolved.get("model_path"))
         self.vocab_size = vocab_size_of(self.resolved.get("model_path"))
@@ -1036,7 +1044,7 @@ class Simulator:
             return meta
         meta["e2e_latency"] = request.finished_time - request.created
         if self.speculative and request.verify_ct > 0:
-            proposed = request.verify_ct * (self.draft_tokens - 1)
+            proposed = request.verify_ct * self.proposed_per_step
             if proposed > 0:
                 meta["spec_accept_rate"] = request.correct_drafts / proposed
                 meta["spec_accept_length"] = tokens / request.verify_ct

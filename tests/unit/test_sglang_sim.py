@@ -582,6 +582,27 @@ def test_ddtree_runs_each_budget_as_its_table_row_says(git_runtime):
     assert meta["e2e_latency"] >= verify * 0.033
 
 
+def test_a_ddtree_chain_below_the_block_size_proposes_block_size_minus_one_drafts(git_runtime):
+    """The pull request's tokenizer_manager: proposed drafts = verify steps x (max(block size,
+    budget + 1) - 1). Budget 4 under block size 8 is a chain that still drafts 7 a step, so
+    the accept rate divides by 7 a step, not by the budget."""
+    process, url = start(
+        [*TREE_BASE, *DDTREE, "--speculative-ddtree-budget", "4"],
+        runtime=git_runtime,
+        SGLANG_SIM_DDTREE_TABLE=json.dumps({"4": {"step_ms": 5, "accept": 4}}),
+    )
+    try:
+        assert process.poll() is None, process.stderr.read()
+        meta = stream(url, "a prompt for the chain", 41)[-2]["meta_info"]
+        verify = meta["spec_verify_ct"]
+        assert verify == 40 / 4
+        assert meta["spec_num_proposed_drafts"] == verify * 7
+        assert meta["spec_num_correct_drafts"] == 40 - verify
+        assert meta["spec_accept_rate"] == pytest.approx(3 / 7)
+    finally:
+        stop(process)
+
+
 def test_ddtree_budget_default_and_the_overlap_it_forces(git_runtime):
     """No budget: block size - 1 (a chain), and overlap off though argv left it on."""
     argv = [a for a in [*TREE_BASE, *DDTREE] if a != "--disable-overlap-schedule"]
