@@ -330,6 +330,7 @@ def predict(results: Results, table: list[dict]) -> Predictions:
                 "accepted_tokens_per_step": prediction["accepted_tokens_per_step"],
                 "experts_touched_per_layer": experts.get("experts_touched_per_layer"),
                 "experts": experts.get("experts"),
+                "block_size": speed_inputs.spec_from_argv(argv).get("block_size"),
             }
             curves.setdefault(key, (figures, argv, context, tp, []))[4].append(row["ddtree_budget"])
     found.shapes = sweep.shapes(table, model_points, _best_budgets(inputs, curves, found))

@@ -23,6 +23,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ansible.module_utils.plan.speed_inputs import DDTREE_MAX_TOPK
+
 COLLAPSE_DROP = 0.10
 STEP_RISE = 0.05
 SATURATION_GAIN = 0.05
@@ -241,6 +243,16 @@ SHAPE_WORDS = {
 }
 # The model's step rise agrees with the measured one within this factor either way.
 MODEL_AGREEMENT = 2.0
+# DDTree's tree (pull request 29907 at 93e9850e): min(max(budget // depth + 1, 2), MAX_TOPK)
+# branches a level, depth block size - 1; side branches more than log(budget) + 1 below the
+# root's log-probability dropped (its early stop); the verify batch padded to budget + 1
+# whatever was dropped. Two budgets can so build trees of about the same size.
+
+
+def width_capped_from(block_size: int) -> int:
+    """The smallest budget whose tree levels all take DDTREE_MAX_TOPK branches at this block
+    size: budget // (block size - 1) + 1 >= DDTREE_MAX_TOPK."""
+    return (DDTREE_MAX_TOPK - 1) * (block_size - 1)
 
 
 @dataclass(frozen=True)
@@ -263,6 +275,7 @@ class Shape:
     experts_touched: tuple[float | None, ...] = ()
     experts: int | None = None
     model_best_budget: int | None = None
+    block_size: int | None = None  # the drafter's, where the launch says it
 
     @property
     def rates(self) -> tuple[float, ...]:
@@ -314,7 +327,42 @@ class Shape:
             return False
         return 1 / MODEL_AGREEMENT <= measured / predicted <= MODEL_AGREEMENT
 
+    @property
+    def alike_budgets(self) -> list[tuple[int, int]]:
+        """Neighbouring budgets whose accepted tokens per step are within SATURATION_GAIN of
+        each other."""
+        pairs = itertools.pairwise(zip(self.budgets, self.accepted_tokens_per_step, strict=True))
+        return [
+            (low, high)
+            for (low, first), (high, second) in pairs
+            if abs(second / first - 1) < SATURATION_GAIN
+        ]
+
+    def early_stop_note(self) -> str | None:
+        """Why budgets that accept alike may be the same tree, padded: None when none do."""
+        alike = self.alike_budgets
+        if not alike:
+            return None
+        named = ", ".join(f"b{low} and b{high}" for low, high in alike)
+        cap = (
+            f" (every level from b{width_capped_from(self.block_size)} up at block size "
+            f"{self.block_size})"
+            if self.block_size is not None and self.block_size > 1
+            else ""
+        )
+        return (
+            f"{named} accept within {SATURATION_GAIN:.0%} of each other: DDTree drops side "
+            "branches more than log(budget) + 1 below the root's log-probability (its early "
+            f"stop) and caps a tree level at {DDTREE_MAX_TOPK} branches{cap}, so they may build "
+            "trees of about the same size, while every step still verifies budget + 1 tokens "
+            "(padded): the larger budget pays for nodes it does not use."
+        )
+
     def explain(self) -> str:
+        note = self.early_stop_note()
+        return self._verdict_words() + (f" {note}" if note else "")
+
+    def _verdict_words(self) -> str:
         low, high = self.tail
         accept = (
             self._at(self.accepted_tokens_per_step, low),
@@ -406,6 +454,8 @@ class Shape:
                 None if self.predicted_step_change is None else round(self.predicted_step_change, 6)
             ),
             "model_agrees": self.model_agrees,
+            "block_size": self.block_size,
+            "alike_budgets": [list(pair) for pair in self.alike_budgets],
             "explanation": self.explain(),
         }
 
@@ -433,7 +483,7 @@ def shapes(
     budget) to the speed model's {"step_ms", "accepted_tokens_per_step",
     "experts_touched_per_layer", "experts"} and
     `model_best` (host, TP size, prompt set, concurrency) to the budget its curve peaks at
-    (analysis.predicted)."""
+    (analysis.predicted); a prediction's "block_size" is the drafter's, from the launch."""
     predicted, model_best = predicted or {}, model_best or {}
     levels: dict[tuple, dict[int, dict]] = {}
     for row in table:
@@ -475,6 +525,7 @@ def shapes(
                 else (),
                 experts=next((m.get("experts") for m in model if m.get("experts")), None),
                 model_best_budget=model_best.get(key),
+                block_size=next((m["block_size"] for m in model if m.get("block_size")), None),
             )
         )
     return out

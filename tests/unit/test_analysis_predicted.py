@@ -330,6 +330,32 @@ def test_saturation_is_its_own_diagnosis(shapes):
     assert found["gain"]["verdict"] == sweep.GAIN
 
 
+def test_budgets_that_accept_alike_get_the_early_stop_note(shapes):
+    """DDTree's early stop and width cap can make two budgets the same tree, padded to
+    budget + 1 (pull request 29907): the diagnosis says so where neighbouring budgets accept
+    within SATURATION_GAIN of each other, and names where the width cap starts."""
+    _outcome, found = shapes
+    flat = found["flat"]
+    assert flat["block_size"] == 8
+    assert flat["alike_budgets"] == [[16, 32], [32, 64], [64, 128]]
+    assert (
+        "b16 and b32, b32 and b64, b64 and b128 accept within 5% of each other: DDTree drops "
+        "side branches more than log(budget) + 1 below the root's log-probability (its early "
+        "stop) and caps a tree level at 6 branches (every level from b35 up at block size 8)"
+    ) in flat["explanation"]
+    assert flat["explanation"].startswith("saturation past b16")
+    # Wider trees that accept more get no such note.
+    assert found["gain"]["alike_budgets"] == []
+    assert "early stop" not in found["gain"]["explanation"]
+
+
+@pytest.mark.parametrize(("block_size", "budget"), [(8, 35), (16, 75), (2, 5)])
+def test_the_width_cap_starts_where_every_level_takes_max_topk_branches(block_size, budget):
+    depth = block_size - 1
+    assert budget // depth + 1 >= sweep.DDTREE_MAX_TOPK > (budget - 1) // depth + 1
+    assert sweep.width_capped_from(block_size) == budget
+
+
 def test_the_shapes_are_named_in_the_report(shapes):
     outcome, _found = shapes
     with open(outcome.out / "ddtree_diagnosis.csv", newline="") as handle:
