@@ -260,7 +260,7 @@ context_length:
     The launch's --context-length - the user's value, or C(max_context_length) for C(auto).
   returned: success
   type: int
-  sample: 82972
+  sample: 81571
 context_length_source:
   description: C(auto) (from this plan) or C(user).
   returned: success
@@ -268,13 +268,34 @@ context_length_source:
 max_context_length:
   description: >-
     The longest request one server holds whole - the KV pool in tokens, capped at the model's
-    max_position_embeddings.
+    max_position_embeddings and, under DDTree, at C(tree_mask_max_context).
   returned: success
   type: int
 context_length_fits:
-  description: Whether one request at context_length fits the KV pool (and the model).
+  description: >-
+    Whether one request at context_length fits the KV pool (and the model), and under DDTree
+    whether a step's tree mask at that context fits outside the static pool.
   returned: success
   type: bool
+tree_mask_gib:
+  description: >-
+    DDTree only (null otherwise): one step's tree masks at context_length, a (budget + 1) x
+    (context_length + budget + 1) boolean mask per running request, GiB per GPU. It lives
+    outside the static pool, in the 1 - mem_fraction_static share of the usable memory.
+  returned: success
+  type: float
+tree_mask_running_requests:
+  description: >-
+    DDTree only: the running requests the masks are counted for (--max-running-requests, else
+    the 48 SGLang sets under speculative decoding).
+  returned: success
+  type: int
+tree_mask_max_context:
+  description: >-
+    DDTree only: the longest context at which a step's tree masks fit outside the static pool
+    (shared with activations and CUDA graphs: a bound, not a promise).
+  returned: success
+  type: int
 context_length_warning:
   description: What does not fit and how to fix it; null when it fits.
   returned: success

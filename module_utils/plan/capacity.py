@@ -16,11 +16,20 @@ capacity_common.py. This module dispatches between them and plans the whole serv
 - On a hybrid target the recurrent pool takes its share of the static budget before the KV
   cache (capacity_hybrid.py says how SGLang 0.5.23 sizes it).
 
+DDTree's tree mask (pull request 29907 at 93e9850e): every step builds a (budget + 1) x
+(prefix + budget + 1) boolean mask per running request, outside SGLang's static pool (which
+holds weights and caches): at context 262,144 and budget 128 about 34 MB a request, 1.6 GB a
+step at 48 running requests. It must fit what mem_fraction_static leaves of the usable
+memory; the plan states the largest context at which it does for the launch's running
+requests (--max-running-requests, else the 48 SGLang sets under speculative decoding).
+
 Context length (SGLang's --context-length): `auto` is the longest request one server can
 hold whole - the KV pool in tokens (target and drafter caches together), capped at the
-model's max_position_embeddings. SGLang itself warns when the pool holds fewer tokens than
---context-length and then caps a request at the pool (python/sglang/srt/managers/tp_worker.py,
-TpModelWorker.get_worker_info); the plan says so before the launch, for a value the user set.
+model's max_position_embeddings and, under DDTree, at what the tree mask leaves room for
+(memory the activations and CUDA graphs share: a bound, not a promise). SGLang itself warns
+when the pool holds fewer tokens than --context-length and then caps a request at the pool
+(python/sglang/srt/managers/tp_worker.py, TpModelWorker.get_worker_info); the plan says so
+before the launch, for a value the user set.
 
 A config.json is outside input: every field read is checked first (an int that is not a bool,
 within bounds far above any released model), and tp_size is checked against what SGLang
@@ -67,6 +76,7 @@ from ansible.module_utils.plan.capacity_draft import (
 )
 from ansible.module_utils.plan.capacity_hybrid import (
     MAMBA_FULL_MEMORY_RATIO,
+    SPEC_MAX_RUNNING_REQUESTS,
     check_hybrid,
     check_hybrid_numbers,
     check_hybrid_tp,
@@ -266,6 +276,7 @@ def launch_options(argv) -> dict:
             budget = draft_tokens - 1
         if budget is not None:
             options["verify_tokens"] = budget + 1
+            options["ddtree_budget"] = budget
     elif draft_tokens is not None:
         options["verify_tokens"] = draft_tokens
     return options
@@ -290,6 +301,7 @@ def plan(
     disable_overlap_schedule: bool = False,
     max_mamba_cache_size: int | None = None,
     context_length: int | str | None = None,
+    ddtree_budget: int | None = None,
 ) -> dict:
     """Weights per GPU, KV bytes per token and the KV pool in tokens, with a fit verdict.
     `gpu_count`: the GPUs the server can span (None when unknown); `sources` name the two
@@ -301,8 +313,14 @@ def plan(
     pools allow), and SGLang's --mamba-ssm-dtype, --mamba-full-memory-ratio,
     --mamba-radix-cache-strategy, --disable-overlap-schedule and --max-mamba-cache-size.
     `context_length`: the launch's --context-length, `auto` (or None) for the longest one
-    request can use (context_fit())."""
+    request can use (context_fit()). `ddtree_budget`: a DDTree launch's budget, whose tree
+    mask (tree_mask()) bounds the context."""
     requested_context = check_context_length(context_length)
+    if ddtree_budget is not None and (not is_int(ddtree_budget) or not 1 <= ddtree_budget <= 4096):
+        raise CapacityError(
+            f"ddtree_budget is {ddtree_budget!r}; needed: a whole number from 1 to 4096 "
+            "(--speculative-ddtree-budget). Fix: the DDTree config's budget."
+        )
     check_numbers(gpu_memory_mib, mem_fraction_static, overhead_mib, min_kv_tokens, gpu_count)
     check_hybrid_numbers(
         verify_tokens,
@@ -343,7 +361,12 @@ def plan(
     layout["reason"] = _fit(
         layout, gpu_count, tp_size, gpu_memory_mib, overhead_mib, mem_fraction_static, min_kv_tokens
     )
-    context = context_fit(layout["kv_tokens"], model_config, requested_context)
+    mask = tree_mask(
+        ddtree_budget,
+        layout["requests"],
+        (gpu_memory_mib - overhead_mib) * MIB * (1 - mem_fraction_static),
+    )
+    context = context_fit(layout["kv_tokens"], model_config, requested_context, mask)
     return {**context, **_summary(layout, model_config, mamba_ssm_dtype)}
 
 
@@ -524,16 +547,45 @@ def check_context_length(value) -> int | None:
     return value
 
 
-def context_fit(kv_tokens: int, model_config: dict, requested: int | None) -> dict:
+def tree_mask(budget: int | None, running: int | None, headroom: float) -> dict | None:
+    """DDTree's tree mask: the running requests it is built for (the launch's cap, else
+    SGLang's under speculative decoding), the memory outside the static pool it must fit
+    (headroom, bytes) and the longest context at which it does. None without a budget (not
+    DDTree)."""
+    if budget is None:
+        return None
+    requests = running if running else SPEC_MAX_RUNNING_REQUESTS
+    per_context_token = requests * (budget + 1)
+    return {
+        "budget": budget,
+        "requests": requests,
+        "headroom": headroom,
+        "max_context": max(0, int(headroom // per_context_token) - budget - 1),
+    }
+
+
+def tree_mask_bytes(mask: dict, context: int) -> int:
+    """One step's masks: (budget + 1) x (context + budget + 1) booleans per running request."""
+    budget = mask["budget"]
+    return mask["requests"] * (budget + 1) * (context + budget + 1)
+
+
+def context_fit(
+    kv_tokens: int, model_config: dict, requested: int | None, mask: dict | None = None
+) -> dict:
     """The launch's context length and whether one request at that length fits the KV pool.
 
     max_context_length is the longest one request can use: the pool, capped at the model's
-    max_position_embeddings (when the config has one). `auto` (requested None) takes it; a
-    user value is kept as is, with a warning when one request at that length overflows the
-    pool (SGLang then cuts requests at the pool) or passes max_position_embeddings (SGLang
-    refuses to start without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)."""
+    max_position_embeddings (when the config has one) and, under DDTree, at the longest
+    context whose tree mask (tree_mask()) fits. `auto` (requested None) takes it; a user value
+    is kept as is, with a warning when one request at that length overflows the pool (SGLang
+    then cuts requests at the pool), passes max_position_embeddings (SGLang refuses to start
+    without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) or makes a step's tree mask outgrow
+    the memory outside the static pool (out of memory mid-run)."""
     positions = text_config(model_config).get("max_position_embeddings")
     longest = min(kv_tokens, positions) if is_int(positions) else kv_tokens
+    if mask is not None:
+        longest = min(longest, mask["max_context"])
     warning = None
     if requested is not None and is_int(positions) and requested > positions:
         warning = (
@@ -549,10 +601,25 @@ def context_fit(kv_tokens: int, model_config: dict, requested: int | None) -> di
             f"kimi_context_length {longest} or less (auto takes it), a higher "
             "mem_fraction_static, kv_cache_dtype fp8_e4m3, or a config without a drafter"
         )
+    elif mask is not None and requested is not None and requested > mask["max_context"]:
+        warning = (
+            f"DDTree's tree mask at context_length {requested} takes "
+            f"{tree_mask_bytes(mask, requested) / GIB:.2f} GiB a step for {mask['requests']} "
+            f"running requests at budget {mask['budget']}, more than the "
+            f"{mask['headroom'] / GIB:.2f} GiB the static pool leaves (1 - mem_fraction_static): "
+            "the server runs out of memory once requests grow that long. Fix: "
+            f"kimi_context_length {mask['max_context']} or less (auto takes it), a smaller "
+            "budget, fewer running requests (--max-running-requests) or a lower "
+            "mem_fraction_static"
+        )
+    context = longest if requested is None else requested
     return {
-        "context_length": longest if requested is None else requested,
+        "context_length": context,
         "context_length_source": "auto" if requested is None else "user",
         "max_context_length": longest,
         "context_length_fits": warning is None,
         "context_length_warning": warning,
+        "tree_mask_gib": None if mask is None else round(tree_mask_bytes(mask, context) / GIB, 2),
+        "tree_mask_running_requests": None if mask is None else mask["requests"],
+        "tree_mask_max_context": None if mask is None else mask["max_context"],
     }

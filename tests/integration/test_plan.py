@@ -46,10 +46,12 @@ def hub():
         yield hub
 
 
-# The capacity plan's context length fields (issue 18): --context-length per launch.
+# The capacity plan's context length fields (issue 18): --context-length per launch; and
+# DDTree's tree mask, which bounds it (issue 34).
 CONTEXT_CAPACITY = (
     "context_length", "context_length_source", "max_context_length", "context_length_fits",
-    "context_length_warning",
+    "context_length_warning", "tree_mask_gib", "tree_mask_running_requests",
+    "tree_mask_max_context",
 )  # fmt: skip
 # K2.6 plans from before models became data (tests/fixtures/plans-kimi-k2.6/README.md).
 BEFORE_MODEL_DATA = REPO / "tests" / "fixtures" / "plans-kimi-k2.6"
@@ -164,6 +166,17 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
                 assert argv[argv.index("--served-model-name") + 1] == "moonshotai/Kimi-K2.6"
             assert config["capacity"]["fits"] is True
             assert config["capacity"]["weights_gib_per_gpu"] == pytest.approx(71.82, abs=0.01)
+            # DDTree's launches plan the tree mask a step builds; the others have none.
+            for launch in config["launch"]:
+                argv, capacity = launch["argv"], launch["capacity"]
+                if "--speculative-ddtree-budget" not in argv:
+                    assert capacity["tree_mask_gib"] is None, launch["name"]
+                    continue
+                budget = int(argv[argv.index("--speculative-ddtree-budget") + 1])
+                assert capacity["tree_mask_running_requests"] == 48
+                masks = 48 * (budget + 1) * (capacity["context_length"] + budget + 1)
+                assert capacity["tree_mask_gib"] == round(masks / 2**30, 2)
+                assert capacity["tree_mask_max_context"] > capacity["context_length"]
         check_launch_commands(plan)
         # K2.6's settings moved into models/kimi-k2.6/: its plan may gain fields, never change one.
         before = json.loads(
@@ -193,6 +206,12 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         said = run.results("Say when the kit's DDTree rules were read at another commit")
         assert said[name]["msg"] == rules["message"]
         assert "| ddtree | dflash |" in markdown
+        for launch in plan["serving_configs"]["ddtree"]["launch"]:
+            capacity = launch["capacity"]
+            assert (
+                f"| {launch['name']} | 48 | {capacity['tree_mask_gib']} | "
+                f"{capacity['tree_mask_max_context']} |"
+            ) in markdown
         assert "| dflash-tree-backend | dflash |" in markdown
         assert "dflash-tree-backend (git+" in markdown
         assert markdown.count("Contract sglang-0.5.23: passed.") == 3

@@ -47,7 +47,7 @@ def hosts(hub):
             host_vars={
                 "ct200-fa3": {"kimi_target_attention_backend": "fa3"},
                 "ct200-nofit": {"kimi_mem_fraction_static": 0.6},
-                # Longer than one drafted request can use of CT200's KV pool (about 83K).
+                # Longer than one drafted request can use of CT200's KV pool (about 82K).
                 "ct200-ok": {"kimi_context_length": 200000},
             }
         )
