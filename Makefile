@@ -69,8 +69,14 @@ export CHECK_PYTHON
 # Installs exactly the locks: every file checked against its hash, nothing resolved
 # (--no-deps), then anything installed that the locks do not list is removed (a package dropped
 # from a lock, a tool installed by hand), so the environment is the one the tests ran with.
+# An install that fails removes the venv it left half-built (its packages partly replaced, no
+# stamp), so the next run starts clean. Without access to PyPI, pip reads PIP_FIND_LINKS and
+# PIP_NO_INDEX from the environment (README, Dependencies: a wheelhouse).
 setup:
-	@cat $(LOCKS) | cmp -s - $(STAMP) 2>/dev/null && exit 0; \
+	@started=$$(date +%s); \
+	if cat $(LOCKS) | cmp -s - $(STAMP) 2>/dev/null; then \
+	  echo "make setup: $(VENV) is up to date with $(LOCKS)"; exit 0; \
+	fi; \
 	if [ -x $(BIN)/python ]; then \
 	  $(BIN)/python -c "$$CHECK_PYTHON" "$(CONTROLLER_PYTHONS)" "Fix: rm -rf $(VENV), then make setup PYTHON=/path/to/python3.1x."; \
 	  $(BIN)/python -m pip --version >/dev/null 2>&1 || { echo "make setup: $(VENV) has no pip (left by a venv that failed to build). Fix: rm -rf $(VENV), then make setup." >&2; exit 1; }; \
@@ -78,8 +84,11 @@ setup:
 	  $(PYTHON) -c "$$CHECK_PYTHON" "$(CONTROLLER_PYTHONS)" "Fix: install one of them (e.g. apt-get install python3.12-venv) and run make setup PYTHON=python3.12, or its path."; \
 	  $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make setup: $(PYTHON) -m venv failed (on Debian and Ubuntu its venv module comes apart: python3.X-venv for that Python). Fix: install it, then make setup." >&2; exit 1; }; \
 	fi; \
-	echo "installing $(LOCKS) into $(VENV)"; \
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps $(addprefix --requirement ,$(LOCKS)); \
+	echo "make setup: installing $(LOCKS) into $(VENV)"; \
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps $(addprefix --requirement ,$(LOCKS)) || { \
+	  rm -rf $(VENV); \
+	  echo "make setup: pip could not install $(LOCKS) (its message is above); removed the half-built $(VENV). Fix: what pip names (no access to the package index: see the README's Dependencies, a wheelhouse), then make setup." >&2; \
+	  exit 1; }; \
 	norm() { tr A-Z a-z | sed -E 's/[-_.]+/-/g' | LC_ALL=C sort -u; }; \
 	extra=$$(LC_ALL=C comm -23 \
 	  <($(BIN)/python -m pip list --disable-pip-version-check --format=freeze --exclude pip --exclude setuptools --exclude wheel | sed -E 's/[=@ ].*//' | norm) \
@@ -89,7 +98,8 @@ setup:
 	  $(BIN)/python -m pip uninstall --quiet --disable-pip-version-check --yes $$extra; \
 	fi; \
 	$(BIN)/python -m pip check --disable-pip-version-check; \
-	cat $(LOCKS) > $(STAMP)
+	cat $(LOCKS) > $(STAMP); \
+	echo "make setup: $(VENV) holds the $$(cat $(LOCKS) | grep -cE '^[A-Za-z0-9][A-Za-z0-9._-]*==') packages of $(LOCKS), hashes checked, in $$(( $$(date +%s) - started )) s"
 
 # Re-resolves both locks with a pinned uv in a throwaway venv: requirements.lock from
 # requirements.in, then requirements-dev.lock from requirements-dev.in (which includes
