@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -484,6 +485,50 @@ def test_the_plan_predicts_from_the_host_s_calibration_record_and_refuses_a_bad_
     assert failed["failed"]
     assert f"this host's calibration record {record}: copy_gbs is -5" in failed["msg"]
     assert "remove the file to plan with the nominal figures" in failed["msg"]
+
+
+def test_the_study_lock_lives_beside_the_inventory_and_the_old_place_is_followed_until_moved(
+    playbook, hub, tmp_path
+):
+    """The lab's copy of an inventory (cp -a inventory/ct200 inventory/mylab) holds its study
+    lock; a lock at the repository root, where the kit kept it before, is followed while none
+    is beside the inventory, and the run says where to move it."""
+    kit = kit_copy(tmp_path)
+    mylab = tmp_path / "inventory" / "mylab"
+    mylab.mkdir(parents=True)
+    shutil.copy(REPO / "inventory" / "ct200" / "hosts.yml", mylab)
+    (mylab / "group_vars").symlink_to(REPO / "group_vars")
+    old_place = kit / "kimi.lock.yml"
+    envvars = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **token_env(TOKEN, tmp_path)}
+    extravars = {"kimi_kit_dir": str(kit)}
+    written = playbook(
+        "plan.yml",
+        mylab,
+        extravars={**extravars, "kimi_lock_file": str(old_place)},
+        envvars=envvars,
+    )
+    assert written.rc == 0 and old_place.exists(), written.stdout
+    extravars["kimi_lock_file"] = None  # the kit's own place
+
+    followed = playbook("plan.yml", mylab, extravars=extravars, envvars=envvars)
+    assert followed.rc == 0, followed.stdout
+    moved = followed.results("Say that the study lock has moved beside the inventory")
+    assert moved["ct200-node-01"]["msg"] == (
+        f"The study lock {old_place} is at the repository root, where the kit kept it before; "
+        "it now lives beside the inventory. This run follows it there. Fix: mv "
+        f"{old_place} {mylab / 'kimi.lock.yml'} (or set kimi_lock_file)."
+    )
+    assert not (mylab / "kimi.lock.yml").exists()
+    said = followed.results("Say which files the plan wrote")["ct200-node-01"]["msg"]
+    assert f"Study lock: {old_place} (unchanged)" in said
+
+    old_place.rename(mylab / "kimi.lock.yml")
+    beside = playbook("plan.yml", mylab, extravars=extravars, envvars=envvars)
+    assert beside.rc == 0, beside.stdout
+    assert not beside.results("Say that the study lock has moved beside the inventory")
+    said = beside.results("Say which files the plan wrote")["ct200-node-01"]["msg"]
+    assert f"Study lock: {mylab / 'kimi.lock.yml'} (unchanged)" in said
+    assert not old_place.exists()
 
 
 def test_plan_says_when_the_hub_is_unreachable(playbook, tmp_path):

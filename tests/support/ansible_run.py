@@ -87,7 +87,8 @@ def run_playbook(
     tags: str | None = None,
 ) -> PlaybookRun:
     """`vars_files` are handed over as `-e @FILE`: for secrets, which ansible-runner would
-    otherwise write into its env/extravars file. `tags`: ansible-playbook's --tags."""
+    otherwise write into its env/extravars file. `tags`: ansible-playbook's --tags.
+    extravars {"kimi_lock_file": None} leaves the study lock where the kit puts it."""
     extravars = {
         # Each run its own study lock unless a test shares one: a lock left in the checkout
         # would pin the next test's run.
@@ -96,6 +97,8 @@ def run_playbook(
         "kimi_sglang_git": local_sglang_git(),
         **(extravars or {}),
     }
+    if extravars["kimi_lock_file"] is None:
+        del extravars["kimi_lock_file"]
     playbook = Path(playbook)
     if not playbook.is_absolute():
         playbook = REPO / playbook
