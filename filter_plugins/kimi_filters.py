@@ -47,6 +47,7 @@ from ansible.module_utils.contract.names import ServingConfigError, parse_config
 from ansible.module_utils.host.rollout import RolloutError, rollout  # noqa: E402
 from ansible.module_utils.host.secret_scrub import Scrubber  # noqa: E402
 from ansible.module_utils.plan.capacity_launches import capacity_launches  # noqa: E402
+from ansible.module_utils.plan.download import download_time, duration_words  # noqa: E402
 from ansible.module_utils.plan.model_data import (  # noqa: E402
     MAX_MODEL_FILE_BYTES,
     ModelDataError,
@@ -517,6 +518,18 @@ def kimi_speed_plan(
         raise AnsibleFilterError(f"kimi_speed_plan: {error}") from None
 
 
+def kimi_download_time(gbps, total_bytes) -> dict:
+    """plan.json's download_time entry (module_utils/plan/download.py)."""
+    try:
+        return download_time(gbps, total_bytes)
+    except ValueError as error:
+        raise AnsibleFilterError(f"kimi_download_time: {error}") from None
+
+
+def kimi_duration_words(seconds) -> str:
+    return duration_words(seconds)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -541,4 +554,6 @@ class FilterModule:
             "kimi_canary_launches": kimi_canary_launches,
             "kimi_capacity_launches": kimi_capacity_launches,
             "kimi_speed_plan": kimi_speed_plan,
+            "kimi_download_time": kimi_download_time,
+            "kimi_duration_words": kimi_duration_words,
         }

@@ -145,6 +145,21 @@ PROPERTIES = {
         **_COUNT_OR_NULL,
         "description": "What the repositories hold in all; null when a size is unknown.",
     },
+    "download_time": {
+        "type": "array",
+        "description": (
+            "The download's time at the hosts' bandwidth (kimi_download_gbps) and at 10 Gbit/s; "
+            "seconds null when the size is unknown."
+        ),
+        "items": _object(
+            "One bandwidth.",
+            {
+                "gbps": {"type": "number", "exclusiveMinimum": 0},
+                "seconds": {"type": ["number", "null"], "minimum": 0},
+            },
+            ("gbps", "seconds"),
+        ),
+    },
     "serving_configs": {
         "type": "object",
         "description": "Per serving config.",

@@ -242,9 +242,12 @@ def _git_entry_change(
 
 def _commit_of(entry: str, unresolved: list | None, resolve, *args) -> str | None:
     """resolve(*args); with a list as `unresolved`, a LockError adds the entry's message there
-    and gives None instead of ending the call."""
+    and gives None instead of ending the call, but for HubUnreachable, which always ends it."""
     try:
         return resolve(*args)
+    except HubUnreachable:
+        # Not one entry's problem: a lock resolved without the hub would pin nothing of it.
+        raise
     except LockError as error:
         if unresolved is None:
             raise
@@ -435,6 +438,10 @@ def git_resolver(run, timeout_s: float):
     return resolve
 
 
+class HubUnreachable(LockError):
+    """The hub did not answer: nothing can be resolved, and nothing is written."""
+
+
 def hub_resolver(kind: str, endpoint: str, token: str, request_timeout: float, deadline_s: float):
     """resolver(repo, revision) -> commit of a hub `model` or `dataset` repository, through
     huggingface_hub with module_utils/weights/hub.py's bounds (request timeout, deadline,
@@ -460,7 +467,9 @@ def hub_resolver(kind: str, endpoint: str, token: str, request_timeout: float, d
                 request_timeout,
             )
         except Exception as error:
-            _verdict, message = hub.classify(error, repo, revision, endpoint, bool(token))
+            verdict, message = hub.classify(error, repo, revision, endpoint, bool(token))
+            if verdict == "unreachable":
+                raise HubUnreachable(f"{kind} {message}") from None
             raise LockError(f"{kind} {message}") from None
         return checked_text(
             getattr(info, "sha", None), f"the hub's commit for {repo}@{revision}", SHA

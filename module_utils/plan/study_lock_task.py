@@ -8,6 +8,7 @@ from __future__ import annotations
 from ansible.module_utils.host.helpers import run_with_deadline
 from ansible.module_utils.host.in_process import TaskError
 from ansible.module_utils.plan.study_lock import (
+    HubUnreachable,
     LockError,
     git_resolver,
     hub_resolver,
@@ -65,6 +66,12 @@ def act(p: dict, check_mode: bool) -> dict:
             tolerate_mismatch=p["tolerate_mismatch"],
             runtime_built_from=p["runtime_built_from"],
         )
+    except HubUnreachable as error:
+        raise TaskError(
+            f"{error} Nothing was resolved and the study lock {p['path']} is as it was. For a "
+            "plan without the hub (nothing new pinned, no download sizes from it): "
+            "-e plan_check_hub=false."
+        ) from None
     except LockError as error:
         raise TaskError(str(error)) from None
     result["messages"] = result["messages"] + conflicts

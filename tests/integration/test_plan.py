@@ -74,6 +74,8 @@ ADDED_BY_MODEL_DATA = {
     "/ddtree_rules",
     # The predicted decode speed per launch and benchmark level (issue 31).
     "/speed",
+    # The download's time at the hosts' bandwidth (issue 34).
+    "/download_time",
     *(
         f"/serving_configs/{config}/{field}"
         for config in ("ar", "eagle3", "dflash", "ddtree", "dflash-tree-backend")
@@ -111,7 +113,7 @@ def fields_changed(before, after, path: str = "") -> tuple[list[str], list[str]]
     return ([] if before == after else [f"{path}: {before!r} -> {after!r}"]), []
 
 
-def run_plan(playbook, inventory, out: Path, endpoint: str):
+def run_plan(playbook, inventory, out: Path, endpoint: str, **extravars):
     """Writes the plan under out/; playbook() keeps its runner files elsewhere in tmp_path."""
     out.mkdir(parents=True, exist_ok=True)
     return playbook(
@@ -121,6 +123,7 @@ def run_plan(playbook, inventory, out: Path, endpoint: str):
         extravars={
             "plan_output_dir": str(out),
             "kimi_lock_file": str(out.parent / "kimi.lock.yml"),
+            **extravars,
         },
         envvars={
             "HF_ENDPOINT": endpoint,
@@ -207,6 +210,15 @@ def test_plan_for_every_inventory(playbook, hub, tmp_path, profile):
         said = run.results("Say when the kit's DDTree rules were read at another commit")
         assert said[name]["msg"] == rules["message"]
         assert "| ddtree | dflash |" in markdown
+        # The fixture hub's few bytes: well under a minute at either bandwidth.
+        assert plan["download_time"] == [
+            {"gbps": gbps, "seconds": round(plan["download_bytes"] * 8 / (gbps * 1e9), 1)}
+            for gbps in (1.0, 10.0)
+        ]
+        assert (
+            "Download time: under a minute at 1 Gbit/s (kimi_download_gbps), under a minute "
+            "at 10 Gbit/s." in markdown
+        )
         for launch in plan["serving_configs"]["ddtree"]["launch"]:
             capacity = launch["capacity"]
             assert (
@@ -531,17 +543,54 @@ def test_the_study_lock_lives_beside_the_inventory_and_the_old_place_is_followed
     assert not old_place.exists()
 
 
-def test_plan_says_when_the_hub_is_unreachable(playbook, tmp_path):
+def test_a_hub_that_does_not_answer_stops_the_plan_unless_it_is_not_asked(playbook, tmp_path):
+    """A plan whose lock pins none of the weights and whose sizes are unknown is no plan to
+    deploy from: it fails, naming the hub and both fixes, and writes no lock. With
+    plan_check_hub=false it is made without the hub and says what that leaves out."""
     # A closed port on this machine: nothing leaves it.
-    out = tmp_path / "plan"
-    run = run_plan(playbook, REPO / "inventory" / "ct200", out, "http://127.0.0.1:9")
-    assert run.rc == 0, run.stdout
+    out, hub = tmp_path / "plan", "http://127.0.0.1:9"
+    run = run_plan(playbook, REPO / "inventory" / "ct200", out, hub)
+    assert run.rc != 0
+    failed = run.results("Resolve the study lock")["ct200-node-01"]
+    assert failed["failed"]
+    assert f"the hub at {hub} could not be reached" in failed["msg"]
+    assert "Fix: check proxy settings or HF_ENDPOINT" in failed["msg"]
+    assert "the study lock" in failed["msg"] and "is as it was" in failed["msg"]
+    assert failed["msg"].endswith("-e plan_check_hub=false.")
+    assert not (tmp_path / "kimi.lock.yml").exists()
+    assert not (out / "ct200-node-01" / "plan.json").exists()
+
+    offline = run_plan(playbook, REPO / "inventory" / "ct200", out, hub, plan_check_hub=False)
+    assert offline.rc == 0, offline.stdout
     plan = json.loads((out / "ct200-node-01" / "plan.json").read_text())
-    assert plan["hub"]["reachable"] is False
-    assert plan["download_bytes"] is None
-    assert "could not be reached" in plan["hub"]["note"]
+    assert plan["hub"]["asked"] is False and plan["download_bytes"] is None
+    assert plan["download_time"] == [
+        {"gbps": 1.0, "seconds": None},
+        {"gbps": 10.0, "seconds": None},
+    ]
+    assert "nothing new is pinned" in plan["hub"]["note"]
     assert plan["serving_configs"]["ar"]["capacity"]["fits"] is True
-    assert "Download size: unknown" in (out / "ct200-node-01" / "plan.md").read_text()
+    markdown = (out / "ct200-node-01" / "plan.md").read_text()
+    assert "Download size: unknown" in markdown and "nothing new is pinned" in markdown
+    said = offline.results("Say which files the plan wrote")["ct200-node-01"]["msg"]
+    assert "The hub was not asked (plan_check_hub=false): nothing new is pinned" in said
+
+
+def test_a_lock_that_pins_everything_still_needs_the_hub_for_sizes(playbook, hub, tmp_path):
+    """With every entry already pinned to a commit the lock asks the hub nothing; the file
+    lists and sizes still come from it, so a hub that does not answer stops the plan there."""
+    out = tmp_path / "plan"
+    assert run_plan(playbook, REPO / "inventory" / "ct200", out, hub.url).rc == 0
+    lock = (tmp_path / "kimi.lock.yml").read_text()
+    run = run_plan(playbook, REPO / "inventory" / "ct200", out, "http://127.0.0.1:9")
+    assert run.rc != 0
+    assert run.results("Resolve the study lock")["ct200-node-01"]["failed"] is False
+    failed = run.results("Stop when the hub cannot be reached")["ct200-node-01"]
+    assert failed["msg"].startswith(
+        "The hub at http://127.0.0.1:9 could not be reached from the controller: "
+    )
+    assert failed["msg"].endswith("-e plan_check_hub=false.")
+    assert (tmp_path / "kimi.lock.yml").read_text() == lock
 
 
 def test_plan_never_contacts_the_hosts(playbook, hub, tmp_path):
