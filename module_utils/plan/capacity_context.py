@@ -85,7 +85,9 @@ def context_fit(
     positions = text_config(model_config).get("max_position_embeddings")
     longest = min(kv_tokens, positions) if is_int(positions) else kv_tokens
     if mask is not None:
-        longest = min(longest, mask["max_context"])
+        # At least one token: a launch needs a context length, and the warning says why not.
+        longest = max(1, min(longest, mask["max_context"]))
+    context = longest if requested is None else requested
     warning = None
     if requested is not None and is_int(positions) and requested > positions:
         warning = (
@@ -101,18 +103,21 @@ def context_fit(
             f"kimi_context_length {longest} or less (auto takes it), a higher "
             "mem_fraction_static, kv_cache_dtype fp8_e4m3, or a config without a drafter"
         )
-    elif mask is not None and requested is not None and requested > mask["max_context"]:
+    elif mask is not None and context > mask["max_context"]:
         warning = (
-            f"DDTree's tree mask at context_length {requested} takes "
-            f"{tree_mask_bytes(mask, requested) / GIB:.2f} GiB a step for {mask['requests']} "
+            f"DDTree's tree mask at context_length {context} takes "
+            f"{tree_mask_bytes(mask, context) / GIB:.2f} GiB a step for {mask['requests']} "
             f"running requests at budget {mask['budget']}, more than the "
             f"{mask['headroom'] / GIB:.2f} GiB the static pool leaves (1 - mem_fraction_static): "
             "the server runs out of memory once requests grow that long. Fix: "
-            f"kimi_context_length {mask['max_context']} or less (auto takes it), a smaller "
-            "budget, fewer running requests (--max-running-requests) or a lower "
+            + (
+                f"kimi_context_length {mask['max_context']} or less (auto takes it), a smaller "
+                if mask["max_context"] >= 1
+                else "no context fits: a smaller "
+            )
+            + "budget, fewer running requests (--max-running-requests) or a lower "
             "mem_fraction_static"
         )
-    context = longest if requested is None else requested
     return {
         "context_length": context,
         "context_length_source": "auto" if requested is None else "user",

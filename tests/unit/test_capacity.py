@@ -832,6 +832,17 @@ def test_a_context_whose_tree_masks_outgrow_the_headroom_is_capped_or_warned():
     assert f"kimi_context_length {user['tree_mask_max_context']} or less" in warning
 
 
+def test_tree_masks_that_fit_no_context_are_warned_about_and_auto_keeps_one_token():
+    crowded = launch_options(
+        [*DDTREE_ARGV, "--speculative-ddtree-budget", "128", "--max-running-requests", "100000"]
+    )
+    none_fits = plan(config(K26), 143771, 8, 0.99, draft_model_config=config(DFLASH), **crowded)
+    assert none_fits["tree_mask_max_context"] == 0
+    assert none_fits["context_length"] == none_fits["max_context_length"] == 1
+    assert none_fits["context_length_fits"] is False
+    assert "Fix: no context fits: a smaller budget" in none_fits["context_length_warning"]
+
+
 @pytest.mark.parametrize("budget", [0, -4, True, 5000, "many"])
 def test_a_bad_ddtree_budget_fails_naming_the_flag(budget):
     with pytest.raises(CapacityError, match=r"ddtree_budget .*--speculative-ddtree-budget"):
