@@ -332,10 +332,11 @@ class Shape:
         """Neighbouring budgets whose accepted tokens per step are within SATURATION_GAIN of
         each other."""
         pairs = itertools.pairwise(zip(self.budgets, self.accepted_tokens_per_step, strict=True))
+        # Positive figures only reach a Shape (_usable); the first is the reference.
         return [
             (low, high)
             for (low, first), (high, second) in pairs
-            if abs(second / first - 1) < SATURATION_GAIN
+            if abs(second - first) < SATURATION_GAIN * first
         ]
 
     def early_stop_note(self) -> str | None:
