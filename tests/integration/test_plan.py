@@ -543,6 +543,36 @@ def test_the_study_lock_lives_beside_the_inventory_and_the_old_place_is_followed
     assert not old_place.exists()
 
 
+def test_a_labs_inventory_copy_holds_its_own_settings_over_the_kits_defaults(playbook, tmp_path):
+    """cp -a inventory/ct200 inventory/mylab, then the lab's settings in its
+    group_vars/gpu_hosts.yml: they win over the kit's defaults (group_vars/all), the profile's
+    settings win over them, a host's own win over both; no tracked file is edited."""
+    (tmp_path / "group_vars").symlink_to(REPO / "group_vars")  # the kit, as ../../ sees it
+    mylab = tmp_path / "inventory" / "mylab"
+    shutil.copytree(REPO / "inventory" / "ct200", mylab, symlinks=True)
+    assert (mylab / "group_vars" / "all").is_symlink()
+    (mylab / "group_vars" / "gpu_hosts.yml").write_text(
+        "kimi_weights_dir: /data/lab/weights\n"
+        "kimi_download_gbps: 25\n"
+        "kimi_gpu_model: not the profile's\n"
+    )
+    hosts = yaml.safe_load((mylab / "hosts.yml").read_text())
+    node = hosts["all"]["children"]["gpu_hosts"]["children"]["ct200"]["hosts"]["ct200-node-01"]
+    node["kimi_download_gbps"] = 50
+    (mylab / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    out = tmp_path / "plan"
+    run = playbook(
+        "plan.yml",
+        mylab,
+        extravars={"plan_output_dir": str(out), "plan_check_hub": False},
+    )
+    assert run.rc == 0, run.stdout
+    plan = json.loads((out / "ct200-node-01" / "plan.json").read_text())
+    assert plan["weights_dir"] == "/data/lab/weights"
+    assert plan["download_time"][0]["gbps"] == 50.0
+    assert plan["hardware"]["gpu_model"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+
+
 def test_a_hub_that_does_not_answer_stops_the_plan_unless_it_is_not_asked(playbook, tmp_path):
     """A plan whose lock pins none of the weights and whose sizes are unknown is no plan to
     deploy from: it fails, naming the hub and both fixes, and writes no lock. With
