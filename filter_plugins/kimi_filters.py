@@ -55,6 +55,7 @@ from ansible.module_utils.plan.model_data import (  # noqa: E402
     load_model,
     serving_definitions,
 )
+from ansible.module_utils.plan.said_once import said_once  # noqa: E402
 from ansible.module_utils.plan.serving import ddtree_rules, ordered_run  # noqa: E402
 from ansible.module_utils.plan.speed_inputs import SpeedModelError  # noqa: E402
 from ansible.module_utils.plan.speed_plan import (  # noqa: E402
@@ -530,6 +531,14 @@ def kimi_duration_words(seconds) -> str:
     return duration_words(seconds)
 
 
+def kimi_said_once(entries, text_key: str, name_key: str = "name") -> list[str]:
+    """One 'name, name: text' line per distinct warning (module_utils/plan/said_once.py)."""
+    try:
+        return said_once(entries, text_key, name_key)
+    except ValueError as error:
+        raise AnsibleFilterError(f"kimi_said_once: {error}") from None
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -556,4 +565,5 @@ class FilterModule:
             "kimi_speed_plan": kimi_speed_plan,
             "kimi_download_time": kimi_download_time,
             "kimi_duration_words": kimi_duration_words,
+            "kimi_said_once": kimi_said_once,
         }

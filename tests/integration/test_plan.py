@@ -555,6 +555,7 @@ def test_a_labs_inventory_copy_holds_its_own_settings_over_the_kits_defaults(pla
         "kimi_weights_dir: /data/lab/weights\n"
         "kimi_download_gbps: 25\n"
         "kimi_gpu_model: not the profile's\n"
+        "kimi_context_length: 200000\n"
     )
     hosts = yaml.safe_load((mylab / "hosts.yml").read_text())
     node = hosts["all"]["children"]["gpu_hosts"]["children"]["ct200"]["hosts"]["ct200-node-01"]
@@ -571,6 +572,17 @@ def test_a_labs_inventory_copy_holds_its_own_settings_over_the_kits_defaults(pla
     assert plan["weights_dir"] == "/data/lab/weights"
     assert plan["download_time"][0]["gbps"] == 50.0
     assert plan["hardware"]["gpu_model"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    # The lab's context length outruns every pool: one warning per distinct text, naming
+    # every launch it concerns (the drafted ones share their pool), in plan.md and the output.
+    drafted = "dflash, dflash-tree-backend, ddtree-b16, ddtree-b32, ddtree-b64, ddtree-b128"
+    markdown = (out / "ct200-node-01" / "plan.md").read_text()
+    assert markdown.count("**Warning, ") == 3
+    assert f"**Warning, {drafted}:** one request at context_length 200000 does not fit" in (
+        markdown
+    )
+    said = run.results("Say which launches cannot take one request at their context length")
+    lines = said["ct200-node-01"]["msg"]
+    assert [line.split(":")[0] for line in lines] == ["ar", "eagle3", drafted]
 
 
 def test_a_hub_that_does_not_answer_stops_the_plan_unless_it_is_not_asked(playbook, tmp_path):
