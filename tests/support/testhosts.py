@@ -153,6 +153,11 @@ def lower_dir(hdir: Path, sub: str) -> str:
     return str(hdir / "fresh-root") if sub == "root" else f"/{sub}"
 
 
+def overlaid(path: Path) -> bool:
+    """Whether a host sees path (absolute, as on this machine) in a folder of its own overlay."""
+    return any(path.is_relative_to(f"/{sub}") for sub in OVERLAID)
+
+
 @functools.cache
 def system_sitecustomize() -> Path | None:
     """The file the hosts' system Python reads as sitecustomize, where it lies in a folder each
@@ -166,7 +171,7 @@ def system_sitecustomize() -> Path | None:
             " 'sitecustomize.py'); print(os.path.realpath(p) if os.path.islink(p) else '')",
         ]
     ).stdout.strip()
-    if found and any(Path(found).is_relative_to(f"/{sub}") for sub in OVERLAID):
+    if found and overlaid(Path(found)):
         return Path(found)
     return None
 
@@ -192,7 +197,7 @@ def foreign_pth_files() -> tuple[Path, ...]:
     this machine's own additions (a local pip install, a certificate hook of its container),
     not a GPU host's. Python runs each at every start: one that imported certifi took 30 of the
     38 ms `python3 -c pass` cost a host, and the roles start thousands. The hosts see them
-    empty (mask_commands). Without dpkg nothing tells them apart, and all stay."""
+    empty (mask_foreign_pth). Without dpkg nothing tells them apart, and all stay."""
     folders = run(
         [SYSTEM_PYTHON, "-c", "import site; print(*site.getsitepackages(), sep='\\n')"]
     ).stdout.split()
@@ -200,9 +205,8 @@ def foreign_pth_files() -> tuple[Path, ...]:
     if not found:
         return ()
     try:
-        owned = subprocess.run(
-            ["dpkg", "-S", *map(str, found)], capture_output=True, text=True, timeout=60
-        ).stdout
+        # dpkg -S fails when any path is no package's; it still names the owners of the rest.
+        owned = run(["dpkg", "-S", *map(str, found)], check=False, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ()
     # `package[, package]: /path` per file some package installed.
@@ -218,7 +222,7 @@ def mask_foreign_pth(hdir: Path, root: str = "") -> list[str]:
     empty.touch()
     binds = []
     for path in foreign_pth_files():
-        if any(path.is_relative_to(f"/{sub}") for sub in OVERLAID):
+        if overlaid(path):
             upper = hdir / "upper" / path.relative_to("/")
             upper.parent.mkdir(parents=True, exist_ok=True)
             upper.write_text("")
