@@ -23,6 +23,13 @@ description:
   - A retry whose result has a C(progress) string prints nothing here; the kimi_progress
     callback prints that line, once per change.
   - A retry without one prints a single waiting line per host and task.
+  - A failed task's message is printed once, in the C([ERROR]) block with the task's origin,
+    where Ansible's default output prints it again in the C(fatal) line's result (with -vvv
+    it comes back there).
+  - A task that only restates a failure already printed (a rescue's C(fail) with the task var
+    C(kimi_restates_failure)) prints its message on one line, not as a second error; a failure
+    whose message repeats the host's previous one (a rescue that adds to it for the callers)
+    prints only what it adds.
   - With -vvv the default retry lines, results included, come back.
 extends_documentation_fragment:
   - default_callback
@@ -31,6 +38,7 @@ requirements:
   - Set as stdout_callback in ansible.cfg, with kimi_progress in callbacks_enabled.
 """
 
+from ansible import constants as C  # noqa: E402
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback  # noqa: E402
 
 # From -vvv on, where the default callback adds each retry's result, the person is debugging:
@@ -47,6 +55,33 @@ class CallbackModule(DefaultCallback):
         super().__init__()
         # host -> uuid of the task it last said it waits for; one entry per host.
         self._waiting_on: dict[str, str] = {}
+        # host -> the message of its last failure, which a rescue may repeat.
+        self._last_failure: dict[str, str] = {}
+
+    def v2_runner_on_failed(self, result, ignore_errors: bool = False) -> None:
+        host = self.host_label(result)
+        message = str(result.result.get("msg", ""))
+        earlier = self._last_failure.get(host, "")
+        self._last_failure[host] = message
+        if self._display.verbosity >= VERBOSE_RETRIES:
+            super().v2_runner_on_failed(result, ignore_errors)
+            return
+        if earlier and message.startswith(earlier):
+            added = message[len(earlier) :].strip()
+            line = f"(the error above){' ' + added if added else ''}"
+        elif result.task.vars.get("kimi_restates_failure"):
+            line = message
+        else:
+            # The default callback prints the error, message included, in an [ERROR] block with
+            # the task's origin, then the result with the same msg: the result leaves it out.
+            summary = self._current_task_result
+            if summary is not None and summary.exception is not None and "msg" in result.result:
+                result.result.pop("msg")
+            super().v2_runner_on_failed(result, ignore_errors)
+            return
+        if self._last_task_banner != result.task._uuid:
+            self._print_task_banner(result.task)
+        self._display.display(f"  [{host}] {' '.join(line.split())}", color=C.COLOR_ERROR)
 
     def v2_runner_retry(self, result) -> None:
         if self._display.verbosity >= VERBOSE_RETRIES:

@@ -343,3 +343,31 @@ def test_filter_plugins_are_loaded_once_before_the_workers_fork(tmp_path):
     assert run.returncode == 0, stdout
     assert '"msg": "probed two ddtree"' in stdout or "msg: probed two ddtree" in stdout, stdout
     assert loads.read_text().split() == [str(run.pid)]
+
+
+def test_a_failure_is_printed_once_and_a_rescue_prints_only_what_it_adds(capsys):
+    """A rescue that repeats a failure for its callers, or only restates it, adds one line.
+    (That the [ERROR] block does not repeat the fatal line's message is proven on a real run:
+    tests/integration/test_settings_check.py counts each message once.)"""
+    screen = Screen(capsys)
+    task = screen.task("Start the server")
+    error = "the server did not become healthy in 3600 s: CUDA out of memory"
+    failed = {"failed": True, "msg": error}
+    screen.send("v2_runner_on_failed", CallbackTaskResult(Host("gpu1"), task, failed, {}), False)
+    rescue = Task.load({"name": "Stop after the failed start", "fail": {"msg": "x"}})
+    screen.send("v2_playbook_on_task_start", rescue, False)
+    repeated = {"failed": True, "msg": error + " It had just moved to a new runtime."}
+    screen.send(
+        "v2_runner_on_failed", CallbackTaskResult(Host("gpu1"), rescue, repeated, {}), False
+    )
+    stop = Task.load(
+        {"name": "Stop the rollout", "fail": {"msg": "x"}, "vars": {"kimi_restates_failure": True}}
+    )
+    screen.send("v2_playbook_on_task_start", stop, False)
+    restated = {"failed": True, "msg": 'gpu1 stopped at "Start the server" (its error is above).'}
+    screen.send("v2_runner_on_failed", CallbackTaskResult(Host("gpu1"), stop, restated, {}), False)
+    out = "\n".join(screen.lines())
+    assert out.count("CUDA out of memory") == 1, out
+    assert "  [gpu1] (the error above) It had just moved to a new runtime." in out
+    assert '  [gpu1] gpu1 stopped at "Start the server" (its error is above).' in out
+    assert out.count("FAILED!") == 1
