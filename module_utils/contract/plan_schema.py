@@ -145,6 +145,36 @@ PROPERTIES = {
         **_COUNT_OR_NULL,
         "description": "What the repositories hold in all; null when a size is unknown.",
     },
+    "download_estimate": {
+        "type": ["object", "null"],
+        "description": (
+            "Without the hub's sizes, the model folder's (models/<model>/model.yml download_gib): "
+            "bytes of the repositories it sizes, those it does not, and the file; null when the "
+            "hub gave every size."
+        ),
+        "properties": {
+            "bytes": {"type": "integer", "minimum": 0},
+            "unknown": {"type": "array", "items": {"type": "string"}},
+            "source": {"type": "string"},
+        },
+        "required": ["bytes", "unknown", "source"],
+    },
+    "disk": {
+        "type": ["object", "null"],
+        "description": (
+            "The weights folder's free space as the host's last preflight recorded it on the "
+            "controller (state/<host>/preflight.json), and what the download would leave of it "
+            "(bytes already there not counted twice); null when no preflight recorded it."
+        ),
+        "properties": {
+            "path": _TEXT_OR_NULL,
+            "measured_at": _TEXT_OR_NULL,
+            "recorded_at": _TEXT_OR_NULL,
+            "free_bytes": {"type": "integer", "minimum": 0},
+            "left_bytes": {"type": ["integer", "null"]},
+        },
+        "required": ["free_bytes", "left_bytes"],
+    },
     "download_time": {
         "type": "array",
         "description": (

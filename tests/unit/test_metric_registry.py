@@ -448,7 +448,15 @@ def test_the_readers_run_schema_is_a_part_of_the_writers():
 
 # Fields plan.json gained after the stored plans were written (tests/fixtures/plans-kimi-k2.6,
 # README.md there; tests/integration/test_plan.py ADDED_BY_MODEL_DATA).
-ADDED_SINCE = ("model", "study_lock", "ddtree_rules", "speed", "download_time")
+ADDED_SINCE = (
+    "model",
+    "study_lock",
+    "ddtree_rules",
+    "speed",
+    "download_time",
+    "download_estimate",
+    "disk",
+)
 LAUNCH_ADDED_SINCE = ("tp_size", "capacity")
 
 
