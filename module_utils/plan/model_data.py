@@ -36,6 +36,7 @@ DEFINITION_KEYS = frozenset(
     ("drafter", "tree", "runtime", "args", "draft_backend_flag", "budget_flag", "control_for", "tp")
 )
 MAX_ITEMS = 256
+MAX_GIB = 1 << 20  # a repository of a PiB is a typo
 
 
 class ModelDataError(Exception):
@@ -183,7 +184,29 @@ def _repo(folder: Path, reader: _Reader) -> dict:
             "revision", REVISION, "a branch, tag or 40-character commit (not starting with '-')"
         ),
         "config": _inside(folder, reader, "config"),
+        # Downloads need a token of an account with approved access: the controller's settings
+        # check stops a run that has none before it connects (module_utils/contract/settings.py).
+        "gated": _flag(reader, "gated"),
+        # What the repository's files hold in all, as last seen on the hub: plan.md's download
+        # size when the hub is not asked (marked as the model folder's). None where unknown.
+        "download_gib": _gib(reader, "download_gib"),
     }
+
+
+def _gib(reader: _Reader, key: str):
+    value = reader.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_GIB:
+        reader.fail(reader.name(key), value, f"a size in GiB above 0 and at most {MAX_GIB}")
+    return float(value)
+
+
+def _flag(reader: _Reader, key: str) -> bool:
+    value = reader.get(key, False)
+    if not isinstance(value, bool):
+        reader.fail(reader.name(key), value, "true or false")
+    return value
 
 
 def _args(reader: _Reader, key: str) -> list[str]:

@@ -779,6 +779,8 @@ def test_plan_lists_what_deploy_runs(cluster, deploy):
             "plan_state_dir": extravars["weights_controller_state_dir"],
         },
         vars_files=[deploy["key_file"]],
+        # The token the deploy had: the plan asks the hub for the gated drafters as it did.
+        envvars={**token_env(TOKEN, deploy["secrets"]), "HF_HUB_DISABLE_XET": "1"},
     )
     assert run.rc == 0, run.stdout
     folders = {KIMI_HOST: plan_dir / KIMI_HOST, QWEN_HOST: plan_dir / MODELS[QWEN_HOST] / QWEN_HOST}

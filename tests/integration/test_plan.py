@@ -74,8 +74,11 @@ ADDED_BY_MODEL_DATA = {
     "/ddtree_rules",
     # The predicted decode speed per launch and benchmark level (issue 31).
     "/speed",
-    # The download's time at the hosts' bandwidth (issue 34).
+    # The download's time at the hosts' bandwidth, the model folder's size without the hub and
+    # the disk a preflight measured (issue 34).
     "/download_time",
+    "/download_estimate",
+    "/disk",
     *(
         f"/serving_configs/{config}/{field}"
         for config in ("ar", "eagle3", "dflash", "ddtree", "dflash-tree-backend")
@@ -616,6 +619,41 @@ def test_a_hub_that_does_not_answer_stops_the_plan_unless_it_is_not_asked(playbo
     assert "Download size: unknown" in markdown and "nothing new is pinned" in markdown
     said = offline.results("Say which files the plan wrote")["ct200-node-01"]["msg"]
     assert plan["hub"]["note"] in said
+    # The model folder's sizes, marked as such: all but EAGLE-3's, which it does not know.
+    k26 = round((554.3 + 6.5) * 2**30)
+    source = "models/kimi-k2.6/model.yml"
+    assert plan["download_estimate"] == {"bytes": k26, "unknown": ["eagle3"], "source": source}
+    assert f"at least 560.8 GiB by the model folder's figures ({source}), which lack eagle3" in (
+        markdown
+    )
+    assert plan["disk"] is None
+    assert "Disk left after the download: unknown until preflight has measured" in markdown
+
+    # Configs whose repositories the folder sizes all, and a host a preflight has measured.
+    state = tmp_path / "state"
+    (state / "ct200-node-01").mkdir(parents=True)
+    free = 600 * 2**30
+    disk = {"path": "/opt/kimi/weights", "measured_at": "/opt", "free_bytes": free}
+    record = {"kind": "kimi.preflight", "disk": {**disk, "recorded_at": "2026-12-01T10:00:00Z"}}
+    (state / "ct200-node-01" / "preflight.json").write_text(json.dumps(record))
+    sized = run_plan(
+        playbook,
+        REPO / "inventory" / "ct200",
+        out,
+        hub,
+        plan_check_hub=False,
+        plan_state_dir=str(state),
+        kimi_serving_configs=["ar", "dflash"],
+    )
+    assert sized.rc == 0, sized.stdout
+    plan = json.loads((out / "ct200-node-01" / "plan.json").read_text())
+    assert plan["download_estimate"]["unknown"] == [] and plan["download_bytes"] is None
+    assert plan["download_time"][0] == {"gbps": 1.0, "seconds": round(k26 * 8 / 1e9, 1)}
+    assert plan["disk"]["left_bytes"] == free - k26
+    markdown = (out / "ct200-node-01" / "plan.md").read_text()
+    assert f"Download size: about 560.8 GiB, the model folder's figure ({source})" in markdown
+    assert "Download time: about 1 h 20 min at 1 Gbit/s" in markdown
+    assert "Disk left after the download: 39.2 GiB of 600.0 GiB free on /opt" in markdown
 
 
 def test_a_lock_that_pins_everything_still_needs_the_hub_for_sizes(playbook, hub, tmp_path):
@@ -823,7 +861,7 @@ def test_plan_records_launch_commands_the_runtime_would_refuse(playbook, hub, tm
         "plan.yml",
         REPO / "inventory" / "h200",
         extravars={"plan_output_dir": str(out), "kimi_tree_attention_backend": "fa3"},
-        envvars={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"},
+        envvars={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **token_env(TOKEN, tmp_path)},
     )
     assert run.rc == 0, run.stdout
     host = next(p.name for p in out.iterdir())

@@ -140,6 +140,10 @@ def test_the_verdict_and_compute_capability_are_recorded_passed_or_not(full_run,
         assert {d["compute_capability"] for d in on_host["gpus"]["devices"]} == {capability}
         assert len(on_host["gpus"]["devices"]) == on_host["gpus"]["count"] == 8
         assert {f["check"] for f in on_host["findings"]} >= {"gpu_count", "compute_capability"}
+        # The weights folder's free space, which plan.md turns into the disk a download leaves.
+        disk = on_host["disk"]
+        assert disk["path"] == "/opt/kimi/weights" and disk["free_bytes"] > 0
+        assert disk["recorded_at"].startswith("20")
     failed = json.loads((full_run.records_dir / "ct200-fa3" / "preflight.json").read_text())
     assert any("fa3 does not run on compute capability 12.0" in m for m in failed["failures"])
     facts = full_run.results("Keep the GPUs' compute capability as a fact")["ct200-ok"]
@@ -179,18 +183,20 @@ def test_does_not_fit(full_run):
 @pytest.mark.parametrize(
     ("token", "expected"),
     [
-        ("", "is gated and no Hugging Face token was given"),
+        ("", "no Hugging Face token, while the serving configs need the gated"),
         (UNAPPROVED, "is gated and the token's account has no approved access"),
         (BAD, "the Hugging Face token was rejected as invalid"),
     ],
     ids=["missing-token", "gated-without-access", "invalid-token"],
 )
 def test_token_problems(playbook, hosts, hub, token, expected, tmp_path_factory):
+    """Stopped by the settings check, before preflight connects to the host."""
     run = preflight(
         playbook, hosts, hub, token, tmp_path_factory.mktemp("secrets"), limit="ct200-ok"
     )
-    message = failure(run, "ct200-ok")
+    message = run.results("Stop before connecting when a setting is wrong")["ct200-ok"]["msg"]
     assert expected in message
+    assert not run.results("Gather GPU facts") and not run.results("Take the per-host lock")
     assert "z-lab/Kimi-K2.6-DFlash" in message
     if token:
         assert token not in run.stdout

@@ -820,13 +820,13 @@ def fixture_repo_files(repo_id: str, shards: int = 1, shard_bytes: int = 200_000
 
 def add_fixture_repos(hub: LocalHub, model_data: dict, approved_tokens: set[str]) -> None:
     """A model's target and drafters (model.yml's repositories) from the fixture repositories,
-    the DFlash drafter gated as on the hub."""
+    those model.yml marks gated (the DFlash drafters) gated as on the hub."""
     hub.add_repo(
         model_data["target"]["repo_id"],
         fixture_repo_files(model_data["target"]["repo_id"], shards=4),
     )
-    for name, drafter in (model_data.get("drafters") or {}).items():
-        gated = name == "dflash"
+    for drafter in (model_data.get("drafters") or {}).values():
+        gated = bool(drafter.get("gated"))
         hub.add_repo(
             drafter["repo_id"],
             fixture_repo_files(drafter["repo_id"]),

@@ -1,0 +1,204 @@
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""kimi_settings_check: one host's settings checked on the controller before any play
+connects to it (playbooks/tasks/settings_check.yml). Never contacts the host: it only reads
+its variables, the roles' argument specs and defaults. The checks are
+module_utils/contract/settings_host.py's; this gives them the variables as the roles would see
+them (role defaults under the inventory and extra vars) and says where each was set."""
+
+from __future__ import annotations
+
+import os
+
+from ansible._internal._datatag._tags import Origin
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import action_loader
+from ansible.template import trust_as_template
+
+# The kit's module_utils, importable in ansible-playbook once kit_in_process is loaded.
+action_loader.get("kit_in_process", class_only=True)
+
+import yaml  # noqa: E402
+from ansible.module_utils.contract import settings as spec  # noqa: E402
+from ansible.module_utils.contract import settings_host as check  # noqa: E402
+
+# The checkout this plugin belongs to, wherever ansible-playbook was started.
+KIT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+# Where the kit's own defaults live: a variable set there is not the user's.
+KIT_OWNED = tuple(
+    os.path.join(KIT_DIR, part) + os.sep for part in ("group_vars", "roles", "playbooks")
+)
+# The kit's files whose keys and Jinja name every variable it reads (comments excluded).
+SCANNED = ("group_vars", "roles", "playbooks")
+_cache: dict = {}
+
+
+def _role_specs() -> dict:
+    if "options" not in _cache:
+        roles_dir = os.path.join(KIT_DIR, "roles")
+        specs = {}
+        for role in sorted(os.listdir(roles_dir)):
+            path = os.path.join(roles_dir, role, "meta", "argument_specs.yml")
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as handle:
+                    specs[role] = spec.load_yaml(handle)
+        try:
+            _cache["options"] = spec.role_options(specs)
+        except spec.SpecError as error:
+            raise AnsibleActionFail(f"kimi_settings_check: {error}") from None
+    return _cache["options"]
+
+
+def _group_vars_names() -> set[str]:
+    """The variables the kit's group_vars set (a user's override hides their origin there)."""
+    if "group_vars" not in _cache:
+        names: set[str] = set()
+        for folder, _dirs, files in os.walk(os.path.join(KIT_DIR, "group_vars")):
+            for name in files:
+                if name.endswith((".yml", ".yaml")):
+                    with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                        names.update(spec.load_yaml(handle) or {})
+        _cache["group_vars"] = names
+    return _cache["group_vars"]
+
+
+def _scanned_names() -> set[str]:
+    """Every kit-prefixed name in the kit's YAML and templates: asked only when a name is not
+    among the options, the role defaults and group_vars (a misspelling, or one read only by a
+    playbook, such as kimi_deploy_serial)."""
+    if "scanned" not in _cache:
+        found: set[str] = set()
+        roots = [os.path.join(KIT_DIR, part) for part in SCANNED]
+        files = [
+            os.path.join(KIT_DIR, name) for name in os.listdir(KIT_DIR) if name.endswith(".yml")
+        ]
+        for root in roots:
+            for folder, _dirs, names in os.walk(root):
+                files += [os.path.join(folder, name) for name in names]
+        for path in files:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            if path.endswith((".yml", ".yaml")):
+                try:
+                    spec.names_in(spec.load_yaml(text), found)
+                except yaml.YAMLError:
+                    found.update(spec.NAME.findall(text))
+            elif path.endswith(".j2"):
+                found.update(spec.NAME.findall(text))
+        _cache["scanned"] = found
+    return _cache["scanned"]
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("hf_token",))
+
+    def _defaults(self) -> dict:
+        merged: dict = {}
+        for role in _role_specs_roles():
+            path = os.path.join(KIT_DIR, "roles", role, "defaults", "main.yml")
+            if os.path.isfile(path):
+                merged.update(self._loader.load_from_file(path, trusted_as_template=True) or {})
+        return merged
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars or {})
+        task_vars = task_vars or {}
+        root = _root_problem(task_vars)
+        if root:
+            result.update(problems=[check.problem_text(root)])
+            return result
+        options = _role_specs()
+        defaults = self._defaults()
+        variables = {**defaults, **task_vars}
+        templar = self._templar.copy_with_new_env(available_variables=variables)
+
+        def value(name):
+            if name not in variables:
+                raise KeyError(name)
+            return templar.template(variables[name])
+
+        def origin(name):
+            return _where(variables.get(name))
+
+        def raw(name):
+            item = variables.get(name)
+            return str(item) if isinstance(item, str) else None
+
+        problems = []
+        profile = check.profile_problem(value, task_vars.get("group_names", []))
+        if profile:
+            problems.append(profile)
+        given = [name for name in task_vars if spec.is_kit_name(name) and origin(name) is not None]
+        known = set(options) | set(defaults) | _group_vars_names() | set(_foreign(value))
+        if any(name not in known for name in given):
+            known |= _scanned_names()
+        problems += check.unknown_problems(given, known, origin)
+        if not profile:
+            problems += check.option_problems(options, value, origin, raw, known)
+            if self._task.args.get("hf_token"):
+                problems += _token_problems(templar, value)
+        result.update(problems=[check.problem_text(problem) for problem in problems])
+        return result
+
+
+def _role_specs_roles():
+    return sorted({option["role"] for option in _role_specs().values()})
+
+
+def _foreign(value) -> list[str]:
+    try:
+        names = value("kimi_foreign_variables")
+    except KeyError:
+        return []
+    return [str(name) for name in names] if isinstance(names, list) else []
+
+
+def _where(item) -> str | None:
+    """Where the user set a variable (file:line, or -e), or None where the kit's files did."""
+    tag = Origin.get_tag(item)
+    if tag is None:
+        return None
+    if tag.path is None:
+        return "-e" if "-e" in (tag.description or "") else (tag.description or None)
+    path = os.path.realpath(tag.path)
+    if path.startswith(KIT_OWNED):
+        return None
+    shown = (
+        os.path.relpath(tag.path, KIT_DIR) if tag.path.startswith(KIT_DIR + os.sep) else tag.path
+    )
+    return f"{shown}:{tag.line_num}" if tag.line_num else shown
+
+
+def _root_problem(task_vars) -> dict | None:
+    config = task_vars.get("ansible_config_file")
+    wanted = os.path.join(KIT_DIR, "ansible.cfg")
+    if config and os.path.realpath(config) == wanted:
+        return None
+    return {
+        "name": "ansible_config_file",
+        "found": f"ansible-playbook started in {os.getcwd()}, where it read "
+        + (f"the configuration {config}" if config else "no ansible.cfg")
+        + ", not the kit's (its callbacks, interpreter and SSH settings)",
+        "needed": f"the kit's repository root, {KIT_DIR}, as the working folder",
+        "fix": f"cd {KIT_DIR} and run the same ansible-playbook command from there "
+        "(inventory paths relative to it)",
+    }
+
+
+def _token_problems(templar, value) -> list[dict]:
+    needed = templar.evaluate_expression(
+        trust_as_template(
+            "kimi_serving_configs | kimi_needed_repos(kimi_serving_config_definitions)"
+        )
+    )
+    model = value("kimi_model_data")
+    gated = {"target": bool(model.get("target", {}).get("gated"))}
+    gated.update(
+        {key: bool(drafter.get("gated")) for key, drafter in model.get("drafters", {}).items()}
+    )
+    problem = check.token_problem(
+        value("kimi_hf_token"), needed, value("kimi_repos_requested"), gated
+    )
+    return [problem] if problem else []
