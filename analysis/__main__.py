@@ -265,11 +265,23 @@ def _print_picks(outcome, slo: dict[str, float] | None) -> None:
         print(f"  SLOs: {', '.join(f'{k} <= {v:g} ms' for k, v in slo.items())}")
     hosts: dict[str, list[str]] = {}
     for pick in outcome.picks:
-        hosts.setdefault(pick.host, []).append(f"{pick.band}: {pick.config or 'none'}")
+        hosts.setdefault(pick.host, []).append(
+            f"{pick.band}: {pick.config or 'none'}{_goodput(pick)}"
+        )
     for host, picks in list(hosts.items())[:MAX_HOST_LINES]:
         print(f"  recommended on {host} by concurrency - {', '.join(picks)}")
     if len(hosts) > MAX_HOST_LINES:
         print(f"  ... and {len(hosts) - MAX_HOST_LINES} more hosts: see the report")
+
+
+def _goodput(pick) -> str:
+    """' (goodput 3.2 requests/s, 95% 2.9-3.5)' with SLOs, where the pick has one."""
+    if pick.goodput_requests_per_s is None:
+        return ""
+    interval = (
+        f", 95% {pick.goodput_ci95[0]:.3g}-{pick.goodput_ci95[1]:.3g}" if pick.goodput_ci95 else ""
+    )
+    return f" (goodput {pick.goodput_requests_per_s:.3g} requests/s{interval})"
 
 
 def _print_ddtree(outcome) -> None:

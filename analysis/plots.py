@@ -31,6 +31,7 @@ from analysis.plots_latency import (
 )
 from analysis.plots_predicted import predicted_budget, predicted_concurrency
 from analysis.results import Results, config_order, ratio
+from analysis.slo import slo_text
 
 __all__ = [
     "LATENCY_METRICS",
@@ -92,6 +93,41 @@ def throughput(table: list[dict], palette: dict) -> canvas.Plot | None:
         "config. Dashed: flagged by the losslessness check. Grey cross (GSM8K panels): DFlash "
         f"on Kimi K2.6 as its drafter's card gives it, {card['output_tokens_per_s']:g} tok/s at "
         f"concurrency {card['concurrency']}, on hardware and settings of its own.",
+        canvas.png(figure),
+    )
+
+
+def goodput(table: list[dict], palette: dict, slo: dict | None) -> canvas.Plot | None:
+    """Goodput (requests/s whose own latencies meet every SLO) against concurrency, one line
+    per config, each level's 95% interval over repeats as a bar; None without SLOs."""
+    rows = [r for r in table if r.get("goodput_requests_per_s") is not None]
+    if not slo or not rows:
+        return None
+    keys, averaged = canvas.panel_keys(rows)
+    figure, axes = canvas.new_figure(len(keys))
+    flagged = canvas.flagged_configs(rows)
+    for axis, key in zip(axes, keys, strict=True):
+        canvas.config_lines(axis, rows, key, "goodput_requests_per_s", palette, flagged)
+        for row in rows:
+            low, high = (
+                row.get("goodput_requests_per_s_ci95_low"),
+                row.get("goodput_requests_per_s_ci95_high"),
+            )
+            if (row["host"], row["prompt_set"]) == key and low is not None and high is not None:
+                axis.vlines(row["concurrency"], low, high, color=palette[row["config"]], alpha=0.6)
+        canvas.log2_axis(axis, [r["concurrency"] for r in rows])
+        axis.set_title(canvas.panel_title(key, averaged), fontsize=10)
+        axis.set_xlabel("concurrency (requests in flight)")
+        axis.set_ylabel(metrics.axis_label("goodput_requests_per_s"))
+        axis.grid(alpha=0.3)
+    figure.suptitle(f"SLO: {slo_text(slo)}", fontsize=10)
+    return canvas.Plot(
+        "goodput",
+        "Goodput against concurrency",
+        f"Requests per second whose own TTFT, TPOT and end-to-end latency meet the SLO "
+        f"({slo_text(slo)}), at each concurrency level, one line per serving config; a "
+        "vertical bar is the level's 95% interval over repeats. Dashed: flagged by the "
+        "losslessness check.",
         canvas.png(figure),
     )
 
@@ -313,6 +349,7 @@ def all_plots(
     workers: int | None = None,
     label: str = "",
     cdf_concurrency: int | None = None,
+    slo: dict | None = None,
 ) -> list[canvas.Plot]:
     """Every figure; drawn in worker processes when there is enough to draw (matplotlib
     spends ~0.1 s on each panel, and figures do not depend on each other). A label (e.g.
@@ -328,6 +365,7 @@ def all_plots(
         (function, args, label)
         for function, args in (
             (throughput, (grouped, palette)),
+            (goodput, (grouped, palette, slo)),
             (speedup, (grouped, palette, reference)),
             (accept_vs_budget, (grouped,)),
             (decomposition, (grouped,)),

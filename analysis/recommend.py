@@ -37,6 +37,10 @@ class Pick:
     note: str
     # With SLOs: per config rejected for missing one, [{key, value, threshold, concurrency}].
     slo_rejected: dict = field(default_factory=dict)
+    # With SLOs: the pick's goodput over the band's levels (mean), and its 95% interval over
+    # repeats where the band is one level that has one.
+    goodput_requests_per_s: float | None = None
+    goodput_ci95: tuple | None = None
 
 
 def where_list(places: list[tuple[str, int]], limit: int = 4) -> str:
@@ -158,6 +162,8 @@ def _band_pick(host: _Host, band: tuple[str, int, int], inside: list[dict]) -> P
         levels=", ".join(map(str, concurrencies)),
         note="; ".join(notes),
         slo_rejected=rejected,
+        goodput_requests_per_s=best["goodput"] if best else None,
+        goodput_ci95=best["goodput_ci95"] if best else None,
     )
 
 
@@ -173,6 +179,15 @@ def _candidate(host: _Host, config: str, own: list[dict], cells: int) -> dict:
     ]
     mean = sum(r["output_tokens_per_s"] for r in clean) / len(clean) if clean else None
     speedups = [r["speedup_vs_ar"] for r in clean if r["speedup_vs_ar"] is not None]
+    goodputs = [r for r in clean if r.get("goodput_requests_per_s") is not None]
+    interval = (
+        (
+            goodputs[0]["goodput_requests_per_s_ci95_low"],
+            goodputs[0]["goodput_requests_per_s_ci95_high"],
+        )
+        if len(goodputs) == 1 and goodputs[0].get("goodput_requests_per_s_ci95_low") is not None
+        else None
+    )
     budget, tp = own[0]["ddtree_budget"], own[0]["tp_size"]
     missed = [
         {**miss, "concurrency": r["concurrency"], "prompt_set": r["prompt_set"]}
@@ -188,6 +203,10 @@ def _candidate(host: _Host, config: str, own: list[dict], cells: int) -> dict:
         "slo_missed": missed,
         "mean": mean,
         "speedup": sum(speedups) / len(speedups) if speedups else None,
+        "goodput": (
+            sum(r["goodput_requests_per_s"] for r in goodputs) / len(goodputs) if goodputs else None
+        ),
+        "goodput_ci95": interval,
         "budget": budget,
         "tp": tp,
         "saturated": sorted({r["concurrency"] for r in own if r["client_saturated"]}),

@@ -35,9 +35,18 @@ OPTIONAL_HTML_COLUMNS = tuple(
 
 
 def shown_columns(table: list[dict], columns: tuple[str, ...]) -> tuple[str, ...]:
-    """columns, then each optional column some row has a value in."""
+    """columns, with each optional column some row has a value in placed after the column
+    the registry puts before it (an interval beside its metric, goodput beside throughput),
+    or at the end where none of those is shown."""
     extra = tuple(name for name, has in OPTIONAL_HTML_COLUMNS if any(has(r) for r in table))
-    return (*columns, *(name for name in extra if name not in columns))
+    order = metrics.columns()
+    shown = list(columns)
+    for name in extra:
+        if name in shown:
+            continue
+        before = [c for c in order[: order.index(name)] if c in shown]
+        shown.insert(shown.index(before[-1]) + 1 if before else len(shown), name)
+    return tuple(shown)
 
 
 def report(
@@ -167,7 +176,13 @@ def _analyse(
 def _figures(found: _Findings, workers: int | None, label: str) -> list[plots.Plot]:
     """Every figure of the results, then the speed model's two."""
     figures = plots.all_plots(
-        found.results, found.table, found.reference, workers, label, found.cdf_concurrency
+        found.results,
+        found.table,
+        found.reference,
+        workers,
+        label,
+        found.cdf_concurrency,
+        found.slo,
     )
     palette = plots.colors([r["config"] for r in found.table])
     expected = found.expected
@@ -186,7 +201,9 @@ def _write(staging: Staging, found: _Findings, title: str) -> None:
     expected = found.expected
     staging.write("summary.csv", tables.to_csv(found.table))
     staging.write("summary.md", _markdown(found, title))
-    staging.write("recommendation.csv", tables.to_csv(found.pick_rows, tables.PICK_COLUMNS))
+    staging.write(
+        "recommendation.csv", tables.to_csv(found.pick_rows, tables.pick_columns(found.slo))
+    )
     staging.write("predicted.csv", tables.to_csv(expected.rows, predicted.COLUMNS))
     staging.write(
         "ddtree_diagnosis.csv", tables.to_csv(expected.shape_table(), predicted.SHAPE_COLUMNS)
@@ -284,7 +301,7 @@ def _recommendation_html(found: _Findings) -> str:
             if slo
             else ""
         )
-        + html.table_html(found.pick_rows, tables.PICK_COLUMNS)
+        + html.table_html(found.pick_rows, tables.pick_columns(found.slo))
     )
 
 
@@ -453,7 +470,7 @@ def _markdown(found: _Findings, title: str) -> str:
         f"# {title}\n\n"
         + (f"SLOs: {tables.slo_text(slo)}\n\n" if slo else "")
         + "## Recommendation\n\n"
-        + tables.to_markdown(found.pick_rows, tables.PICK_COLUMNS)
+        + tables.to_markdown(found.pick_rows, tables.pick_columns(found.slo))
         + "\n## Summary\n\n"
         + tables.to_markdown(table, shown_columns(table, tables.MARKDOWN_COLUMNS))
         + _predicted_markdown(found.expected)

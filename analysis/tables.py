@@ -58,6 +58,7 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_BAND_EDGES",
     "DIGITS",
+    "GOODPUT_COLUMNS",
     "MARKDOWN_COLUMNS",
     "MAX_SLO_MS",
     "PICK_COLUMNS",
@@ -82,6 +83,7 @@ __all__ = [
     "mean_interval",
     "merge_repeats",
     "parse_slo",
+    "pick_columns",
     "picks_table",
     "profile_of",
     "recommend",
@@ -317,6 +319,15 @@ def to_markdown(table: list[dict], columns=MARKDOWN_COLUMNS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pick_columns(slo: dict | None) -> tuple[str, ...]:
+    """The recommendation's columns: with SLOs, the pick's goodput and its interval beside its
+    throughput."""
+    if not slo:
+        return PICK_COLUMNS
+    at = PICK_COLUMNS.index("output_tokens_per_s") + 1
+    return (*PICK_COLUMNS[:at], *GOODPUT_COLUMNS, *PICK_COLUMNS[at:])
+
+
 def picks_table(picks: list[Pick]) -> list[dict]:
     return [
         {
@@ -327,6 +338,9 @@ def picks_table(picks: list[Pick]) -> list[dict]:
             "ddtree_budget": p.ddtree_budget,
             "output_tokens_per_s": p.output_tokens_per_s,
             "speedup_vs_ar": p.speedup_vs_ar,
+            "goodput_requests_per_s": p.goodput_requests_per_s,
+            "goodput_requests_per_s_ci95_low": p.goodput_ci95[0] if p.goodput_ci95 else None,
+            "goodput_requests_per_s_ci95_high": p.goodput_ci95[1] if p.goodput_ci95 else None,
             "note": p.note,
             # report.json only: per config that missed an SLO, each {key, value, threshold,
             # concurrency, prompt_set}.
@@ -336,6 +350,11 @@ def picks_table(picks: list[Pick]) -> list[dict]:
     ]
 
 
+GOODPUT_COLUMNS = (
+    "goodput_requests_per_s",
+    "goodput_requests_per_s_ci95_low",
+    "goodput_requests_per_s_ci95_high",
+)
 PICK_COLUMNS = (
     "host",
     "band",

@@ -245,6 +245,24 @@ METRICS = (
         compared=True,
         **_SHOWN,
     ),
+    # Each 95% interval beside its metric (summary.csv, the tables), goodput beside throughput.
+    *_interval("output_tokens_per_s", html=PRESENT),
+    # With --slo only: the requests/s whose own latencies meet every threshold (and its
+    # interval over repeats), and whether the level's percentiles met every SLO.
+    Metric(
+        "goodput_requests_per_s",
+        DERIVED,
+        "slo",
+        computed_by="analysis.slo.goodput",
+        unit="requests/s",
+        better="higher",
+        label="goodput",
+        axis="goodput (requests/s meeting every SLO)",
+        repeat=True,
+        html=EXTRA,
+    ),
+    *_interval("goodput_requests_per_s", html=EXTRA),
+    Metric("slo_met", FLAG, "slo", computed_by="analysis.slo.slo_met", html=EXTRA),
     Metric(
         "speedup_vs_ar",
         DERIVED,
@@ -270,7 +288,9 @@ METRICS = (
     ),
     _latency("ttft_ms", "p50", "TTFT", compared=True, **_SHOWN),
     _latency("ttft_ms", "p99", "TTFT", compared=True, **_SHOWN),
+    *_interval("ttft_ms_p99"),
     _latency("tpot_ms", "p50", "TPOT", compared=True, **_SHOWN),
+    *_interval("tpot_ms_p50"),
     _latency("tpot_ms", "p99", "TPOT", compared=True, **_SHOWN),
     _latency("itl_ms", "p50", "ITL"),
     _latency("itl_ms", "p99", "ITL"),
@@ -429,23 +449,7 @@ METRICS = (
         html=PRESENT,
         shown_if=lambda value: (value or 1) > 1,
     ),
-    *_interval("output_tokens_per_s", html=PRESENT),
-    *_interval("tpot_ms_p50"),
-    *_interval("ttft_ms_p99"),
     Metric("under_filled", FLAG, "load", computed_by=_ROW, html=PRESENT, shown_if=bool),
-    # With --slo only: every SLO met by the level's percentiles, and the requests/s whose own
-    # latencies meet every threshold.
-    Metric("slo_met", FLAG, "slo", computed_by="analysis.slo.slo_met", html=EXTRA),
-    Metric(
-        "goodput_requests_per_s",
-        DERIVED,
-        "slo",
-        computed_by="analysis.slo.goodput",
-        unit="requests/s",
-        better="higher",
-        repeat=True,
-        html=EXTRA,
-    ),
     # Not in summary.csv: what the latency plots and the SLOs read, and the request rate
     # goodput is a part of.
     Metric("e2e_ms_mean", MEASURED, "latency", field="e2e_ms", stat="mean", unit="ms", csv=False),

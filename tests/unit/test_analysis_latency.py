@@ -449,3 +449,56 @@ def test_a_missing_rate_level_or_repeat_is_an_incomplete_run(tmp_path):
         "them (node-a/ar/gsm8k/c1.rep2.json and the others): the run was interrupted, or the "
         "file was lost"
     )
+
+
+def test_goodput_leads_the_recommendation_the_summary_the_command_line_and_a_plot(tmp_path, capsys):
+    """With SLOs: the pick's goodput and its interval beside its throughput in the first
+    table (recommendation), goodput beside throughput in the summary, every interval beside its
+    metric, the command line's summary saying it, and a goodput plot that names the SLO."""
+    root = tmp_path / "run"
+    plan = Plan(
+        configs=dict(SLO_CONFIGS), concurrency=(1,), num_prompts=8, max_new_tokens=64, repeats=3
+    )
+    write_run(root, plan)
+    out = tmp_path / "report"
+    assert main(["report", str(root), "--out", str(out), "--slo", "tpot_ms_p99=10"]) == 0
+    said = capsys.readouterr().out
+    [pick_line] = [line for line in said.splitlines() if "recommended on node-a" in line]
+    assert "fast (goodput " in pick_line and "requests/s, 95% " in pick_line, pick_line
+
+    with open(out / "recommendation.csv", encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    at = header.index("output_tokens_per_s")
+    assert header[at + 1 : at + 4] == list(tables.GOODPUT_COLUMNS)
+    [pick] = [r for r in csv.DictReader(open(out / "recommendation.csv", encoding="utf-8"))]
+    low, high = (float(pick[f"goodput_requests_per_s_ci95_{end}"]) for end in ("low", "high"))
+    assert low <= float(pick["goodput_requests_per_s"]) <= high
+
+    with open(out / "summary.csv", encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    for metric in ("output_tokens_per_s", "goodput_requests_per_s", "ttft_ms_p99", "tpot_ms_p50"):
+        at = header.index(metric)
+        assert header[at + 1 : at + 3] == [f"{metric}_ci95_low", f"{metric}_ci95_high"], metric
+    assert header.index("goodput_requests_per_s") < header.index("speedup_vs_ar")
+    markdown = (out / "summary.md").read_text()
+    summary_header = markdown.split("## Summary")[1].split("\n")[2]
+    cells = [c.strip() for c in summary_header.strip("|").split("|")]
+    at = cells.index("output_tokens_per_s")
+    assert cells[at + 1 : at + 6] == [
+        "output_tokens_per_s_ci95_low",
+        "output_tokens_per_s_ci95_high",
+        "goodput_requests_per_s",
+        "goodput_requests_per_s_ci95_low",
+        "goodput_requests_per_s_ci95_high",
+    ], cells
+    document = check_report(out)
+    assert "plots/goodput.png" in document["plots"]
+    page = (out / "report.html").read_text()
+    assert "Goodput against concurrency" in page and "tpot_ms_p99 &lt;= 10 ms" in page
+
+
+def test_without_slos_there_is_no_goodput_plot_or_column(two_tpots, tmp_path):
+    outcome = analysis.report(two_tpots, out=tmp_path / "plain")
+    assert "plots/goodput.png" not in check_report(outcome.out)["plots"]
+    with open(outcome.out / "recommendation.csv", encoding="utf-8") as handle:
+        assert "goodput_requests_per_s" not in next(csv.reader(handle))
