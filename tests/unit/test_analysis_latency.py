@@ -470,7 +470,8 @@ def test_goodput_leads_the_recommendation_the_summary_the_command_line_and_a_plo
         header = next(csv.reader(handle))
     at = header.index("output_tokens_per_s")
     assert header[at + 1 : at + 4] == list(tables.GOODPUT_COLUMNS)
-    [pick] = [r for r in csv.DictReader(open(out / "recommendation.csv", encoding="utf-8"))]
+    with open(out / "recommendation.csv", encoding="utf-8") as handle:
+        [pick] = list(csv.DictReader(handle))
     low, high = (float(pick[f"goodput_requests_per_s_ci95_{end}"]) for end in ("low", "high"))
     assert low <= float(pick["goodput_requests_per_s"]) <= high
 
