@@ -182,6 +182,13 @@ def test_no_token_for_the_gated_drafter_stops_deploy_and_plan(tmp_path):
     assert "setting(s) to fix" not in out
 
 
+def test_plan_stops_on_an_unknown_profile_group_too(tmp_path):
+    """plan.yml never connects; before this check it failed on `'kimi_profile' is undefined`."""
+    rc, out = run(tmp_path, "plan.yml", lab(tmp_path, group="h100"), "-e", "plan_check_hub=false")
+    stopped_before_ssh(tmp_path, rc, out, "none of the hardware profile groups (its groups: ")
+    assert "is undefined" not in out
+
+
 def test_a_run_from_a_subdirectory_says_where_to_run_it(tmp_path):
     inventory = lab(tmp_path)
     for playbook in ("plan.yml", "deploy_kimi.yml"):
