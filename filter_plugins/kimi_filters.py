@@ -120,11 +120,25 @@ def _double_quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _control_free(text: str, what: str) -> str:
+    """text, or ValueError naming what holds a control character: a unit file or env file reads
+    one line per setting, and a carriage return or newline would start another (a setting of
+    the attacker's), while other control characters have no business in them."""
+    for char in text:
+        if ord(char) < 32 or 127 <= ord(char) < 160:
+            raise ValueError(f"{what} holds the control character {char!r}: {text!r}")
+    return text
+
+
+def systemd_value(value) -> str:
+    """A value for the server's unit file (a path, a title), refused with a control character."""
+    return _control_free(str(value), "a systemd unit value")
+
+
 def systemd_exec_line(argv: list) -> str:
     words = []
     for arg in map(str, argv):
-        if "\n" in arg:
-            raise ValueError(f"argument with a newline cannot go into ExecStart=: {arg!r}")
+        _control_free(arg, "an argument of ExecStart=")
         word = arg if PLAIN.match(arg) else _double_quoted(arg)
         # systemd expands %-specifiers and $VARIABLES in ExecStart=; doubling keeps them literal.
         words.append(word.replace("%", "%%").replace("$", "$$"))
@@ -135,9 +149,7 @@ def env_file_line(key: str, value) -> str:
     key = str(key)
     if not ENV_NAME.match(key):
         raise ValueError(f"not a valid environment variable name: {key!r}")
-    value = str(value)
-    if "\n" in value:
-        raise ValueError(f"environment value of {key} has a newline")
+    value = _control_free(str(value), f"the environment value of {key}")
     return f"{key}={_double_quoted(value)}"
 
 
@@ -543,6 +555,7 @@ class FilterModule:
     def filters(self):
         return {
             "systemd_exec_line": systemd_exec_line,
+            "systemd_value": systemd_value,
             "env_file_line": env_file_line,
             "kimi_needed_repos": kimi_needed_repos,
             "kimi_server_url": kimi_server_url,

@@ -270,6 +270,17 @@ def test_deploy_summary_of_a_loopback_server_without_key(playbook, models_server
     said = tunneled.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
     tunnel = f"ssh -N -L {port}:127.0.0.1:{port} -p 2222 -i '/home/ops/.ssh/id ed25519' ops@"
     assert tunnel in said, said
+    # On IPv6 loopback the forward's address goes in brackets, which ssh -L needs.
+    six = playbook(
+        "playbooks/summary_deploy.yml",
+        summary_inventory(
+            tmp_path / "six",
+            {"kimi_server_port": port, "ansible_user": "ops", "kimi_server_host": "::1"},
+        ),
+    )
+    said = six.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
+    assert f"ssh -N -L {port}:[::1]:{port} ops@127.0.0.1" in said, said
+    assert f"http://[::1]:{port}/v1/models" in said, said
     # A keyed server reached as ops: the root-only key file is read under sudo.
     key_vars = tmp_path / "key.yml"
     key_vars.write_text(yaml.safe_dump({"kimi_server_api_key": "sk-kimi-ops-1"}))

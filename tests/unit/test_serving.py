@@ -136,8 +136,16 @@ def test_systemd_and_environment_file_quoting():
     assert env == 'NCCL_X="a \\"b\\" \\\\c"'
     # The supervisor reads it back with shlex, as systemd does with EnvironmentFile.
     assert shlex.split(env) == ['NCCL_X=a "b" \\c']
-    with pytest.raises(ValueError, match="newline"):
-        filters.env_file_line("K", "a\nb")
+    # A carriage return ends a unit file's line as a newline does: a second setting would be
+    # the argument's. Every control character is refused, in arguments, values and paths.
+    for bad in ("a\nb", "a\rb", "a\x00b", "a\x1b[2Jb", "a\x7fb", "a\x85b"):
+        with pytest.raises(ValueError, match="control character"):
+            filters.env_file_line("K", bad)
+        with pytest.raises(ValueError, match="control character"):
+            filters.systemd_exec_line(["/v/bin/python", "--served-model-name", bad])
+        with pytest.raises(ValueError, match="control character"):
+            filters.systemd_value(bad)
+    assert filters.systemd_value("/var/lib/kimi/server") == "/var/lib/kimi/server"
     with pytest.raises(ValueError, match="not a valid environment variable name"):
         filters.env_file_line("1BAD", "x")
 
