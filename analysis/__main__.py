@@ -12,7 +12,7 @@ from analysis import comparability
 from analysis.bundle import DEFAULT_MAX_BYTES as BUNDLE_MAX_BYTES
 from analysis.bundle import DEFAULT_MAX_FILE_BYTES as BUNDLE_MAX_FILE_BYTES
 from analysis.bundle import BundleError, bundle
-from analysis.output import OutputError
+from analysis.output import OutputError, terminal_text
 from analysis.report import report
 from analysis.report_compare import compare
 from analysis.results import DEFAULT_MAX_FILE_BYTES, ResultsError, model_title
@@ -208,6 +208,13 @@ def _compare_args(commands, common: argparse.ArgumentParser) -> None:
     )
 
 
+def _say(*parts, **options) -> None:
+    """print() for the summary's lines, whose host, prompt set and config names come from the
+    results (outside input): a control character (a terminal escape that would repaint the
+    screen) is shown as '?'."""
+    print(*(terminal_text(str(part)) for part in parts), **options)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "bundle":
@@ -215,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outcome = _run_report(args) if args.command == "report" else _run_compare(args)
     except (ResultsError, OutputError) as error:
-        print(f"analysis {args.command}: {error}", file=sys.stderr)
+        _say(f"analysis {args.command}: {error}", file=sys.stderr)
         return 2
     _print_picks(outcome, args.slo)
     _print_ddtree(outcome)
@@ -257,21 +264,21 @@ def _of_kind(outcome, kind: str) -> list[dict]:
 
 def _print_picks(outcome, slo: dict[str, float] | None) -> None:
     """Where the report is, what it read, the SLOs and the recommended config per host."""
-    print(
+    _say(
         f"{outcome.html} ({outcome.levels} levels, {outcome.records} request records from "
         f"{outcome.inputs} files in {outcome.seconds['total']:.1f} s)"
     )
     if slo:
-        print(f"  SLOs: {', '.join(f'{k} <= {v:g} ms' for k, v in slo.items())}")
+        _say(f"  SLOs: {', '.join(f'{k} <= {v:g} ms' for k, v in slo.items())}")
     hosts: dict[str, list[str]] = {}
     for pick in outcome.picks:
         hosts.setdefault(pick.host, []).append(
             f"{pick.band}: {pick.config or 'none'}{_goodput(pick)}"
         )
     for host, picks in list(hosts.items())[:MAX_HOST_LINES]:
-        print(f"  recommended on {host} by concurrency - {', '.join(picks)}")
+        _say(f"  recommended on {host} by concurrency - {', '.join(picks)}")
     if len(hosts) > MAX_HOST_LINES:
-        print(f"  ... and {len(hosts) - MAX_HOST_LINES} more hosts: see the report")
+        _say(f"  ... and {len(hosts) - MAX_HOST_LINES} more hosts: see the report")
 
 
 def _goodput(pick) -> str:
@@ -288,12 +295,12 @@ def _print_ddtree(outcome) -> None:
     """The DDTree budget collapses and, where the report diagnosed one, its verdict."""
     collapses = _of_kind(outcome, "ddtree_budget_collapse")
     if collapses:
-        print(
+        _say(
             f"  DDTree accepted tokens per step collapse at {len(collapses)} host / prompt set / "
             "level(s): see the ddtree_budget_collapse warnings and the decomposition plot"
         )
     if outcome.diagnosis:
-        print(
+        _say(
             "  DDTree collapse diagnosis - "
             + "; ".join(
                 f"{side.upper()}: {found['run']} ({model_title(found['model'])}): "
@@ -307,20 +314,20 @@ def _print_warnings(outcome) -> None:
     """A line for each kind of warning worth a look on the terminal, then the counts."""
     throttled = _of_kind(outcome, "gpu_throttled")
     if throttled:
-        print(
+        _say(
             f"  GPU clocks held down (power cap, thermal or hardware slowdown) at "
             f"{len({w['where'] for w in throttled})} level(s): see the gpu_throttled warnings"
         )
     print_predicted(outcome)
     thin = _of_kind(outcome, "under_filled")
     if thin:
-        print(
+        _say(
             f"  {len(thin)} under-filled level(s): fewer unique prompts than the level wanted, "
             "so their throughput understates a full level: see the under_filled notes"
         )
     unfinished = _of_kind(outcome, "incomplete_run")
     if unfinished:
-        print(
+        _say(
             f"  incomplete run: {len(unfinished)} incomplete_run warnings (run.json without "
             "ended_at, or configs and levels it plans that left no file): see the report"
         )
@@ -329,27 +336,27 @@ def _print_warnings(outcome) -> None:
         for kind in ("accuracy_below_floor", "accuracy_below_ar", "api_check_failed")
     }
     if any(gate.values()):
-        print(
+        _say(
             "  quality gate: "
             + ", ".join(f"{count} {kind}" for kind, count in gate.items() if count)
             + " (a broken deployment that losslessness cannot see): see the report"
         )
     counts = {s: sum(w["severity"] == s for w in outcome.warnings) for s in ("error", "warning")}
     if counts["error"] or counts["warning"]:
-        print(f"  {counts['error']} errors and {counts['warning']} warnings: see the report")
+        _say(f"  {counts['error']} errors and {counts['warning']} warnings: see the report")
 
 
 def _comparability_exit(outcome, require_comparable: bool) -> int:
     """compare's comparability line; NOT_COMPARABLE_EXIT under --require-comparable when the
     runs are not comparable, else 0."""
     differences = comparability.counts(outcome.warnings)
-    print(
+    _say(
         f"  comparability: {differences[comparability.NOT_COMPARABLE]} not_comparable, "
         f"{differences[comparability.EXPECTED]} expected_difference (see the Comparability "
         "section)"
     )
     if require_comparable and differences[comparability.NOT_COMPARABLE]:
-        print(
+        _say(
             f"analysis compare: --require-comparable: the runs are not comparable "
             f"({differences[comparability.NOT_COMPARABLE]} not_comparable warnings)",
             file=sys.stderr,
@@ -365,7 +372,7 @@ def print_predicted(outcome) -> None:
     ratios = sorted(r["step_ms_ratio"] for r in rows if r.get("step_ms_ratio") is not None)
     if ratios:
         middle = ratios[len(ratios) // 2]
-        print(
+        _say(
             f"  measured against predicted: {len(ratios)} levels, step time {ratios[0]:.2f} to "
             f"{ratios[-1]:.2f} times the speed model's (median {middle:.2f}): see predicted.csv"
         )
@@ -376,7 +383,7 @@ def print_predicted(outcome) -> None:
             for part in warning.get("likely") or ["unexplained"]:
                 parts[part] = parts.get(part, 0) + 1
         named = ", ".join(f"{part} {count}" for part, count in sorted(parts.items()))
-        print(
+        _say(
             f"  {len(slow)} level(s) more than 25% slower than the speed model predicts "
             f"(likely: {named}): see the slower_than_predicted warnings"
         )
@@ -385,7 +392,7 @@ def print_predicted(outcome) -> None:
         verdicts: dict[str, int] = {}
         for shape in shapes:
             verdicts[shape["verdict"]] = verdicts.get(shape["verdict"], 0) + 1
-        print(
+        _say(
             "  DDTree budget diagnosis: "
             + ", ".join(
                 f"{count} {verdict.replace('_', ' ')}" for verdict, count in verdicts.items()
@@ -405,16 +412,16 @@ def _run_bundle(args) -> int:
             max_bytes=args.max_bytes,
         )
     except BundleError as error:
-        print(f"analysis bundle: {error}", file=sys.stderr)
+        _say(f"analysis bundle: {error}", file=sys.stderr)
         return 2
-    print(
+    _say(
         f"{done.out}: {len(done.members)} files ({done.bytes} bytes before compression); "
         f"{done.masked} values masked ({done.secrets} secrets given, and the patterns)"
     )
     for path, why in done.left_out[:MAX_HOST_LINES]:
-        print(f"  left out {path}: {why}")
+        _say(f"  left out {path}: {why}")
     if len(done.left_out) > MAX_HOST_LINES:
-        print(f"  ... and {len(done.left_out) - MAX_HOST_LINES} more: see BUNDLE.json inside")
+        _say(f"  ... and {len(done.left_out) - MAX_HOST_LINES} more: see BUNDLE.json inside")
     return 0
 
 

@@ -10,11 +10,18 @@ import io
 import math
 from dataclasses import dataclass, field
 
+import matplotlib
 from ansible.module_utils.contract import metrics
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from analysis.results import CHAIN_CONTROL, config_order
+
+# Host, prompt set and config names come from the results, which are outside input: a `$` in
+# one would make matplotlib parse the text as math (and fail on a name like "gpu$\frac{a$").
+# No figure of the report uses math: every text is drawn as it is, in every process that
+# draws (the worker processes import this module too).
+matplotlib.rcParams["text.parse_math"] = False
 
 DPI = 96
 MAX_PANELS = 10

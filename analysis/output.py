@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime
 import errno
+import html
 import os
 import shutil
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +136,28 @@ class Staging:
                 f"cannot move the report into {self.target}: {error.strerror or error}"
             ) from None
         return False
+
+
+def terminal_text(text: str) -> str:
+    """text for a terminal: each control or format character but the newline (an escape
+    sequence that would repaint the screen or hide what follows, a bidirectional override)
+    shown as '?'. Names in the results are outside input."""
+    return "".join(
+        "?" if unicodedata.category(char)[0] == "C" and char != "\n" else char for char in text
+    )
+
+
+def markdown_text(text: str) -> str:
+    """text for summary.md's prose and table cells: HTML escaped (a host name is not markup),
+    each control character '?', a table's | and a line break kept from ending the cell."""
+    text = terminal_text(str(text)).replace("\n", " ")
+    return html.escape(text, quote=False).replace("|", "\\|").replace("`", "&#96;")
+
+
+def markdown_code(text: str) -> str:
+    """text for a code span of summary.md (markup there is shown as it is): each control
+    character '?', a backtick, which would end the span, an apostrophe, one line."""
+    return terminal_text(str(text)).replace("\n", " ").replace("`", "'")
 
 
 def now() -> str:

@@ -14,7 +14,15 @@ from ansible.module_utils.contract import metrics
 from ansible.module_utils.contract.names import REFERENCE
 
 from analysis import html, plots, predicted, quality, sweep, tables
-from analysis.output import Outcome, OutputError, Staging, choose_out, now
+from analysis.output import (
+    Outcome,
+    OutputError,
+    Staging,
+    choose_out,
+    markdown_code,
+    markdown_text,
+    now,
+)
 from analysis.report_rows import LOSSLESS_COLUMNS, lossless_rows, provenance, sweep_rows
 from analysis.results import (
     DEFAULT_MAX_FILE_BYTES,
@@ -467,7 +475,7 @@ def _markdown(found: _Findings, title: str) -> str:
     """summary.md: the recommendation and the summary, then what else the results hold."""
     slo, table = found.slo, found.table
     return (
-        f"# {title}\n\n"
+        f"# {markdown_text(title)}\n\n"
         + (f"SLOs: {tables.slo_text(slo)}\n\n" if slo else "")
         + "## Recommendation\n\n"
         + tables.to_markdown(found.pick_rows, tables.pick_columns(found.slo))
@@ -487,7 +495,8 @@ def _markdown(found: _Findings, title: str) -> str:
         + (
             "\n## Warnings\n\n"
             + "".join(
-                f"- **{w['severity']}** `{w['kind']}` `{w['where']}`: {w['message']}\n"
+                f"- **{w['severity']}** `{w['kind']}` `{markdown_code(w['where'])}`: "
+                f"{markdown_text(w['message'])}\n"
                 for w in found.warnings
             )
             if found.warnings
@@ -506,8 +515,8 @@ def _predicted_markdown(expected: predicted.Predictions) -> str:
     ) + (
         "\n## DDTree budget diagnosis\n\n"
         + "".join(
-            f"- {s.host} / tp{s.tp_size} / {s.prompt_set} / c{s.concurrency}: "
-            f"**{sweep.SHAPE_WORDS[s.verdict]}** - {s.explain()}\n"
+            f"- {markdown_text(s.host)} / tp{s.tp_size} / {markdown_text(s.prompt_set)} / "
+            f"c{s.concurrency}: **{sweep.SHAPE_WORDS[s.verdict]}** - {markdown_text(s.explain())}\n"
             for s in expected.shapes
         )
         if expected.shapes

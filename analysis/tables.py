@@ -17,6 +17,7 @@ from ansible.module_utils.contract.profiles import PROFILE_OF_GPU
 
 from analysis import sweep, telemetry
 from analysis.keys import at_tp, closed_loop, is_reference, level_key
+from analysis.output import markdown_text
 from analysis.recommend import DEFAULT_BAND_EDGES, Pick, bands, recommend
 from analysis.repeats import (
     CI_METRICS,
@@ -311,7 +312,7 @@ def to_csv(table: list[dict], columns=COLUMNS) -> str:
 
 def to_markdown(table: list[dict], columns=MARKDOWN_COLUMNS) -> str:
     def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
+        return markdown_text(text)
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     for row in table:

@@ -203,3 +203,27 @@ def test_a_thousand_mutations_end_in_a_report_or_a_named_refusal(tree, tmp_path)
     # Both ends are exercised: a fuzz that only ever refused would test nothing past reading.
     assert outcomes[0] >= 50 and outcomes[2] >= 500, outcomes
     print(f"{MUTATIONS} mutations in {seconds:.1f} s: {outcomes}")
+
+
+def test_hostile_host_names_reach_no_plot_terminal_or_markdown_as_code(tmp_path, capsys):
+    """Hardening II (6, 7): a `$` pair made matplotlib parse a host name as math and the report
+    crash; an escape sequence in a folder name reached the terminal raw, and HTML in one
+    reached summary.md as markup."""
+    from analysis.__main__ import main
+    from tests.support.results_tree import Plan, Sim, write_run
+
+    hosts = {"gpu$\\frac{a$-1": "ct200", "n2\x1b[2J\x1b[H<img src=x onerror=alert(1)>": "h200"}
+    plan = Plan(
+        hosts=hosts, configs={"ar": Sim(), "dflash": Sim(step_ms=25, accept=4)}, concurrency=(1, 2)
+    )
+    root = write_run(tmp_path / "run", plan)
+    assert main(["report", str(root), "--out", str(tmp_path / "report")]) == 0
+    said = capsys.readouterr()
+    assert "\x1b" not in said.out + said.err
+    assert "recommended on n2?[2J?[H<img src=x onerror=alert(1)> by" in said.out
+    markdown = (tmp_path / "report" / "summary.md").read_text()
+    # Markup only inside code spans, where it is shown as it is.
+    prose = re.sub(r"`[^`\n]*`", "", markdown)
+    assert "<img" not in prose and "&lt;img src=x onerror=alert(1)&gt;" in prose
+    assert "\x1b" not in markdown
+    assert (tmp_path / "report" / "plots" / "throughput.png").stat().st_size > 0
