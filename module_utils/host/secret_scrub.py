@@ -133,10 +133,18 @@ class Scrubber:
         pieces, last = [], 0
         while pos != -1:
             start = max(last, pos - LOOK_BEHIND)
-            end = min(len(text), pos + len(trigger) + LOOK_AHEAD)
+            end = pos + len(trigger) + LOOK_AHEAD
+            # A later find whose own window reaches into this one joins it: a match may start
+            # up to LOOK_BEHIND before its trigger and end up to LOOK_AHEAD after it, so one
+            # found near this window's end must not be cut at it (nor skipped).
+            after = hay.find(trigger, pos + 1)
+            while after != -1 and after - LOOK_BEHIND <= end:
+                end = after + len(trigger) + LOOK_AHEAD
+                after = hay.find(trigger, after + 1)
+            end = min(len(text), end)
             pieces += [text[last:start], pattern.sub(self._pattern_mask, text[start:end])]
             last = end
-            pos = hay.find(trigger, end)
+            pos = after
         return "".join(pieces) + text[last:]
 
     def _pattern_mask(self, match: re.Match) -> str:

@@ -351,6 +351,24 @@ def test_scrubber_finds_patterns_deep_in_one_long_line_and_in_any_case():
     assert scrub.count == 3
 
 
+def test_no_match_falls_between_two_windows_at_any_offset():
+    """Hardening II (8): an earlier launch's api_key=None opens a window of LOOK_AHEAD
+    characters; a later launch's api_key='...' whose value straddled that window's end survived
+    whole (the window cut it, and the next search began past it)."""
+    from ansible.module_utils.host import secret_scrub
+
+    key = "sk-kimi-unlisted-" + "k" * 40
+    first = "api_key=None "
+    window_end = len("api_key") + secret_scrub.LOOK_AHEAD
+    for start in range(window_end - 80, window_end + 16):
+        for assignment in (f"api_key='{key}'", f'"api_key": "{key}"', f"--api-key {key}"):
+            text = first + "x" * (start - len(first)) + " " + assignment + " tail"
+            scrub = Scrubber([])
+            out = scrub(text)
+            assert key not in out, (start, assignment)
+            assert out.startswith(first) and out.endswith(" tail")
+
+
 def run_config(host, during, **over) -> str:
     """begin, then `during(log)` (what the config's server wrote), start and end: the text of
     the server.log.gz the config brought back."""
