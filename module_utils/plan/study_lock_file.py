@@ -31,6 +31,8 @@ MAX_LOCK_BYTES = 8 << 20
 MAX_ENTRIES = 256
 MAX_PACKAGES = 8192
 MAX_TEXT = 1024
+# The lock's deepest value is 4 levels down (runtime.<kind>.built_from.<package>).
+MAX_DEPTH = 16
 SHA = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # What pip accepts as a version, and no more: a value that reaches a requirements line.
@@ -249,6 +251,34 @@ def check_lock(data, path: str) -> dict:
     return lock
 
 
+class _LockLoader(yaml.SafeLoader):
+    """The safe loader without aliases and with a bound on nesting: the kit writes neither,
+    and a lock of a few hundred bytes whose aliases expand to millions of items stalled every
+    run (each playbook reads the lock first), while thousands of nested brackets overflowed
+    Python's stack. Pure Python, so that its composer is the one bounded here."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, "an alias (*name), which a study lock never holds", mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"values nested deeper than {MAX_DEPTH}, which a study lock never is",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def load(path: str) -> dict | None:
     """The lock at path, checked, or None when there is none."""
     try:
@@ -262,9 +292,11 @@ def load(path: str) -> dict | None:
     if raw is None:
         return None
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = yaml.load(raw.decode("utf-8"), Loader=_LockLoader)  # noqa: S506 - a safe loader
     except (UnicodeDecodeError, yaml.YAMLError) as error:
-        raise LockError(f"{path} is not valid YAML: {str(error)[:300]}") from error
+        raise LockError(
+            f"{path} is not a study lock's YAML: {str(error)[:300]}. Fix: {UPDATE_FIX}"
+        ) from error
     try:
         return check_lock(data, path)
     except LockError as error:

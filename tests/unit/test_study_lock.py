@@ -224,8 +224,8 @@ def test_a_bad_runtime_record_is_refused(tmp_path, record, problem):
         ),
         (b"lock_version: 1\nsurprise: 1\n", "does not know: surprise"),
         (b"lock_version: 1\nruntime: {conda: {}}\n", "one of release, git"),
-        (b"{unclosed", "not valid YAML"),
-        (b"\xff\xfe", "not valid YAML"),
+        (b"{unclosed", "is not a study lock's YAML"),
+        (b"\xff\xfe", "is not a study lock's YAML"),
     ],
 )
 def test_a_bad_lock_file_fails_naming_the_entry_and_the_fix(tmp_path, content, problem):
@@ -235,6 +235,27 @@ def test_a_bad_lock_file_fails_naming_the_entry_and_the_fix(tmp_path, content, p
         sl.sync(str(path), requested(), mode="read")
     assert problem in str(error.value)
     assert str(path) in str(error.value)
+
+
+def test_a_hostile_lock_fails_at_once_naming_the_file(tmp_path):
+    """Hardening II (5): a 1.7 KB lock whose aliases expand to 64^4 items took 544 s and 831 MB
+    through the lock tasks that start every playbook; 40 KB of nested brackets raised an
+    uncaught RecursionError. Both fail as the file's YAML, naming the file (at once: the loader
+    stops at the first alias or the 17th level)."""
+    bomb = ["lock_version: 1", "a: &a [" + ", ".join(["x"] * 64) + "]"]
+    for name, below in (("b", "a"), ("c", "b"), ("d", "c")):
+        bomb.append(f"{name}: &{name} [" + ", ".join([f"*{below}"] * 64) + "]")
+    bomb.append("runtime: {release: {built_from: *d}}")
+    for content, problem in (
+        ("\n".join(bomb) + "\n", "an alias (*name), which a study lock never holds"),
+        ("lock_version: 1\nruntime: " + "[" * 20000 + "]" * 20000 + "\n", "nested deeper than"),
+    ):
+        path = tmp_path / "kimi.lock.yml"
+        path.write_text(content)
+        with pytest.raises(sl.LockError) as error:
+            sl.sync(str(path), requested(), mode="read")
+        assert problem in str(error.value) and str(path) in str(error.value)
+        assert "kimi_lock_update=true" in str(error.value)
 
 
 def test_a_huge_lock_file_is_not_read(tmp_path):
