@@ -146,3 +146,42 @@ def test_runtime_refuses_a_git_url_or_ref_that_git_would_read_as_an_option(clust
         # Refused before anything else ran on the host.
         assert "Check that the host's Python can create a venv" not in said
     assert cluster.ssh(HOST, f"test -e {proof}", check=False).returncode == 1
+
+
+def test_a_git_remote_that_never_answers_fails_by_the_deadline_naming_it(cluster):
+    """Hardening II (3): `git ls-remote` and the checkout had no deadline: a remote that
+    accepts and never answers held the deploy, and the per-host lock, forever."""
+    port = 9419
+    listener = (
+        "import socket, time; s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('127.0.0.1', {port})); s.listen(8); "
+        "held = [s.accept() for _ in range(8)]; time.sleep(600)"
+    )
+    cluster.ssh(HOST, f"nohup python3 -c {json.dumps(listener)} >/dev/null 2>&1 &")
+    url = f"http://127.0.0.1:{port}/sglang.git"
+    try:
+        for git in (
+            {"url": url, "ref": "refs/pull/1/head", "patches": []},
+            # The study lock's commit: ls-remote is skipped, the checkout asks the remote.
+            {"url": url, "ref": "refs/pull/1/head", "commit": "a" * 40, "patches": []},
+        ):
+            extravars = {
+                "kimi_serving_configs": ["ddtree"],
+                "kimi_sglang_git": git,
+                "runtime_git_timeout_s": 5,
+            }
+            started = time.monotonic()
+            result = run(cluster, "playbooks/runtime.yml", "-e", json.dumps(extravars))
+            took = time.monotonic() - started
+            assert result.returncode != 0
+            said = " ".join(result.stdout.split())
+            assert url in said, said[-3000:]
+            if "commit" in git:
+                assert "could not be checked out from " + url in said, said[-3000:]
+            else:
+                assert f"git ls-remote {url} refs/pull/1/head did not answer within 5 s" in said
+            # Bounded by the deadline, not by the remote (the run's own start takes seconds).
+            assert took < 90, took
+    finally:
+        cluster.ssh(HOST, f"pkill -f 'bind..127.0.0.1., {port}' || true", check=False)
