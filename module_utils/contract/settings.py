@@ -19,8 +19,6 @@ import math
 import re
 from collections.abc import Mapping
 
-import yaml
-
 # Variable names that belong to the kit: a name with one of these prefixes that the kit never
 # reads is a misspelling (kimi_weigths_dir) that would otherwise be silently ignored.
 KIT_PREFIXES = (
@@ -44,14 +42,6 @@ TRUE_WORDS = frozenset(("y", "yes", "on", "1", "true", "t"))
 FALSE_WORDS = frozenset(("n", "no", "off", "0", "false", "f"))
 INTEGER_TEXT = re.compile(r"^[+-]?[0-9]+$")
 SHOWN_CHARS = 120
-
-
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def load_yaml(text):
-    """The kit's own YAML, read fast: the C loader where PyYAML has it, safe either way."""
-    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader, C or Python
 
 
 class SpecError(Exception):

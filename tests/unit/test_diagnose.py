@@ -596,7 +596,8 @@ def test_diagnose_yml_escalates_stops_on_example_hosts_and_takes_no_lock():
     assert play["hosts"] == "gpu_hosts" and play["become"] == "{{ kimi_become | bool }}"
     assert play["gather_facts"] is False  # a broken host may not answer the setup module
     assert [t["ansible.builtin.import_tasks"] for t in play["pre_tasks"]] == [
-        "playbooks/tasks/example_hosts.yml"
+        "playbooks/tasks/example_hosts.yml",
+        "playbooks/tasks/settings_check.yml",
     ]
     assert play["roles"] == [{"role": "diagnose"}]
     assert "import_playbook" not in json.dumps(play)
