@@ -77,6 +77,11 @@ options:
         returns C(target) null instead (the role goes back where it can, kind by kind).
     type: bool
     default: true
+  launch_record:
+    description:
+      - The running server's launch record (launch.json); the version it names is never pruned
+        by O(action=switch) or O(action=rollback), whatever O(keep) says.
+    type: path
   host:
     description: The host, as the failure of O(action=rollback) names it.
     type: str
@@ -153,10 +158,16 @@ def act(module: AnsibleModule) -> dict:
             raise rv.VersionError("switch needs one of name and path")
         name = p["name"] or rv.name_of(p["versions_dir"], p["path"], p["kind"])
         return rv.switch(
-            *locate(p), p["kind"], name, p["keep"], check, update_record=p["update_record"]
+            *locate(p),
+            p["kind"],
+            name,
+            p["keep"],
+            check,
+            update_record=p["update_record"],
+            in_use=in_use(p),
         )
     if p["action"] == "rollback":
-        result = rv.rollback(*locate(p), p["kind"], p["inputs"], p["keep"], check)
+        result = rv.rollback(*locate(p), p["kind"], p["inputs"], p["keep"], check, in_use=in_use(p))
         if result["target"] is None and p["require_target"]:
             history = ", ".join(e["name"] for e in result["history"]) or "none"
             module.fail_json(
@@ -167,6 +178,13 @@ def act(module: AnsibleModule) -> dict:
             )
         return result
     return {"changed": False, **rv.recorded_runtime(p["path"], p["versions_dir"], p["kind"])}
+
+
+def in_use(p: dict) -> set[str]:
+    """The version the running server's launch record names, kept from pruning."""
+    if not p["launch_record"]:
+        return set()
+    return {rv.recorded_runtime(p["launch_record"], p["versions_dir"], p["kind"])["name"]} - {None}
 
 
 def locate(p: dict) -> tuple[str, str, str]:
@@ -188,6 +206,7 @@ def main() -> None:
             "host": {"type": "str", "default": "this host"},
             "require_target": {"type": "bool", "default": True},
             "update_record": {"type": "bool", "default": False},
+            "launch_record": {"type": "path"},
         },
         required_if=[("action", action, needed) for action, needed in REQUIRED.items()],
         supports_check_mode=True,

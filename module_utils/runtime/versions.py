@@ -322,10 +322,14 @@ def switch(
     check: bool = False,
     at: str | None = None,
     update_record: bool = False,
+    in_use: set[str] | frozenset[str] = frozenset(),
 ) -> dict:
     """Points link at version name (built), migrating a real venv found there first; records
     the activation and prunes to keep versions; with update_record, runtime.json's entry too.
-    changed when the link, a folder or runtime.json changed."""
+    in_use: versions a running server was started on (its launch record's), never pruned:
+    after A -> B with the server still on A (its stage failed before the restart), a switch to
+    C would otherwise remove A, and the rollback with it. changed when the link, a folder or
+    runtime.json changed."""
     if keep < 1:
         raise VersionError(f"keep must be 1 or more, not {keep}")
     folder = version_dir(versions_dir, name, check_kind(kind))
@@ -353,7 +357,13 @@ def switch(
             point(link, folder)
         activated(history, kind, name, at)
     removed = prune(
-        versions_dir, kind, history, name, keep, check, {previous} if previous else set()
+        versions_dir,
+        kind,
+        history,
+        name,
+        keep,
+        check,
+        ({previous} if previous else set()) | set(in_use),
     )
     if (changed or removed) and not check:
         write_history(state_dir, history)
@@ -379,15 +389,16 @@ def rollback(
     keep: int = 2,
     check: bool = False,
     at: str | None = None,
+    in_use: set[str] | frozenset[str] = frozenset(),
 ) -> dict:
     """Switches to the most recently activated version other than the one inputs build (so a
     second rollback finds that one active and changes nothing); target None when there is
-    none (the caller says so)."""
+    none (the caller says so). in_use as switch's."""
     planned = plan(link, versions_dir, state_dir, kind, inputs)
     target = planned["rollback_target"]
     if target is None:
         return {"changed": False, "target": None, "name": planned["name"], **planned}
-    result = switch(link, versions_dir, state_dir, kind, target, keep, check, at)
+    result = switch(link, versions_dir, state_dir, kind, target, keep, check, at, in_use=in_use)
     return {**result, "target": target, "name": planned["name"]}
 
 

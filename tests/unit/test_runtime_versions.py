@@ -396,3 +396,40 @@ def test_pruning_keeps_the_version_the_server_may_still_run_even_with_the_histor
     assert switched["previous"] == b and switched["rollback_target"] == b
     assert switched["removed"] == [a]
     assert sorted(os.listdir(host["versions_dir"])) == sorted([b, c])
+
+
+def test_the_version_a_running_server_was_started_on_is_never_pruned(host, tmp_path):
+    """Hardening II (2): A -> B, the server stage fails before its restart (the server still
+    runs on A), then B -> C: only B, the link's previous target, was protected, so A went and
+    the automatic rollback had nothing to go back to."""
+    a, b, c = (name({**INPUTS_A, "n": n}) for n in "abc")
+    launch = tmp_path / "launch.json"
+    launch.write_text(json.dumps({"runtime_dir": os.path.join(host["versions_dir"], a)}))
+    build(host, a)
+    switch(host, a, keep=2, at="t0")
+    build(host, b)
+    switch(host, b, keep=2, at="t1")
+    build(host, c)
+    in_use = {rv.recorded_runtime(str(launch), host["versions_dir"], "release")["name"]}
+    assert in_use == {a}
+    result = switch(host, c, keep=2, at="t2", in_use=in_use)
+    assert a not in result["removed"]
+    assert os.path.isdir(os.path.join(host["versions_dir"], a))
+    # The module reads the launch record itself.
+    d = name({**INPUTS_A, "n": "d"})
+    build(host, d)
+    done = run_module(
+        "runtime_version",
+        {
+            **host,
+            "action": "switch",
+            "kind": "release",
+            "name": d,
+            "keep": 2,
+            "launch_record": str(launch),
+        },
+    )
+    assert not done.get("failed"), done
+    assert a not in done["removed"] and os.path.isdir(os.path.join(host["versions_dir"], a))
+    # Without it, as before, A would have gone at the switch to C.
+    assert sorted(done["removed"]) == sorted({b, c} - {done["rollback_target"]})
