@@ -807,3 +807,78 @@ def test_worker_retries_a_busy_hub_and_gives_up_on_a_silent_one(tmp_path):
     assert silent.returncode not in (0, None)
     assert elapsed < 10, elapsed
     assert hub.url in silent.stderr and "timed out" in silent.stderr
+
+
+WATCHER = """
+import os, sys, time
+path, stop = sys.argv[1], sys.argv[2]
+seen = 0
+deadline = time.monotonic() + 300
+while not os.path.exists(stop) and time.monotonic() < deadline:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            seen += handle.read().startswith("hf_")
+    except OSError:
+        pass
+print(seen)
+"""
+
+
+def test_the_token_file_is_never_readable_by_another_user_while_it_is_written(tmp_path):
+    """Hardening II (1): ansible.builtin.copy created the token file under the umask (0644) in
+    the 0755 state folder and narrowed it after: an unprivileged watcher read the token 43
+    times in 40 writes. Written through server_files, it is 0600 from its creation."""
+    import shutil
+    import tempfile
+
+    from tests.support.ansible_run import local_playbook
+
+    if os.geteuid() != 0:
+        pytest.skip("the watcher runs as another user: the test needs root")
+    # Under /tmp, reachable by another user: pytest's own folder is not.
+    shared = Path(tempfile.mkdtemp(prefix="kimi-token-watch-"))
+    try:
+        shared.chmod(0o755)
+        state = shared / "state"
+        state.mkdir(mode=0o755)
+        state.chmod(0o755)
+        stop = shared / "stop"
+        watcher = subprocess.Popen(
+            # The system Python: the checkout's venv need not be open to other users.
+            [
+                "/usr/bin/python3",
+                "-c",
+                WATCHER,
+                str(state / "hf-token"),
+                str(stop),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=shared,
+            user=65534,
+            group=65534,
+        )
+        playbook = (
+            Path(__file__).resolve().parents[1] / "support" / "playbooks" / "weights_token.yml"
+        )
+        argv, environ = local_playbook(playbook)
+        extra = {"weights_state_dir": str(state), "weights_hf_token": "hf_WatchedToken" + "x" * 30}
+        argv += ["-e", json.dumps({**extra, "token_writes": 20})]
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=Path(__file__).resolve().parents[2],
+                stdin=subprocess.DEVNULL,
+                env=environ,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        finally:
+            stop.touch()
+            seen = int(watcher.communicate(timeout=60)[0].strip() or 0)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "hf_WatchedToken" not in done.stdout + done.stderr
+        assert seen == 0, f"another user read the token {seen} times"
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
