@@ -79,11 +79,17 @@ def test_execution_environment_pins_what_the_locks_hold():
     deps = definition["dependencies"]
     assert deps["python"] == "requirements.lock"
     assert "galaxy" not in deps, "the kit uses no collection"
+    # No unhashed install of ansible-core or ansible-runner: both come from the lock.
+    assert "ansible_core" not in deps and "ansible_runner" not in deps
     lock = LOCK.read_text(encoding="utf-8")
-    core = pinned_version(lock, "ansible-core")
-    assert deps["ansible_core"]["package_pip"] == f"ansible-core=={core}"
-    runner = pinned_version((REPO / "requirements-dev.in").read_text(), "ansible-runner")
-    assert deps["ansible_runner"]["package_pip"] == f"ansible-runner=={runner}"
+    assert pinned_version(lock, "ansible-core") == pinned_version(
+        (REPO / "requirements.in").read_text(), "ansible-core"
+    )
+    pinned_version(lock, "ansible-runner")
+    pinned_version(lock, "dumb-init")
+    options = definition["options"]
+    assert options["skip_pip_install"] is True and options["skip_ansible_check"] is True
+    assert options["container_init"]["package_pip"] == ""
     python = deps["python_interpreter"]["python_path"]
     version = re.fullmatch(r"/usr/bin/python(3\.\d+)", python)
     assert version and version.group(1) in ("3.11", "3.12", "3.13"), python
@@ -112,12 +118,27 @@ def test_ansible_builder_create_makes_a_context_that_installs_the_lock(tmp_path)
     containerfile = (context / "Containerfile").read_text(encoding="utf-8")
     definition = yaml.safe_load(EE_FILE.read_text(encoding="utf-8"))
     deps = definition["dependencies"]
-    refs = re.search(r'^ARG ANSIBLE_INSTALL_REFS="([^"]*)"$', containerfile, re.MULTILINE)
-    assert refs, containerfile
-    assert refs.group(1).split() == [
-        deps["ansible_core"]["package_pip"],
-        deps["ansible_runner"]["package_pip"],
-    ]
+    # Hardening II (4): the image's stages install nothing but the hashed lock. The base stage
+    # installed ansible-core and ansible-runner unhashed, and the final hashed install then
+    # found their dependencies satisfied, unchecked. Only the builder stage, which the image
+    # does not keep, installs ansible-builder's own tools.
+    stages = re.split(r"^FROM ", containerfile, flags=re.MULTILINE)[1:]
+    for stage in stages:
+        name = stage.split()[2] if len(stage.split()) > 2 else stage.split()[0]
+        installs = re.findall(
+            r"^RUN .*pip install.*$|^RUN /output/scripts/pip_install.*$", stage, re.M
+        )
+        if name == "builder":
+            assert installs == ["RUN $PYCMD -m pip install --no-cache-dir bindep pyyaml packaging"]
+        else:
+            assert installs == [], (name, installs)
+    assert "$ANSIBLE_INSTALL_REFS" not in containerfile
+    final = stages[-1]
+    assert (
+        final.index("install-from-bindep")
+        < final.index("check_ansible")
+        < final.index("RUN rm -rf /output\n")
+    )
     base = definition["images"]["base_image"]["name"]
     assert f'ARG EE_BASE_IMAGE="{base}"' in containerfile
     assert f'ARG PYCMD="{deps["python_interpreter"]["python_path"]}"' in containerfile
@@ -270,3 +291,62 @@ def test_validate_modules_passes_on_the_collection_copy(tmp_path):
         "sglang_benchmark.py:0:0: no-log-needed: Argument 'max_new_tokens'"
         in run.stdout + run.stderr
     )
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel, built here (no network, no build backend)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": b"VALUE = 1\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: kit-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = (
+        "".join(
+            f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
+            for n, d in files.items()
+        )
+        + f"{info}/RECORD,,\n"
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        for n, d in {**files, f"{info}/RECORD": record.encode()}.items():
+            archive.writestr(n, d)
+    return path
+
+
+def test_a_tampered_hash_fails_the_images_install(tmp_path):
+    """The final stage's install (install-from-bindep: pip install -r the lock) in a Python
+    where nothing was installed before it, as the image now has it: a zeroed hash fails it. The
+    second half is the defect the base stage's unhashed install made: a package already there
+    is 'satisfied' and its hash never checked."""
+    import hashlib
+    import venv
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = _wheel(wheels, "kimitamper", "1.0")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    target = tmp_path / "python"
+    venv.create(target, with_pip=True)
+    pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--no-index", "--find-links"]
+    pip += [str(wheels), "--disable-pip-version-check", "-r"]
+
+    def install(hash_hex: str) -> subprocess.CompletedProcess:
+        lock = tmp_path / "requirements.txt"
+        lock.write_text(f"kimitamper==1.0 \\\n    --hash=sha256:{hash_hex}\n")
+        return subprocess.run(
+            [*pip, str(lock)], capture_output=True, text=True, timeout=BUILDER_TIMEOUT
+        )
+
+    tampered = install("0" * 64)
+    assert tampered.returncode != 0 and "DO NOT MATCH THE HASHES" in tampered.stderr
+    assert install(digest).returncode == 0
+    # Installed before (as the base stage's unhashed pip install did): the tampered lock passes.
+    assert install("0" * 64).returncode == 0
