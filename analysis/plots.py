@@ -81,11 +81,7 @@ def throughput(table: list[dict], palette: dict) -> canvas.Plot | None:
                 label="DFlash on Kimi K2.6, drafter card: GSM8K c32 (its own hardware)",
                 **{**canvas.REFERENCE_STYLE, "markersize": 9},
             )
-        canvas.log2_axis(axis, levels)
-        axis.set_title(canvas.panel_title(key, averaged), fontsize=10)
-        axis.set_xlabel("concurrency (requests in flight)")
-        axis.set_ylabel(metrics.axis_label("output_tokens_per_s"))
-        axis.grid(alpha=0.3)
+        _concurrency_panel(axis, key, averaged, levels, metrics.axis_label("output_tokens_per_s"))
     return canvas.Plot(
         "throughput",
         "Throughput against concurrency",
@@ -95,6 +91,15 @@ def throughput(table: list[dict], palette: dict) -> canvas.Plot | None:
         f"concurrency {card['concurrency']}, on hardware and settings of its own.",
         canvas.png(figure),
     )
+
+
+def _concurrency_panel(axis, key, averaged: bool, levels: list, ylabel: str) -> None:
+    """A panel of a metric against concurrency: log2 levels, its host and prompt set, labels."""
+    canvas.log2_axis(axis, levels)
+    axis.set_title(canvas.panel_title(key, averaged), fontsize=10)
+    axis.set_xlabel("concurrency (requests in flight)")
+    axis.set_ylabel(ylabel)
+    axis.grid(alpha=0.3)
 
 
 def goodput(table: list[dict], palette: dict, slo: dict | None) -> canvas.Plot | None:
@@ -115,11 +120,10 @@ def goodput(table: list[dict], palette: dict, slo: dict | None) -> canvas.Plot |
             )
             if (row["host"], row["prompt_set"]) == key and low is not None and high is not None:
                 axis.vlines(row["concurrency"], low, high, color=palette[row["config"]], alpha=0.6)
-        canvas.log2_axis(axis, [r["concurrency"] for r in rows])
-        axis.set_title(canvas.panel_title(key, averaged), fontsize=10)
-        axis.set_xlabel("concurrency (requests in flight)")
-        axis.set_ylabel(metrics.axis_label("goodput_requests_per_s"))
-        axis.grid(alpha=0.3)
+        levels = [r["concurrency"] for r in rows]
+        _concurrency_panel(
+            axis, key, averaged, levels, metrics.axis_label("goodput_requests_per_s")
+        )
     figure.suptitle(f"SLO: {slo_text(slo)}", fontsize=10)
     return canvas.Plot(
         "goodput",
