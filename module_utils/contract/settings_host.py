@@ -115,9 +115,15 @@ def _json_fix(name: str, value, needed: str) -> str | None:
 
 def option_problems(options, value, origin, raw, known) -> list[dict]:
     """A problem per wrong setting: options whose values come from the same settings of the
-    user (benchmark_concurrency and plan_speed_concurrency from one -e) are said once."""
+    user (benchmark_concurrency and plan_speed_concurrency from one -e) are said once. Only
+    options the user's settings reach are worked out: the kit's own defaults are held to the
+    same specs by its tests, and templating every option of every role took most of a second
+    per host."""
     problems, said = [], set()
     for name, option in sorted(options.items()):
+        sources = user_sources(name, origin, raw, known)
+        if not sources:
+            continue
         try:
             current = value(name)
             wrong = spec.option_problem(option, current)
@@ -128,8 +134,7 @@ def option_problems(options, value, origin, raw, known) -> list[dict]:
             wrong = ("a value the role can read", spec.shown(str(error).splitlines()[0]))
         if wrong is None:
             continue
-        sources = user_sources(name, origin, raw, known)
-        settings = tuple(source.split(" ", 1)[0] for source in sources) or (name,)
+        settings = tuple(source.split(" ", 1)[0] for source in sources)
         if settings in said:
             continue
         said.add(settings)
@@ -146,13 +151,9 @@ def _option_problem(name, option, current, needed, detail, sources, settings, or
         fix = _json_fix(settings[0], current, needed)
     if fix is None:
         fix = f"set {' or '.join(settings)} to {needed}"
-        if not sources:
-            fix += " (the kit's default is wrong: please report it)"
     own = origin(name)
     what = "cannot be worked out" if current is UNREADABLE else f"is {spec.shown(current)}"
-    comes_from = (
-        "" if sources == [f"{name} ({own})"] or not sources else f", from {', '.join(sources)}"
-    )
+    comes_from = "" if sources == [f"{name} ({own})"] else f", from {', '.join(sources)}"
     return {
         "name": name,
         "found": f"{name} {what}{f' ({own})' if own else ''}"
