@@ -146,8 +146,8 @@ def test_list_tasks_shows_the_canary_between_runtime_and_weights():
          "inventory/ct200", "--list-tasks"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
-    # The rolling play's tasks (the summary plays after it come from playbooks/).
-    rolling = listed.split("play #2")[0]
+    # The rolling play's tasks: after the settings check's play, before the summary plays.
+    rolling = listed.split("play #2")[1].split("play #3")[0]
     stages = []
     for line in rolling.splitlines():
         found = re.search(

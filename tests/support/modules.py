@@ -8,6 +8,7 @@ import functools
 import importlib.util
 import io
 import json
+import time
 from pathlib import Path
 
 from ansible.module_utils.testing import patch_module_args
@@ -77,9 +78,20 @@ def assert_unchanged(result: dict) -> None:
     assert result.get("changed") is False, f"it reported a change: {result}"
 
 
-def marked_processes(marker: str) -> list[int]:
+def marked_processes(marker: str, settle_s: float = 0.0) -> list[int]:
     """PIDs of live processes whose command line holds marker (zombies have exited): what a
-    module's deadline must leave behind of a hung command is none."""
+    module's deadline must leave behind of a hung command is none. settle_s: how long a
+    process already sent SIGKILL may take to finish exiting (it tears its memory down before
+    it shows as a zombie, which on a loaded machine is not at once)."""
+    deadline = time.monotonic() + settle_s
+    found = _marked(marker)
+    while found and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = _marked(marker)
+    return found
+
+
+def _marked(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -89,6 +101,6 @@ def marked_processes(marker: str) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if marker.encode() in cmdline and state != "Z":
+        if marker.encode() in cmdline and state not in ("Z", "X"):
             found.append(int(entry.name))
     return found

@@ -145,8 +145,14 @@ def imports(task: dict) -> str | None:
 
 
 def test_each_batch_takes_the_lock_goes_through_every_stage_and_releases_it():
-    rolling, summary = yaml.safe_load((REPO / "deploy_kimi.yml").read_text())
+    check, rolling, summary = yaml.safe_load((REPO / "deploy_kimi.yml").read_text())
     assert summary["ansible.builtin.import_playbook"] == "playbooks/summary_deploy.yml"
+    # Every host's settings before the first batch, on the controller alone.
+    assert check["hosts"] == "gpu_hosts" and check["become"] is False
+    assert [imports(task) for task in check["tasks"]] == [
+        "playbooks/tasks/example_hosts.yml",
+        "playbooks/tasks/settings_check.yml",
+    ]
     assert rolling["become"] == "{{ kimi_become | bool }}"
     blocks = [task for task in rolling["tasks"] if "block" in task]
     steps = [[imports(task) for task in block["block"]] for block in blocks]
