@@ -82,56 +82,34 @@ def stopped_before_ssh(tmp_path: Path, rc: int, out: str, *expected: str, once=T
         assert flat.count(expected[0]) == 1, out[-3000:]
 
 
+# Each mistake of the issue with what its line must say. The check reports every problem of
+# a run at once, each on its own: one run holds them all (the profile group is its own run,
+# since without a profile no option can be worked out).
 MISTAKES = {
-    "misspelt in host_vars": (
-        dict(host_vars="kimi_weigths_dir: /data/weights\n"),
-        (),
-        [
-            "Found: kimi_weigths_dir (",
-            "host_vars/node-01.yml:2), a name with the kit's prefix",
-            "Fix: rename it to kimi_weights_dir",
-        ],
-    ),
-    "misspelt in group_vars": (
-        dict(group_vars="benchmark_concurency: [1, 2]\n"),
-        (),
-        ["Found: benchmark_concurency (", "Fix: rename it to benchmark_concurrency"],
-    ),
-    "a negative budget": (
-        dict(group_vars="benchmark_ddtree_budgets: [16, -8]\n"),
-        (),
-        [
-            "benchmark_ddtree_budgets is [16, -8]",
-            "item -8 is not",
-            "a list of integers from 1 to 4096",
-        ],
-    ),
-    "a list as text on the command line": (
-        {},
-        ("-e", "benchmark_concurrency=1,4,16"),
-        [
-            "benchmark_concurrency is '1,4,16' (-e): text, not a list",
-            """-e '{"benchmark_concurrency": [1, 4, 16]}'""",
-        ],
-    ),
-    "an unknown profile group": (
-        dict(group="h100"),
-        (),
-        [
-            "none of the hardware profile groups (its groups: gpu_hosts, h100)",
-            "ct200, h200, b200, b300",
-        ],
-    ),
-    "a memory fraction of 1": (
-        dict(host_vars="kimi_mem_fraction_static: 1.0\n"),
-        (),
-        [
-            "preflight_mem_fraction_static is 1.0",
-            "from kimi_mem_fraction_static (",
-            "host_vars/node-01.yml:2)",
-            "a number above 0 and below 1",
-        ],
-    ),
+    "misspelt in host_vars": [
+        "Found: kimi_weigths_dir (",
+        "host_vars/node-01.yml:2), a name with the kit's prefix",
+        "Fix: rename it to kimi_weights_dir",
+    ],
+    "misspelt in group_vars": [
+        "Found: benchmark_concurency (",
+        "Fix: rename it to benchmark_concurrency",
+    ],
+    "a negative budget": [
+        "benchmark_ddtree_budgets is [16, -8]",
+        "item -8 is not",
+        "a list of integers from 1 to 4096",
+    ],
+    "a list as text on the command line": [
+        "benchmark_concurrency is '1,4,16' (-e): text, not a list",
+        """-e '{"benchmark_concurrency": [1, 4, 16]}'""",
+    ],
+    "a memory fraction of 1": [
+        "preflight_mem_fraction_static is 1.0",
+        "from kimi_mem_fraction_static (",
+        "host_vars/node-01.yml:3)",
+        "a number above 0 and below 1",
+    ],
 }
 
 
@@ -146,16 +124,27 @@ def test_every_playbook_that_acts_on_hosts_checks_before_it_connects(tmp_path, p
     )
 
 
-@pytest.mark.parametrize("mistake", sorted(MISTAKES))
-def test_each_first_hour_mistake_stops_the_deploy_before_ssh(tmp_path, mistake):
-    inventory_args, args, expected = MISTAKES[mistake]
-    rc, out = run(
-        tmp_path,
-        "deploy_kimi.yml",
-        lab(tmp_path.parent / f"{tmp_path.name}-inv", **inventory_args),
-        *args,
+def test_each_first_hour_mistake_stops_the_deploy_before_ssh(tmp_path):
+    inventory = lab(
+        tmp_path / "inv",
+        host_vars="kimi_weigths_dir: /data/weights\nkimi_mem_fraction_static: 1.0\n",
+        group_vars="benchmark_concurency: [1, 2]\nbenchmark_ddtree_budgets: [16, -8]\n",
     )
-    stopped_before_ssh(tmp_path.parent / f"{tmp_path.name}-inv", rc, out, *expected)
+    rc, out = run(tmp_path, "deploy_kimi.yml", inventory, "-e", "benchmark_concurrency=1,4,16")
+    assert "5 setting(s) to fix before this run connects to any host" in out, out[-3000:]
+    for expected in MISTAKES.values():
+        stopped_before_ssh(tmp_path / "inv", rc, out, *expected)
+
+
+def test_an_unknown_profile_group_stops_the_deploy_before_ssh(tmp_path):
+    rc, out = run(tmp_path, "deploy_kimi.yml", lab(tmp_path / "inv", group="h100"))
+    stopped_before_ssh(
+        tmp_path / "inv",
+        rc,
+        out,
+        "none of the hardware profile groups (its groups: gpu_hosts, h100)",
+        "ct200, h200, b200, b300",
+    )
 
 
 def test_no_token_for_the_gated_drafter_stops_deploy_and_plan(tmp_path):

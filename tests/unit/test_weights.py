@@ -863,7 +863,7 @@ def test_the_token_file_is_never_readable_by_another_user_while_it_is_written(tm
         )
         argv, environ = local_playbook(playbook)
         extra = {"weights_state_dir": str(state), "weights_hf_token": "hf_WatchedToken" + "x" * 30}
-        argv += ["-e", json.dumps({**extra, "token_writes": 20})]
+        argv += ["-e", json.dumps({**extra, "token_writes": 10})]
         try:
             done = subprocess.run(
                 argv,
