@@ -164,9 +164,7 @@ def _scalar_problem(value, kind: str, bounds, choices) -> str | None:
     if kind in ("int", "float"):
         number = _number(value, kind)
         noun = "an integer" if kind == "int" else "a number"
-        if number is None:
-            return f"{noun} {range_text(bounds)}"
-        if not _in_range(number, bounds):
+        if number is None or not _in_range(number, bounds):
             return f"{noun} {range_text(bounds)}"
         return None
     if kind == "bool":
