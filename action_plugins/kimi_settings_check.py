@@ -96,17 +96,34 @@ def _scanned_names() -> set[str]:
     return _cache["scanned"]
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hf_token",))
-
-    def _defaults(self) -> dict:
+def _role_defaults(loader) -> dict:
+    """Every role's defaults, merged, as Ansible loads them (trusted as templates, each value
+    tagged with its file, so that _where knows them for the kit's)."""
+    if "defaults" not in _cache:
         merged: dict = {}
         for role in _role_specs_roles():
             path = os.path.join(KIT_DIR, "roles", role, "defaults", "main.yml")
             if os.path.isfile(path):
-                merged.update(self._loader.load_from_file(path, trusted_as_template=True) or {})
-        return merged
+                merged.update(loader.load_from_file(path, trusted_as_template=True) or {})
+        _cache["defaults"] = merged
+    return _cache["defaults"]
+
+
+def warm() -> None:
+    """What every host's check reads the same, read once in ansible-playbook itself before it
+    forks the task's workers (callback_plugins/kimi_progress.py calls this at the task's
+    start): each worker would otherwise parse the specs and the nine defaults files anew, and
+    a run checks every host."""
+    from ansible.parsing.dataloader import DataLoader
+
+    _role_specs()
+    _group_vars_names()
+    _role_defaults(DataLoader())
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("hf_token",))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars or {})
@@ -116,7 +133,7 @@ class ActionModule(ActionBase):
             result.update(problems=[check.problem_text(root)])
             return result
         options = _role_specs()
-        defaults = self._defaults()
+        defaults = _role_defaults(self._loader)
         variables = {**defaults, **task_vars}
         templar = self._templar.copy_with_new_env(available_variables=variables)
 
@@ -168,13 +185,20 @@ def _where(item) -> str | None:
         return None
     if tag.path is None:
         return "-e" if "-e" in (tag.description or "") else (tag.description or None)
-    path = os.path.realpath(tag.path)
-    if path.startswith(KIT_OWNED):
+    if _real_path(tag.path).startswith(KIT_OWNED):
         return None
     shown = (
         os.path.relpath(tag.path, KIT_DIR) if tag.path.startswith(KIT_DIR + os.sep) else tag.path
     )
     return f"{shown}:{tag.line_num}" if tag.line_num else shown
+
+
+def _real_path(path: str) -> str:
+    """realpath, once per file: every variable of a file carries the file's origin."""
+    known = _cache.setdefault("real_paths", {})
+    if path not in known:
+        known[path] = os.path.realpath(path)
+    return known[path]
 
 
 def _root_problem(task_vars) -> dict | None:

@@ -105,6 +105,27 @@ def preload_jinja_plugins() -> None:
             pass
 
 
+# The kit's action plugins that read the same files for every host (a module-level warm()):
+# warmed here, in the process the task's workers fork from.
+WARMED_ACTIONS = frozenset({"kimi_settings_check"})
+
+
+def warm_action(action: str) -> None:
+    """Load a kit action plugin and fill its caches before the task's workers fork, so that
+    each inherits them instead of reading the same files again."""
+    name = action.rsplit(".", 1)[-1]
+    if name not in WARMED_ACTIONS:
+        return
+    import sys
+
+    from ansible.plugins.loader import action_loader
+
+    plugin = action_loader.get(name, class_only=True)
+    warm = getattr(sys.modules.get(getattr(plugin, "__module__", "")), "warm", None)
+    if warm is not None:
+        warm()
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "notification"
@@ -123,6 +144,9 @@ class CallbackModule(CallbackBase):
         holder = run_holder(getattr(playbook, "_file_name", "") or "", self._run_id)
         os.environ[HOLDER_ENV] = json.dumps(holder)
         preload_jinja_plugins()
+
+    def v2_playbook_on_task_start(self, task, is_conditional) -> None:
+        warm_action(task.action)
 
     def v2_runner_retry(self, result) -> None:
         line = progress_line(result.result.get("progress"))

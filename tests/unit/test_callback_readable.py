@@ -371,3 +371,24 @@ def test_a_failure_is_printed_once_and_a_rescue_prints_only_what_it_adds(capsys)
     assert "  [gpu1] (the error above) It had just moved to a new runtime." in out
     assert '  [gpu1] gpu1 stopped at "Start the server" (its error is above).' in out
     assert out.count("FAILED!") == 1
+
+
+def test_the_settings_check_reads_the_kit_files_once_before_the_workers_fork():
+    """At the check's task start kimi_progress fills the plugin's caches (the roles' specs,
+    the group_vars names, every role's defaults) in ansible-playbook's own process: each
+    host's worker is forked from it and reads none of those files again."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import action_loader
+
+    action_loader.add_directory(str(REPO / "action_plugins"))
+    progress = sys.modules[type(load("kimi_progress")).__module__]
+    plugin = sys.modules[action_loader.get("kimi_settings_check", class_only=True).__module__]
+    plugin._cache.clear()
+    progress.warm_action("ansible.builtin.debug")
+    assert plugin._cache == {}
+    progress.warm_action("kimi_settings_check")
+    assert {"options", "group_vars", "defaults"} <= set(plugin._cache)
+    defaults = plugin._cache["defaults"]
+    assert "server_health_poll_s" in defaults and "weights_poll_interval" in defaults
+    # A worker's call finds them: the same objects, no file read again.
+    assert plugin._role_defaults(DataLoader()) is defaults
