@@ -177,9 +177,11 @@ def _positive(value, high: float = 1e12) -> float | None:
 
 
 def _ratio(measured, predicted) -> float | None:
+    """measured / predicted to 4 significant digits: 4 decimals left a ratio of 0.0487 (a
+    simulated 7.7 ms step against a predicted 159) off by 0.1%."""
     if measured is None or not predicted:
         return None
-    return round(measured / predicted, 4)
+    return float(f"{measured / predicted:.4g}")
 
 
 def _argv(provenance: dict) -> tuple[list[str] | None, str | None]:

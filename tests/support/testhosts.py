@@ -362,7 +362,9 @@ class TestHostCluster:
             "-o",
             "BatchMode=yes",
             "-o",
-            "ConnectTimeout=5",
+            # 5 s once left a test host unreachable while the suite loaded a 2-core machine;
+            # an address with nothing behind it still fails at once (no route to host).
+            "ConnectTimeout=15",
         ]
 
     def host(self, name: str) -> TestHost:
