@@ -12,6 +12,7 @@ import os
 
 from ansible._internal._datatag._tags import Origin
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import action_loader
 from ansible.template import trust_as_template
@@ -123,7 +124,7 @@ def warm() -> None:
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hf_token",))
+    _VALID_ARGS = frozenset(("hf_token", "serving"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars or {})
@@ -150,7 +151,9 @@ class ActionModule(ActionBase):
             return str(item) if isinstance(item, str) else None
 
         problems = []
-        profile = check.profile_problem(value, task_vars.get("group_names", []))
+        profile = None
+        if boolean(self._task.args.get("serving", True), strict=False):
+            profile = check.profile_problem(value, task_vars.get("group_names", []))
         if profile:
             problems.append(profile)
         given = [name for name in task_vars if spec.is_kit_name(name) and origin(name) is not None]

@@ -64,6 +64,7 @@ from ansible.module_utils.plan.speed_plan import (  # noqa: E402
     plan_speed,
     read_record,
 )
+from ansible.module_utils.router.fleet import FleetError, fleets  # noqa: E402
 
 DOCUMENTATION = r"""
 name: kimi_filters
@@ -104,6 +105,8 @@ description:
     of lines, for a server log's lines that reach a result file.
   - C(kimi_ddtree_rules) says whether the study runs DDTree's SGLang at the commit the kit's
     DDTree rules (the contract overlay) were read at: drift, both commits, the files to re-read.
+  - C(kimi_router_fleets) is each router host's fleet from the kimi_router_* groups
+    (module_utils/router/fleet.py): its group and its replicas' URLs; a bad group fails naming it.
   - C(kimi_speed_plan) is the plan's speed prediction (module_utils/plan/speed_plan.py): per
     rendered
     launch and concurrency level the predicted step time with its parts, accepted tokens per
@@ -551,6 +554,13 @@ def kimi_said_once(entries, text_key: str, name_key: str = "name") -> list[str]:
         raise AnsibleFilterError(f"kimi_said_once: {error}") from None
 
 
+def kimi_router_fleets(groups: dict, hostvars, defaults: dict | None = None) -> dict:
+    try:
+        return fleets(groups, hostvars, defaults)
+    except FleetError as error:
+        raise AnsibleFilterError(f"kimi_router_fleets: {error}") from None
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -579,4 +589,5 @@ class FilterModule:
             "kimi_download_time": kimi_download_time,
             "kimi_duration_words": kimi_duration_words,
             "kimi_said_once": kimi_said_once,
+            "kimi_router_fleets": kimi_router_fleets,
         }

@@ -128,6 +128,15 @@ def wheelhouse():
 
 
 @pytest.fixture(scope="session")
+def router_wheelhouse():
+    """Wheels of sglang-router and its closure (roles/router/files/requirements-host.txt)."""
+    return downloaded_wheels(
+        REPO / "roles" / "router" / "files" / "requirements-host.txt",
+        REPO / "tests" / ".state" / "wheelhouse-router",
+    )
+
+
+@pytest.fixture(scope="session")
 def runtime_wheelhouse(wheelhouse, tmp_path_factory):
     """The hosts' wheelhouse plus the stand-in sglang wheel (tests/support/fake_sglang.py) and
     the build backend a git install of SGLang needs: the runtime role installs from it with

@@ -58,7 +58,10 @@ def list_tags(playbook: str) -> dict[str, set[str]]:
 def test_list_tags_shows_every_stage_and_the_lock_plays_stay_always():
     plays = list_tags("deploy_kimi.yml")
     # The speed calibration runs only when asked (--tags calibrate): `never` beside it.
-    assert set().union(*plays.values()) == {"always", *STAGES, "calibrate", "never"}, plays
+    assert set().union(*plays.values()) == {"always", *STAGES, "router", "calibrate", "never"}
+    # The router's lock plays are `always` beside their stage, as the rolling play's are.
+    assert plays["Take the per-host lock of the router hosts"] == {"always", "router"}
+    assert plays["Release the per-host lock of the router hosts"] == {"always", "router"}
     # A stage skipped with --skip-tags must not skip the lock's release (or its taking): the
     # stage playbooks' lock plays are `always` alone; deploy_kimi.yml's rolling play is shown
     # releasing under --tags preflight below.

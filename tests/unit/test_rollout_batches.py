@@ -145,7 +145,9 @@ def imports(task: dict) -> str | None:
 
 
 def test_each_batch_takes_the_lock_goes_through_every_stage_and_releases_it():
-    check, rolling, summary = yaml.safe_load((REPO / "deploy_kimi.yml").read_text())
+    check, rolling, router, summary = yaml.safe_load((REPO / "deploy_kimi.yml").read_text())
+    # The router in front of each fleet after every batch, then the summary.
+    assert router["ansible.builtin.import_playbook"] == "playbooks/router.yml"
     assert summary["ansible.builtin.import_playbook"] == "playbooks/summary_deploy.yml"
     # Every host's settings before the first batch, on the controller alone.
     assert check["hosts"] == "gpu_hosts" and check["become"] is False

@@ -1,0 +1,97 @@
+#!/usr/bin/python
+# Copyright: kimi-deploy-kit maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""Ansible module router_check: the replicas' health before the router starts, and the
+router's own list of workers after it."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: router_check
+short_description: Checks a fleet's replicas, and that SGLang's router lists them healthy
+description:
+  - Runs on the router host. The logic is module_utils/router/probe.py.
+  - With O(phase=replicas), asks each replica's C(/health) (with O(api_key)) once, within
+    O(timeout) seconds, and returns those that answered 200 and those left out with why.
+  - With O(phase=router), polls the router at O(url) (C(/readiness), then C(GET /workers)) until
+    every replica in O(replicas) is listed and healthy, for up to O(timeout) seconds; then fails
+    with the router's log tail (O(log_file)), the key scrubbed from it.
+  - Reads only; never changes anything.
+version_added: "0.1.0"
+options:
+  phase:
+    description: C(replicas) or C(router).
+    type: str
+    required: true
+    choices: [replicas, router]
+  replicas:
+    description: The fleet's replicas, each a dict with C(host) and C(url).
+    type: list
+    elements: dict
+    default: []
+  url:
+    description: The router's URL (O(phase=router)).
+    type: str
+    default: ""
+  api_key:
+    description: Bearer key for the replicas and the router (never logged).
+    type: str
+    default: ""
+  timeout:
+    description: Seconds per replica (O(phase=replicas)) or for the whole wait (O(phase=router)).
+    type: float
+    default: 10.0
+  log_file:
+    description: The router's log, whose tail a failed wait shows.
+    type: str
+    default: ""
+  log_lines:
+    description: How many lines of it.
+    type: int
+    default: 40
+author:
+  - kimi-deploy-kit maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Check each replica before the router starts
+  router_check:
+    phase: replicas
+    replicas: [{host: gpu-a, url: "http://10.0.0.1:30000"}]
+    api_key: "{{ router_api_key }}"
+"""
+
+RETURN = r"""
+healthy:
+  description: Replicas that answered /health with 200 (O(phase=replicas)).
+  returned: success
+  type: list
+  elements: dict
+left_out:
+  description: Replicas that did not, each with C(reason) (O(phase=replicas)).
+  returned: success
+  type: list
+  elements: dict
+workers:
+  description: The router's workers, each C(url) and C(healthy) (O(phase=router)).
+  returned: success
+  type: list
+  elements: dict
+seconds:
+  description: How long the router took to list them (O(phase=router)).
+  returned: success
+  type: float
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host.in_process import run_as_module  # noqa: E402
+from ansible.module_utils.router.probe import SPEC, act  # noqa: E402
+
+
+def main() -> None:
+    run_as_module(AnsibleModule, SPEC, act)
+
+
+if __name__ == "__main__":
+    main()

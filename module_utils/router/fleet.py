@@ -1,0 +1,158 @@
+"""Which router fronts which replicas, from the inventory: each group kimi_router_<name> is one
+fleet of serving hosts, and its kimi_router_host names the inventory host that runs the
+router (one of the replicas or a CPU host). Worked out on the controller by the
+kimi_router_fleets filter (filter_plugins/kimi_filters.py) before the router play; every
+problem is said with what was found, what is needed and how to fix it."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+GROUP_PREFIX = "kimi_router_"
+GROUP_NAME = re.compile(r"^kimi_router_[A-Za-z0-9_]{1,64}$")
+# sglang-router's own policies for regular (not PD) routing.
+POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+ALL_INTERFACES = ("0.0.0.0", "::", "")  # noqa: S104 - a replica's bind address, read here
+MAX_REPLICAS = 256
+
+
+class FleetError(ValueError):
+    """A fleet the inventory describes wrongly: found, needed, fix."""
+
+
+def _is_loopback(address: str) -> bool:
+    if address.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(address: str) -> str:
+    """An address as it goes into a URL (IPv6 in brackets)."""
+    try:
+        if ipaddress.ip_address(address.strip("[]")).version == 6:
+            return f"[{address.strip('[]')}]"
+    except ValueError:
+        pass
+    return address
+
+
+def replica_url(replica: str, router_host: str, replica_vars: dict) -> str:
+    """The URL the router reaches a replica at: its bind address, or, where it binds every
+    interface, the address Ansible reaches it at. A replica bound to loopback is reachable
+    only from itself."""
+    settings = replica_vars.get("kimi_server_settings")
+    if not isinstance(settings, dict):
+        raise FleetError(
+            f"Found: {replica} has no kimi_server_settings (is it a serving host?). Needed: "
+            "every host of a kimi_router_* group serves Kimi (gpu_hosts). Fix: put only "
+            "serving hosts in the group."
+        )
+    bind = str(settings.get("host", "")).strip()
+    port = settings.get("port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise FleetError(
+            f"Found: {replica}'s server port {port!r}. Needed: a port 1 to 65535. "
+            "Fix: kimi_server_port."
+        )
+    if _is_loopback(bind) and replica != router_host:
+        raise FleetError(
+            f"Found: {replica} serves on {bind} only, and its router runs on {router_host}. "
+            "Needed: every replica reachable from the router host. Fix: set kimi_server_host: "
+            "0.0.0.0 for the group (with kimi_server_api_key, which a server beyond loopback "
+            f"needs), or run the router on {replica} alone."
+        )
+    if bind in ALL_INTERFACES:
+        address = str(replica_vars.get("ansible_host") or replica)
+        if _is_loopback(address) and replica != router_host:
+            raise FleetError(
+                f"Found: {replica}'s address is {address}, which is the router host's own "
+                f"loopback on {router_host}. Needed: an address the router host reaches it at. "
+                "Fix: set ansible_host to the replica's address."
+            )
+        if replica == router_host:
+            address = "127.0.0.1"
+    else:
+        address = bind
+    return f"http://{url_host(address)}:{port}"
+
+
+def fleet_settings(group: str, members: list, hostvars, defaults: dict) -> dict:
+    """The fleet's router settings (defaults' names) as its group's vars set them: the same on
+    every replica, or the fleet is refused. The replicas' API key is compared, never returned
+    (the router role reads it itself)."""
+    settings = {}
+    for name in [*defaults, "kimi_server_api_key"]:
+        values = {host: hostvars[host].get(name, defaults.get(name)) for host in members}
+        if len({repr(value) for value in values.values()}) > 1:
+            shown = (
+                ""
+                if name == "kimi_server_api_key"
+                else ": " + ", ".join(f"{host} {value!r}" for host, value in values.items())
+            )
+            raise FleetError(
+                f"Found: {name} differs among {group}'s replicas{shown}. Needed: one value for "
+                f"the fleet (its router sends every replica the same). Fix: set {name} under "
+                f"{group}'s vars, not per host."
+            )
+        if name in defaults:
+            settings[name] = values[members[0]]
+    return settings
+
+
+def fleets(groups: dict, hostvars, defaults: dict | None = None) -> dict:
+    """router host -> {"group", "replicas": [{"host", "url"}], "settings"}, for every
+    kimi_router_* group. hostvars maps a host to its variables (Ansible's hostvars); defaults
+    are the fleet settings' names and default values (playbooks/router.yml)."""
+    defaults = dict(defaults or {})
+    out: dict = {}
+    everyone = set(groups.get("all", []))
+    for group in sorted(name for name in groups if name.startswith(GROUP_PREFIX)):
+        members = list(groups[group])
+        if not GROUP_NAME.match(group):
+            raise FleetError(
+                f"Found: the group {group!r}. Needed: kimi_router_ and up to 64 letters, digits "
+                "or underscores. Fix: rename the group."
+            )
+        if not members:
+            raise FleetError(
+                f"Found: {group} has no hosts. Needed: the serving hosts its router fronts. "
+                "Fix: list them under it, or remove the group."
+            )
+        if len(members) > MAX_REPLICAS:
+            raise FleetError(
+                f"Found: {group} has {len(members)} hosts. Needed: at most {MAX_REPLICAS}. "
+                "Fix: split it into several groups, each with its router."
+            )
+        routers = {str(hostvars[host].get("kimi_router_host") or "") for host in members}
+        if len(routers) != 1 or "" in routers:
+            shown = ", ".join(sorted(repr(r) for r in routers))
+            raise FleetError(
+                f"Found: kimi_router_host {shown} among {group}'s hosts. Needed: one inventory "
+                f"host that runs {group}'s router. Fix: set kimi_router_host under the group's "
+                "vars (it may be one of its hosts or a CPU host of the inventory)."
+            )
+        router = routers.pop()
+        if router not in everyone:
+            raise FleetError(
+                f"Found: {group}'s kimi_router_host {router!r}, which is not in the inventory. "
+                "Needed: a host of the inventory (Ansible connects to it to install the "
+                "router). Fix: add it, under a group of its own such as routers."
+            )
+        if router in out:
+            raise FleetError(
+                f"Found: {router} named as the router of {out[router]['group']} and of {group}. "
+                "Needed: one router per host. Fix: name another host for one of them."
+            )
+        out[router] = {
+            "group": group,
+            "settings": fleet_settings(group, members, hostvars, defaults),
+            "replicas": [
+                {"host": host, "url": replica_url(host, router, hostvars[host])} for host in members
+            ],
+        }
+    return out
