@@ -179,6 +179,7 @@ LONGEST_FIRST = (
     "tests/unit/test_analysis_fuzz.py",
     "tests/integration/test_preflight.py",
     "tests/integration/test_tuning.py",
+    "tests/integration/test_router.py",
     "tests/unit/test_controller_lock.py",
     "tests/integration/test_rollout.py",
     "tests/integration/test_launch_check.py",
