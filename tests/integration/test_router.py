@@ -185,6 +185,25 @@ def test_requests_spread_by_policy_and_need_the_key(cluster, runs):
     assert sum(spread.values()) == 30 and all(count == 10 for count in spread.values()), spread
 
 
+def test_the_router_adds_little_to_a_request(cluster, runs):
+    """Not a limit: the figure for the closing note. The same request, one at a time, to a
+    replica directly and through the router (which may send it to any replica)."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    direct = f"http://{address(cluster, 'sim-a')}:{SERVER_PORT}/v1/chat/completions"
+    routed = f"{router_url(cluster)}/v1/chat/completions"
+    times: dict[str, list[float]] = {direct: [], routed: []}
+    for _ in range(20):
+        for url, taken in times.items():
+            started = time.perf_counter()
+            assert requests.post(url, json=CHAT, headers=auth, timeout=30).status_code == 200
+            taken.append(time.perf_counter() - started)
+    alone, through = (sorted(taken)[len(taken) // 2] * 1000 for taken in times.values())
+    print(
+        f"\nmedian of 20 requests: {alone:.1f} ms to a replica, {through:.1f} ms through the "
+        f"router: {through - alone:+.1f} ms"
+    )
+
+
 def test_a_replica_killed_under_load_is_taken_out(cluster, runs):
     url = router_url(cluster)
     auth = {"Authorization": f"Bearer {KEY}"}
