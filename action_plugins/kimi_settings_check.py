@@ -164,7 +164,12 @@ class ActionModule(ActionBase):
         if not profile:
             problems += check.option_problems(options, value, origin, raw, known)
             if self._task.args.get("hf_token"):
-                problems += _token_problems(templar, value)
+                gated = _gated_repos(templar, value)
+                result["gated_repos"] = gated
+                token = check.token_problem(
+                    value("kimi_hf_token"), gated, value("kimi_repos_requested")
+                )
+                problems += [token] if token else []
         result.update(problems=[check.problem_text(problem) for problem in problems])
         return result
 
@@ -220,7 +225,9 @@ def _root_problem(task_vars) -> dict | None:
     }
 
 
-def _token_problems(templar, value) -> list[dict]:
+def _gated_repos(templar, value) -> list[str]:
+    """The gated repositories the serving configs need: the token's problem here, and the
+    hub's question of its approval in settings_check.yml (the result's gated_repos)."""
     needed = templar.evaluate_expression(
         trust_as_template(
             "kimi_serving_configs | kimi_needed_repos(kimi_serving_config_definitions)"
@@ -231,7 +238,4 @@ def _token_problems(templar, value) -> list[dict]:
     gated.update(
         {key: bool(drafter.get("gated")) for key, drafter in model.get("drafters", {}).items()}
     )
-    problem = check.token_problem(
-        value("kimi_hf_token"), needed, value("kimi_repos_requested"), gated
-    )
-    return [problem] if problem else []
+    return check.gated_needed(needed, gated)

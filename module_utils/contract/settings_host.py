@@ -164,12 +164,16 @@ def _option_problem(name, option, current, needed, detail, sources, settings, or
     }
 
 
-def token_problem(token, needed_repos, repos, gated) -> dict | None:
-    """The gated repositories the serving configs need, when no HF token is given."""
-    if token:
-        return None
-    missing = [key for key in needed_repos if gated.get(key)]
-    if not missing:
+def gated_needed(needed_repos, gated) -> list[str]:
+    """The gated ones (gated: key -> bool, from models/*/model.yml) of the repositories the
+    serving configs need, in their order: what the token must be approved for."""
+    return [key for key in needed_repos if gated.get(key)]
+
+
+def token_problem(token, missing, repos) -> dict | None:
+    """The gated repositories the serving configs need (gated_needed), when no HF token is
+    given."""
+    if token or not missing:
         return None
     shown = ", ".join(f"{repos.get(key, {}).get('repo_id', key)} ({key})" for key in missing)
     return {

@@ -245,8 +245,10 @@ def test_profiles_and_tokens():
     )
     repos = {"dflash": {"repo_id": "z-lab/Kimi-K2.6-DFlash"}}
     gated = {"target": False, "dflash": True, "eagle3": False}
-    assert check.token_problem("", ["target", "eagle3"], repos, gated) is None
-    assert check.token_problem("hf_x", ["target", "dflash"], repos, gated) is None
-    problem = check.token_problem("", ["target", "dflash"], repos, gated)
+    assert check.gated_needed(["target", "eagle3"], gated) == []
+    assert check.gated_needed(["dflash", "target"], gated) == ["dflash"]
+    assert check.token_problem("", [], repos) is None
+    assert check.token_problem("hf_x", ["dflash"], repos) is None
+    problem = check.token_problem("", check.gated_needed(["target", "dflash"], gated), repos)
     assert "gated z-lab/Kimi-K2.6-DFlash (dflash)" in problem["found"]
     assert check.problem_text(problem).count("Needed:") == 1
