@@ -11,8 +11,6 @@ import re
 
 GROUP_PREFIX = "kimi_router_"
 GROUP_NAME = re.compile(r"^kimi_router_[A-Za-z0-9_]{1,64}$")
-# sglang-router's own policies for regular (not PD) routing.
-POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 ALL_INTERFACES = ("0.0.0.0", "::", "")  # noqa: S104 - a replica's bind address, read here
 MAX_REPLICAS = 256
