@@ -23,6 +23,7 @@ action_loader.get("kit_in_process", class_only=True)
 import yaml  # noqa: E402
 from ansible.module_utils.contract import settings as spec  # noqa: E402
 from ansible.module_utils.contract import settings_host as check  # noqa: E402
+from ansible.module_utils.router.fleet import DEFAULTS as FLEET_SETTINGS  # noqa: E402
 
 # The checkout this plugin belongs to, wherever ansible-playbook was started.
 KIT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -157,7 +158,10 @@ class ActionModule(ActionBase):
         if profile:
             problems.append(profile)
         given = [name for name in task_vars if spec.is_kit_name(name) and origin(name) is not None]
+        # A fleet's settings are read from its kimi_router_* group's vars, their defaults in
+        # module_utils/router/fleet.py (not group_vars/all, whose values would beat the group's).
         known = set(options) | set(defaults) | _group_vars_names() | set(_foreign(value))
+        known |= set(FLEET_SETTINGS)
         if any(name not in known for name in given):
             known |= _scanned_names()
         problems += check.unknown_problems(given, known, origin)

@@ -13,7 +13,7 @@ from pathlib import Path
 from ansible.module_utils.contract import metrics
 from ansible.module_utils.contract.names import REFERENCE
 
-from analysis import html, plots, predicted, quality, sweep, tables
+from analysis import fleet, html, plots, predicted, quality, sweep, tables
 from analysis.output import (
     Outcome,
     OutputError,
@@ -127,6 +127,7 @@ class _Findings:
     pick_rows: list[dict]  # the recommendation as rows
     origin: dict  # provenance per host
     losslessness: list[dict]
+    fleet: list[dict]  # fleet.rows: each fleet level against its replicas alone
     figures: list[plots.Plot] = field(default_factory=list)
 
 
@@ -178,6 +179,7 @@ def _analyse(
         pick_rows=tables.picks_table(picks),
         origin=provenance(results),
         losslessness=lossless_rows(results, reference),
+        fleet=fleet.rows(results),
     )
 
 
@@ -216,6 +218,8 @@ def _write(staging: Staging, found: _Findings, title: str) -> None:
     staging.write(
         "ddtree_diagnosis.csv", tables.to_csv(expected.shape_table(), predicted.SHAPE_COLUMNS)
     )
+    if found.fleet:
+        staging.write("fleet.csv", tables.to_csv(found.fleet, fleet.COLUMNS))
     for plot in found.figures:
         staging.write(f"plots/{plot.name}.png", plot.png)
     staging.write("report.html", html.page(title, _sections(found), _meta(found)))
@@ -266,6 +270,17 @@ def _sections(found: _Findings) -> list[tuple[str, str, str]]:
             + html.table_html(found.table, shown_columns(found.table, HTML_COLUMNS), _row_class),
         ),
         ("predicted", "Measured against predicted", _predicted_html(found.expected)),
+        (
+            "fleet",
+            "Fleet behind the router",
+            "<p>Each level through SGLang's router against the same prompts sent to each "
+            "replica alone at concurrency / replicas: scaling efficiency is the fleet's output "
+            "tokens/s over the replicas' sum; balance is the least over the most loaded "
+            "replica's requests. Every column is in fleet.csv.</p>"
+            + html.table_html(found.fleet, fleet.COLUMNS)
+            if found.fleet
+            else "<p>No level of these results went through a router.</p>",
+        ),
         ("ddtree-diagnosis", "DDTree budget diagnosis", _shapes_html(found.expected)),
         ("lossless", "Losslessness", _lossless_html(found.losslessness)),
         ("accuracy", "Accuracy", _accuracy_html(found.scored, found.reference, results.run)),
@@ -464,6 +479,7 @@ def _document(found: _Findings) -> dict:
             "notes": expected.note_rows(),
         },
         "lossless": found.losslessness,
+        "fleet": found.fleet,
         "accuracy": found.scored,
         "api_checks": found.api_checks,
         "provenance": found.origin,
@@ -482,6 +498,11 @@ def _markdown(found: _Findings, title: str) -> str:
         + "\n## Summary\n\n"
         + tables.to_markdown(table, shown_columns(table, tables.MARKDOWN_COLUMNS))
         + _predicted_markdown(found.expected)
+        + (
+            "\n## Fleet behind the router\n\n" + tables.to_markdown(found.fleet, fleet.COLUMNS)
+            if found.fleet
+            else ""
+        )
         + (
             "\n## Accuracy\n\n" + tables.to_markdown(found.scored, quality.ACCURACY_COLUMNS)
             if found.scored

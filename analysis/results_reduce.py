@@ -147,6 +147,8 @@ def _reduced(document: dict, kept: _Kept, records: int, shape: dict) -> dict:
         "context_tokens_mean": context_mean,
         "context_skipped": context_skipped,
         "records": records,
+        # Checked by the level schema ($defs.fleet) before it gets here.
+        "fleet": document.get("fleet"),
         **kept.latencies,
         **shape,
     }

@@ -210,6 +210,7 @@ def _level(root: Path, file: Path, rel: str, reduced: dict) -> Level:
         repeats=reduced["repeats"],
         fill=reduced["fill"],
         workload=reduced["workload"],
+        fleet=reduced["fleet"],
     )
 
 

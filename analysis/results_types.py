@@ -64,6 +64,8 @@ class Level:
     # speed model's context per request.
     context_tokens_mean: float | None = None
     context_skipped: int = 0
+    # Through SGLang's router: the level file's `fleet` (what each replica served), else None.
+    fleet: dict | None = None
 
     @property
     def closed_loop(self) -> bool:

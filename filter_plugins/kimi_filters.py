@@ -64,7 +64,7 @@ from ansible.module_utils.plan.speed_plan import (  # noqa: E402
     plan_speed,
     read_record,
 )
-from ansible.module_utils.router.fleet import FleetError, fleets  # noqa: E402
+from ansible.module_utils.router.fleet import FleetError, benchmark_targets, fleets  # noqa: E402
 
 DOCUMENTATION = r"""
 name: kimi_filters
@@ -81,15 +81,12 @@ description:
     kimi_server_settings (loopback when it listens on every address; IPv6 in brackets).
   - C(kimi_config_base) is the serving config an expanded name belongs to (ddtree-tp4-b32:
     ddtree); C(kimi_config_name_parts) gives {base, tp, budget} of a name.
-  - C(kimi_expanded_configs) is the benchmark's run list: the selected configs expanded over
-    their TP sizes and DDTree budgets, each control before what it controls, the reference
-    config's servers first.
+  - C(kimi_expanded_configs) is the benchmark's run list: the selected configs over their TP
+    sizes and DDTree budgets, each control before what it controls, the reference first.
   - C(kimi_model_data) loads models/<name>/model.yml, checked field by field
-    (module_utils/plan/model_data.py); an unknown name or a bad field fails naming the file, the
-    field and the fix. C(kimi_serving_definitions) gives the model's serving configs with the
-    DDTree budgets and the TP sizes to expand over; C(kimi_model_configs) the shipped
-    config.json path of the target and of each drafter. group_vars/all/model.yml derives every
-    model variable from them.
+    (module_utils/plan/model_data.py; a bad field fails naming the file, field and fix).
+    C(kimi_serving_definitions) gives the model's serving configs with DDTree budgets and TP
+    sizes; C(kimi_model_configs) the shipped config.json of the target and each drafter.
   - C(kimi_example_address) tells a documentation address or name (192.0.2.0/24, 2001:db8::/32,
     example.com, ...) from a real one: the shipped inventories hold such examples.
   - C(kimi_study_requested) is what a host's settings ask the study lock for (the needed
@@ -107,6 +104,7 @@ description:
     DDTree rules (the contract overlay) were read at: drift, both commits, the files to re-read.
   - C(kimi_router_fleets) is each router host's fleet from the kimi_router_* groups
     (module_utils/router/fleet.py): its group and its replicas' URLs; a bad group fails naming it.
+    C(kimi_fleet_targets) is what a fleet benchmark measures from the router host, in order.
   - C(kimi_speed_plan) is the plan's speed prediction (module_utils/plan/speed_plan.py): per
     rendered
     launch and concurrency level the predicted step time with its parts, accepted tokens per
@@ -561,6 +559,13 @@ def kimi_router_fleets(groups: dict, hostvars, defaults: dict | None = None) -> 
         raise AnsibleFilterError(f"kimi_router_fleets: {error}") from None
 
 
+def kimi_fleet_targets(fleet: dict, concurrency: list, rates: list = ()) -> list[dict]:
+    try:
+        return benchmark_targets(fleet, concurrency, rates)
+    except (FleetError, KeyError, TypeError, ValueError) as error:
+        raise AnsibleFilterError(f"kimi_fleet_targets: {error}") from None
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -590,4 +595,5 @@ class FilterModule:
             "kimi_duration_words": kimi_duration_words,
             "kimi_said_once": kimi_said_once,
             "kimi_router_fleets": kimi_router_fleets,
+            "kimi_fleet_targets": kimi_fleet_targets,
         }

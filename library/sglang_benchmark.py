@@ -129,6 +129,23 @@ options:
     description: Milliseconds between GPU samples (20 to 60000).
     type: int
     default: 200
+  fleet:
+    description:
+      - Set when O(base_url) is SGLang's router (sglang-router) in front of replicas. Each
+        level then records, per replica, the requests and tokens its own C(/metrics) counted
+        and the requests the router's Prometheus page says it sent there (C(fleet) in the
+        level file), and the first replica's C(/server_info) stands in for the router's.
+      - A stream the router cut is that request's failure, not the level's crash.
+    type: dict
+    suboptions:
+      workers:
+        description: Each replica's inventory name and URL, as the router lists it (1 to 64).
+        type: dict
+        required: true
+      router_metrics_url:
+        description: The router's Prometheus page (its C(--prometheus-host) and port), C(/metrics).
+        type: str
+        default: ""
   prompts:
     description:
       - A JSONL file on the host, one JSON object a line with C(prompt) (text sent as is),
@@ -301,6 +318,13 @@ def main() -> None:
             "repeats": {"type": "int", "default": 1},
             "telemetry": {"type": "str", "choices": list(TELEMETRY_MODES), "default": "auto"},
             "telemetry_interval_ms": {"type": "int", "default": 200},
+            "fleet": {
+                "type": "dict",
+                "options": {
+                    "workers": {"type": "dict", "required": True},
+                    "router_metrics_url": {"type": "str", "default": ""},
+                },
+            },
         },
         supports_check_mode=False,
     )

@@ -34,6 +34,7 @@ from ansible.module_utils.benchmark.client_target import (
     load_json,
     server_state,
 )
+from ansible.module_utils.benchmark.fleet import Fleet, check_fleet
 from ansible.module_utils.benchmark.gpu_telemetry import GpuSampler
 from ansible.module_utils.benchmark.level_inputs import (
     host_provenance,
@@ -142,6 +143,7 @@ def check_params(params: dict) -> list[str]:
         problems.append(
             f"telemetry_interval_ms must be from 20 to 60000, got {p['telemetry_interval_ms']}"
         )
+    problems += check_fleet(p.get("fleet"))
     return problems
 
 
@@ -159,12 +161,14 @@ def run_benchmark(params: dict, fail) -> dict:
     sent): error strings are masked where they are made, and each level document as a whole
     before it is written."""
     target = Target(params["base_url"], params["api_key"], [params.get("hf_token") or ""])
+    fleet = params.get("fleet")
+    fleet = Fleet(fleet, params["api_key"], [params.get("hf_token") or ""]) if fleet else None
     raw_fail = fail
 
     def fail(msg, **extra):
         raw_fail(target.mask(msg), **extra)
 
-    run = prepare(params, target, fail)
+    run = prepare(params, target, fail, fleet)
     os.makedirs(params["output_dir"], mode=0o755, exist_ok=True)
     loop = asyncio.new_event_loop()
     written = Written()
@@ -197,6 +201,7 @@ class Prepared:
     prompts_base: dict  # the prompts file: path, name, sha256
     provenance: dict
     settings: dict
+    fleet: Fleet | None = None  # a level sent through SGLang's router (benchmark/fleet.py)
 
 
 class Written:
@@ -208,9 +213,10 @@ class Written:
         self.saturated: list[str] = []
 
 
-def prepare(params: dict, target: Target, fail) -> Prepared:
+def prepare(params: dict, target: Target, fail, fleet: Fleet | None = None) -> Prepared:
     """The run's plan, prompts (as payloads), scorer, workload and provenance; `fail` when
-    telemetry asked for cannot be had or the server does not answer."""
+    telemetry asked for cannot be had or the server does not answer. Through a router, the
+    first replica's /server_info stands in for the router's, which has none."""
     plan = level_plan(params)
     if params["telemetry"] == "nvidia-smi" and shutil.which("nvidia-smi") is None:
         fail(
@@ -218,7 +224,7 @@ def prepare(params: dict, target: Target, fail) -> Prepared:
             "Install the NVIDIA driver's utilities, or set telemetry to auto (sample when "
             "nvidia-smi is there) or off."
         )
-    server_info = server_info_of(target, fail)
+    server_info = server_info_of(fleet.first() if fleet else target, fail)
     scorer = scorer_of(params)
     meta_path = os.path.splitext(params["prompts"])[0] + ".meta.json"
     meta = read_json(meta_path)
@@ -253,6 +259,7 @@ def prepare(params: dict, target: Target, fail) -> Prepared:
             "sglang_version": text_or_none(server_info.get("version")),
         },
         settings=settings_of(params, max_new_tokens, target),
+        fleet=fleet,
     )
 
 
@@ -346,6 +353,7 @@ def run_levels(loop, target: Target, params: dict, run: Prepared, written: Writt
                 repeat,
                 run.payloads[:count],
                 run.max_events,
+                run.fleet,
             )
             records, itl = records_of(level, run)
             summary = summary_of(level, records, itl, run)
@@ -406,7 +414,10 @@ def complete(document, level, level_spec, params, run, prompts_info, summary, cl
     if run.workload:
         document["workload"] = run.workload
     delta = server_delta(level["before"], level["after"])
-    lost = any(t.lost for t in level["trackers"])
+    # Through a router a stream it cut is one request's failure, not a server's crash: the
+    # router itself has no start record to tell a restart by, and a replica that died is in
+    # the level's `fleet`.
+    lost = any(t.lost for t in level["trackers"]) and run.fleet is None
     document.update(
         started_at=level["started_at"],
         ended_at=level["ended_at"],
@@ -427,6 +438,8 @@ def complete(document, level, level_spec, params, run, prompts_info, summary, cl
             "ended_at": level["ended_at"],
         },
     )
+    if run.fleet is not None:
+        document["fleet"] = run.fleet.record(level["fleet_before"], level["fleet_after"])
 
 
 def write_level(document: dict, stem: str, params: dict, target: Target, written: Written):
@@ -465,7 +478,7 @@ def check_level(document, level, level_spec, repeat, params, written: Written, f
         )
 
 
-def run_one_level(loop, target, params, level_spec, repeat, payloads, max_events):
+def run_one_level(loop, target, params, level_spec, repeat, payloads, max_events, fleet=None):
     """One level's requests, between a cache flush and the server's state before and after,
     with the GPUs sampled from just before the first request to just after the last. Returns
     the level document's head (its fields in the file's order) and run_level's result with
@@ -485,6 +498,7 @@ def run_one_level(loop, target, params, level_spec, repeat, payloads, max_events
     }
     flushed = flush_cache(target)
     before = server_state(target)
+    fleet_before = fleet.state() if fleet else None
     sampler = GpuSampler(mode=params["telemetry"], interval_ms=params["telemetry_interval_ms"])
     sampler.start()
     started_at = now_iso()
@@ -509,6 +523,7 @@ def run_one_level(loop, target, params, level_spec, repeat, payloads, max_events
         gpu = sampler.stop()
     ended_at = now_iso()
     after = server_state(target)
+    level.update(fleet_before=fleet_before, fleet_after=fleet.state() if fleet else None)
     level.update(
         flushed=flushed,
         before=before,

@@ -10,6 +10,7 @@ import json
 
 from ansible.module_utils.contract import metrics
 from ansible.module_utils.contract.level import LEVEL_KIND, SCHEMA_VERSION
+from ansible.module_utils.contract.level_schema_fleet import FLEET
 from ansible.module_utils.contract.level_schema_provenance import (
     ENDED_AT,
     PROVENANCE,
@@ -48,6 +49,7 @@ def schema() -> dict:
             "provenance": PROVENANCE,
             "weights_entry": WEIGHTS_ENTRY,
             "request": REQUEST,
+            "fleet": FLEET,
         }
     )
     return document
@@ -309,6 +311,9 @@ HEAD = {
         },
         "provenance": {
             "$ref": "#/$defs/provenance",
+        },
+        "fleet": {
+            "$ref": "#/$defs/fleet",
         },
         "requests": {
             "type": "array",

@@ -14,6 +14,22 @@ GROUP_NAME = re.compile(r"^kimi_router_[A-Za-z0-9_]{1,64}$")
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 ALL_INTERFACES = ("0.0.0.0", "::", "")  # noqa: S104 - a replica's bind address, read here
 MAX_REPLICAS = 256
+# Each fleet's settings, read from its kimi_router_<name> group's vars (the same on every
+# replica), with their defaults (docs/fleet.md). Not in group_vars/all: a group's vars in the
+# inventory's hosts.yml would lose to it.
+DEFAULTS = {
+    # The inventory host that runs the fleet's router (required).
+    "kimi_router_host": "",
+    # sglang-router's policy: cache_aware, round_robin, random or power_of_two.
+    "kimi_router_policy": "cache_aware",
+    # Where the router listens: clients send it what they sent a replica, with the replicas'
+    # API key (sglang-router 0.3.2 takes one key for both sides).
+    "kimi_router_bind_host": "0.0.0.0",  # noqa: S104 - the router's default, as SGLang's
+    "kimi_router_port": 30080,
+    # Its Prometheus metrics (requests per replica).
+    "kimi_router_metrics_host": "127.0.0.1",
+    "kimi_router_metrics_port": 29000,
+}
 
 
 class FleetError(ValueError):
@@ -103,10 +119,11 @@ def fleet_settings(group: str, members: list, hostvars, defaults: dict) -> dict:
 
 
 def fleets(groups: dict, hostvars, defaults: dict | None = None) -> dict:
-    """router host -> {"group", "replicas": [{"host", "url"}], "settings"}, for every
-    kimi_router_* group. hostvars maps a host to its variables (Ansible's hostvars); defaults
-    are the fleet settings' names and default values (playbooks/router.yml)."""
-    defaults = dict(defaults or {})
+    """router host -> {"group", "replicas": [{"host", "url"}], "settings", "router_url",
+    "metrics_url"}, for every kimi_router_* group; the URLs are as the router host reaches
+    them. hostvars maps a host to its variables (Ansible's hostvars); defaults are the fleet
+    settings' names and default values (DEFAULTS unless given)."""
+    defaults = dict(DEFAULTS if defaults is None else defaults)
     out: dict = {}
     everyone = set(groups.get("all", []))
     for group in sorted(name for name in groups if name.startswith(GROUP_PREFIX)):
@@ -146,11 +163,64 @@ def fleets(groups: dict, hostvars, defaults: dict | None = None) -> dict:
                 f"Found: {router} named as the router of {out[router]['group']} and of {group}. "
                 "Needed: one router per host. Fix: name another host for one of them."
             )
+        settings = fleet_settings(group, members, hostvars, defaults)
         out[router] = {
             "group": group,
-            "settings": fleet_settings(group, members, hostvars, defaults),
+            "settings": settings,
             "replicas": [
                 {"host": host, "url": replica_url(host, router, hostvars[host])} for host in members
             ],
+            "router_url": local_url(
+                settings.get("kimi_router_bind_host"), settings.get("kimi_router_port")
+            ),
+            "metrics_url": local_url(
+                settings.get("kimi_router_metrics_host"), settings.get("kimi_router_metrics_port")
+            )
+            + "/metrics",
         }
     return out
+
+
+def local_url(host, port) -> str:
+    """The URL the router host reaches its own listener at (every interface: loopback)."""
+    host = "127.0.0.1" if str(host or "").strip() in ALL_INTERFACES else str(host).strip()
+    return f"http://{url_host(host)}:{port}"
+
+
+def benchmark_targets(fleet: dict, concurrency: list, rates: list = ()) -> list[dict]:
+    """What a fleet benchmark measures from the router host (roles/benchmark/tasks/fleet.yml),
+    in order: each replica alone at every concurrency and request rate, then the router at
+    each of them times the replicas (the same load per replica), with what the level needs to
+    read each replica and the router's metrics. `fleet` is one value of fleets()."""
+    replicas = fleet["replicas"]
+    levels = [int(c) for c in concurrency]
+    if not levels or min(levels) < 1:
+        raise FleetError(
+            f"Found: benchmark_concurrency {concurrency!r}. Needed: levels of at least 1 "
+            "request per replica. Fix: benchmark_concurrency."
+        )
+
+    workers = {replica["host"]: replica["url"] for replica in replicas}
+    alone = [
+        {
+            "name": replica["host"],
+            "url": replica["url"],
+            "concurrency": levels,
+            "request_rates": [float(r) for r in rates],
+            "fleet": None,
+        }
+        for replica in replicas
+    ]
+    return [
+        *alone,
+        {
+            "name": fleet["group"],
+            "url": fleet["router_url"],
+            "concurrency": [c * len(replicas) for c in levels],
+            "request_rates": [float(r) * len(replicas) for r in rates],
+            "fleet": {
+                "workers": workers,
+                "router_metrics_url": fleet["metrics_url"],
+            },
+        },
+    ]

@@ -12,16 +12,19 @@ says it sent where (its Prometheus metrics), kill a replica under load, and look
 
 from __future__ import annotations
 
+import csv
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import requests
-import yaml
 
 from tests.support import sim_process
+from tests.support.fleet import add_fleet
 from tests.support.secret_scan import derived_forms
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,38 +46,24 @@ def cluster():
 
     hosts = TestHostCluster.up(["ct200"] * 4, names=[*REPLICAS, ROUTER])
     try:
-        write_fleet_inventory(hosts)
+        # rt moves out of gpu_hosts into a group of its own; the replicas form the fleet.
+        add_fleet(hosts.write_inventory(), "kimi_router_fleet", REPLICAS, ROUTER, "routers")
         yield hosts
     finally:
         hosts.down()
-
-
-def write_fleet_inventory(cluster) -> None:
-    """The test hosts' inventory, with rt moved out of gpu_hosts into a group of its own and
-    the three replicas in kimi_router_fleet."""
-    path = cluster.write_inventory()
-    tree = yaml.safe_load(path.read_text())
-    ct200 = tree["all"]["children"]["gpu_hosts"]["children"]["ct200"]["hosts"]
-    router = ct200.pop(ROUTER)
-    tree["all"]["children"]["routers"] = {"hosts": {ROUTER: router}}
-    tree["all"]["children"]["kimi_router_fleet"] = {
-        "hosts": {name: None for name in REPLICAS},
-        "vars": {"kimi_router_host": ROUTER},
-    }
-    path.write_text(yaml.safe_dump(tree, sort_keys=False))
 
 
 def address(cluster, host: str) -> str:
     return cluster.host(host).address
 
 
-def start_replica(cluster, host: str) -> None:
+def start_replica(cluster, host: str, environment: str = "") -> None:
     """The simulator as a replica: every interface, the fleet's key, SGLang's port."""
     argv = [a if a != "127.0.0.1" else "0.0.0.0" for a in sim_process.BASE]  # noqa: S104
     argv += ["--port", str(SERVER_PORT), "--api-key", KEY]
     cluster.ssh(
         host,
-        f"setsid nohup /usr/bin/python3 {REPO}/tests/support/sglang_sim.py "
+        f"{environment} setsid nohup /usr/bin/python3 {REPO}/tests/support/sglang_sim.py "
         f"{' '.join(argv)} > {SIM_LOG} 2>&1 < /dev/null &",
     )
     url = f"http://{address(cluster, host)}:{SERVER_PORT}/health"
@@ -91,6 +80,21 @@ def start_replica(cluster, host: str) -> None:
 
 def stop_replica(cluster, host: str) -> None:
     cluster.ssh(host, "pkill -KILL -f tests/support/sglang_sim.py", check=False)
+
+
+def routed_again(cluster, host: str) -> None:
+    """Until the router lists `host` healthy again. First the time its health checks take to
+    notice a restart (two failures a second apart), so that an old answer does not count."""
+    time.sleep(2.5)
+    url = f"http://{address(cluster, host)}:{SERVER_PORT}"
+    auth = {"Authorization": f"Bearer {KEY}"}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        workers = requests.get(f"{router_url(cluster)}/workers", headers=auth, timeout=10)
+        if any(w["url"] == url and w["is_healthy"] for w in workers.json()["workers"]):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the router did not take {host} back within 30 s")
 
 
 @pytest.fixture(scope="module")
@@ -252,3 +256,150 @@ def test_the_router_key_is_never_on_its_command_line_in_a_record_or_the_output(c
         for path in (Path(run.private_dir) / "artifacts").rglob("*"):
             if path.is_file():
                 assert KEY not in path.read_text(errors="replace"), (name, path)
+
+
+FLEET_RUN = "fleet1"
+MODEL_FILES = "/opt/kimi/model-files"
+FLEET = "kimi_router_fleet"
+# Each level sends requests_per_concurrency (2) x its concurrency, at least num_prompts (2).
+# sim-c alone: 1 warmup + 2 at c1 + 4 at c2; through the router (round robin over three) its
+# share of 1 warmup + 6 at c3 is 2 or 3, of 12 at c6 four: its 12th request, at c6, kills it
+# (SGLANG_SIM_CRASH_AFTER).
+CRASH_AFTER = 11
+
+
+@pytest.fixture(scope="module")
+def fleet_bench(cluster, runs, tmp_path_factory):
+    """benchmark_kimi.yml -e benchmark_target=fleet from rt, sim-c dying mid-way through the
+    router's second level; then sim-c comes back for the tests after this one."""
+    from tests.support.ansible_run import run_playbook
+    from tests.support.models import write_kimi_tokenizer
+    from tests.support.results_tree import TEMPLATE
+
+    model = tmp_path_factory.mktemp("model")
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+    write_kimi_tokenizer(model)
+    for name in ("tokenizer_config.json", "tiktoken.model"):
+        cluster.ssh(
+            ROUTER,
+            f"mkdir -p {MODEL_FILES} && cat > {MODEL_FILES}/{name}",
+            input=(model / name).read_text(),
+        )
+    prompts = tmp_path_factory.mktemp("prompts") / "own.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"Count to {n}, one number a line."}) + "\n" for n in range(12)
+        )
+    )
+    stop_replica(cluster, "sim-c")
+    start_replica(cluster, "sim-c", f"SGLANG_SIM_CRASH_AFTER={CRASH_AFTER}")
+    routed_again(cluster, "sim-c")
+    results = tmp_path_factory.mktemp("fleet-results")
+    try:
+        bench = run_playbook(
+            "benchmark_kimi.yml",
+            cluster.inventory,
+            tmp_path_factory.mktemp("fleet-bench"),
+            extravars={
+                "benchmark_target": "fleet",
+                "kimi_server_api_key": KEY,
+                "kimi_server_host": "0.0.0.0",  # noqa: S104 - the replicas' bind address
+                "benchmark_api_key": KEY,
+                "benchmark_prompt_sets": [],
+                "benchmark_prompt_files": {"own": str(prompts)},
+                # The router host serves nothing: no runtime Python, no model folder. Its
+                # system Python reads prompt rows (chat rows would need jinja2).
+                "benchmark_prompts_python": "/usr/bin/python3",
+                "benchmark_chat_template_dir": MODEL_FILES,
+                "benchmark_concurrency": [1, 2],
+                "benchmark_requests_per_concurrency": 2,
+                "benchmark_num_prompts": 2,
+                "benchmark_max_new_tokens": 8,
+                "benchmark_warmup_requests": 1,
+                "benchmark_poll_s": 1,
+                "benchmark_telemetry": "off",
+                "benchmark_run_id": FLEET_RUN,
+                "benchmark_results_dir": str(results),
+            },
+        )
+    finally:
+        stop_replica(cluster, "sim-c")
+        start_replica(cluster, "sim-c")
+        routed_again(cluster, "sim-c")
+    out = tmp_path_factory.mktemp("fleet-report") / "report"
+    analysis = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", str(results / FLEET_RUN), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return bench, results / FLEET_RUN, analysis, out
+
+
+def fleet_level(run: Path, name: str, concurrency: int) -> dict:
+    (config,) = json.loads((run / "run.json").read_text())["configs"]
+    return json.loads((run / name / config / "own" / f"c{concurrency}.json").read_text())
+
+
+def test_the_fleet_benchmark_measures_each_replica_alone_and_the_fleet_through_its_router(
+    cluster, fleet_bench
+):
+    bench, run, _analysis, _out = fleet_bench
+    assert bench.rc == 0 and not bench.failed_hosts(), bench.stdout[-6000:]
+    record = json.loads((run / "run.json").read_text())
+    assert record["hosts"] == [ROUTER] and record["status"][ROUTER][FLEET]["status"] == "ok"
+    for replica in REPLICAS:
+        for concurrency in (1, 2):
+            alone = fleet_level(run, replica, concurrency)
+            assert "fleet" not in alone and alone["summary"]["requests_failed"] == 0
+            assert alone["summary"]["requests_ok"] == 2 * concurrency
+    # c3: one request in flight per replica, as each had alone at c1; nothing failed.
+    clean = fleet_level(run, FLEET, 3)
+    assert clean["summary"]["requests_ok"] == 6 and clean["summary"]["requests_failed"] == 0
+    workers = clean["fleet"]["workers"]
+    assert set(workers) == set(REPLICAS) and clean["fleet"]["router_metrics"] == "read"
+    for replica, served in workers.items():
+        assert served["url"] == f"http://{address(cluster, replica)}:{SERVER_PORT}"
+        assert served["router_requests"] == 2 and served["router_failures"] == 0, workers
+        assert served["requests"] == 2 and served["generation_tokens"] > 0, workers
+    assert clean["fleet"]["balance"]["min_over_max"] == 1.0
+
+
+def test_a_replica_that_dies_mid_run_costs_only_the_requests_it_held(fleet_bench):
+    _bench, run, _analysis, _out = fleet_bench
+    level = fleet_level(run, FLEET, 6)
+    summary, workers = level["summary"], level["fleet"]["workers"]
+    records = level["requests"]
+    failed = [r for r in records if not r["ok"]]
+    # At c6 sim-c held at most two of the level's requests (and the one that killed it,
+    # which the router may send elsewhere); every other request was answered.
+    assert summary["requests_ok"] + summary["requests_failed"] == len(records) == 12
+    assert len(failed) <= 3 and all(r["error"] for r in failed), failed
+    assert not level["server"]["crashed"]
+    # sim-c's counters are gone with it; the others' say what they served, nothing failed.
+    assert workers["sim-c"]["requests"] is None
+    for replica in ("sim-a", "sim-b"):
+        assert workers[replica]["router_failures"] == 0 and workers[replica]["requests"] >= 4
+    print(f"\nrequests failed at c6 when sim-c died: {len(failed)} of {len(records)}")
+
+
+def test_the_report_gives_the_fleets_scaling_efficiency_and_balance(fleet_bench):
+    _bench, _run, analysis, out = fleet_bench
+    assert analysis.returncode == 0, analysis.stdout + analysis.stderr
+    with (out / "fleet.csv").open() as handle:
+        rows = {int(row["concurrency"]): row for row in csv.DictReader(handle)}
+    assert set(rows) == {3, 6}
+    clean = rows[3]
+    assert clean["fleet"] == FLEET and clean["replicas"] == "3"
+    assert clean["per_replica_concurrency"] == "1" and clean["missing"] == ""
+    efficiency = float(clean["scaling_efficiency"])
+    speeds = float(clean["fleet_output_tokens_per_s"]), float(clean["replicas_output_tokens_per_s"])
+    assert efficiency == pytest.approx(speeds[0] / speeds[1], rel=1e-3)
+    assert clean["balance_min_over_max"] == "1.0" and clean["requests_failed"] == "0"
+    assert "Fleet behind the router" in (out / "summary.md").read_text()
+    print(
+        f"\nscaling efficiency at 1 request per replica: {efficiency:.3f} "
+        f"({speeds[0]:.1f} output tokens/s through the router, {speeds[1]:.1f} for the three "
+        "replicas alone, summed)"
+    )

@@ -347,7 +347,9 @@ def test_the_closing_summaries_come_after_the_release_and_act_on_no_host(playboo
     names = [name for name, _ in expand(REPO / playbook, with_summaries=True)]
     released = len(names) - 1 - names[::-1].index(host_lock.RELEASE_PLAY)
     assert names[released + 1 :], "a summary closes the run"
-    assert names[: released + 1] == [name for name, _ in expand(REPO / playbook)]
+    acting = [name for name, _ in expand(REPO / playbook)]
+    # Before the release, only plays on the controller (checks of the run's inputs) beside them.
+    assert [name for name in names[: released + 1] if name in acting] == acting
 
 
 @pytest.mark.parametrize("playbook", ENTRY + [f"playbooks/{stage}.yml" for stage in STAGES])

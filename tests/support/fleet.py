@@ -1,0 +1,59 @@
+"""Fleets over test hosts (docs/fleet.md): an inventory's kimi_router_<name> group of replicas,
+whose kimi_router_host names the host that runs its router, and steady load through a router."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+
+import requests
+import yaml
+
+
+def add_fleet(
+    inventory: Path,
+    group: str,
+    replicas: list[str],
+    router: str,
+    router_group: str | None = None,
+) -> Path:
+    """The inventory file with the fleet added, in place. With router_group, the router host
+    leaves gpu_hosts for a group of that name (a CPU host, no hardware profile)."""
+    tree = yaml.safe_load(inventory.read_text())
+    children = tree["all"]["children"]
+    if router_group:
+        for profile in children["gpu_hosts"]["children"].values():
+            if router in profile["hosts"]:
+                children[router_group] = {"hosts": {router: profile["hosts"].pop(router)}}
+    children[group] = {
+        "hosts": dict.fromkeys(replicas),
+        "vars": {"kimi_router_host": router},
+    }
+    inventory.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return inventory
+
+
+@contextlib.contextmanager
+def steady_load(url: str, api_key: str, most: int = 5000):
+    """Requests one after another to url (a /generate) until the block ends: yields the list
+    of their outcomes, each an HTTP status or the error of a request that got none."""
+    answers: list = []
+    stop = threading.Event()
+    body = {"text": "Say hi.", "sampling_params": {"max_new_tokens": 4}}
+    auth = {"Authorization": f"Bearer {api_key}"}
+
+    def send():
+        while not stop.is_set() and len(answers) < most:
+            try:
+                answers.append(requests.post(url, json=body, headers=auth, timeout=30).status_code)
+            except requests.RequestException as error:
+                answers.append(str(error))
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        yield answers
+    finally:
+        stop.set()
+        sender.join(timeout=60)
