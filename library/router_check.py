@@ -1,8 +1,8 @@
 #!/usr/bin/python
 # Copyright: kimi-deploy-kit maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""Ansible module router_check: the replicas' health before the router starts, and the
-router's own list of workers after it."""
+"""Ansible module router_check: the replicas' health before the router starts, the router's
+own list of workers after it, and a replica taken out of that list around its restart."""
 
 from __future__ import annotations
 
@@ -17,21 +17,31 @@ description:
   - With O(phase=router), polls the router at O(url) (C(/readiness), then C(GET /workers)) until
     every replica in O(replicas) is listed and healthy, for up to O(timeout) seconds; then fails
     with the router's log tail (O(log_file)), the key scrubbed from it.
-  - Reads only; never changes anything.
+  - With O(phase=drain) (module_utils/router/rotation.py), takes O(replica_url) out of the
+    router's list (C(DELETE /workers/{id})) and waits until the router no longer lists it and
+    the replica holds no request, for up to O(timeout) seconds. A router that does not answer
+    or does not list the replica is left alone (unchanged).
+  - With O(phase=return), puts it back (C(POST /workers)) and waits until the router lists it
+    healthy.
+  - Phases replicas and router read only; drain and return change the router's list.
 version_added: "0.1.0"
 options:
   phase:
-    description: C(replicas) or C(router).
+    description: C(replicas), C(router), C(drain) or C(return).
     type: str
     required: true
-    choices: [replicas, router]
+    choices: [replicas, router, drain, return]
+  replica_url:
+    description: The replica as the router lists it (O(phase=drain) and O(phase=return)).
+    type: str
+    default: ""
   replicas:
     description: The fleet's replicas, each a dict with C(host) and C(url).
     type: list
     elements: dict
     default: []
   url:
-    description: The router's URL (O(phase=router)).
+    description: The router's URL, from the router host (every phase but replicas).
     type: str
     default: ""
   api_key:
@@ -39,7 +49,7 @@ options:
     type: str
     default: ""
   timeout:
-    description: Seconds per replica (O(phase=replicas)) or for the whole wait (O(phase=router)).
+    description: Seconds per replica (O(phase=replicas)) or for the whole wait (the others).
     type: float
     default: 10.0
   log_file:
@@ -79,9 +89,21 @@ workers:
   type: list
   elements: dict
 seconds:
-  description: How long the router took to list them (O(phase=router)).
+  description: How long the router took to list them, or the drain or return took.
   returned: success
   type: float
+drained:
+  description: Whether the replica was taken out of the router's list (O(phase=drain)).
+  returned: success
+  type: bool
+in_flight:
+  description: Requests the replica still held when the drain's deadline came (O(phase=drain)).
+  returned: success
+  type: int
+reason:
+  description: Why nothing was taken out (O(phase=drain)).
+  returned: success
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402

@@ -22,7 +22,13 @@ MAX_WORKERS = 1024
 POLL_S = 0.5
 
 SPEC = {
-    "phase": {"type": "str", "required": True, "choices": ["replicas", "router"]},
+    "phase": {
+        "type": "str",
+        "required": True,
+        "choices": ["replicas", "router", "drain", "return"],
+    },
+    # phase drain and return: the replica, at the URL the router lists it by.
+    "replica_url": {"type": "str", "default": ""},
     "replicas": {"type": "list", "elements": "dict", "default": []},
     "url": {"type": "str", "default": ""},
     "api_key": {"type": "str", "default": "", "no_log": True},
@@ -34,9 +40,19 @@ SPEC = {
 
 def get(url: str, api_key: str, timeout: float) -> tuple[int | None, bytes, str]:
     """(HTTP status or None, body up to MAX_BODY_BYTES, what went wrong)."""
+    return call("GET", url, api_key, timeout)
+
+
+def call(
+    method: str, url: str, api_key: str, timeout: float, body: dict | None = None
+) -> tuple[int | None, bytes, str]:
+    """One request within `timeout` seconds, a JSON body where given: as get()."""
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"url must be http(s): {url}")
-    request = urllib.request.Request(url)  # noqa: S310 - http(s) only, checked above
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - http(s) only
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
@@ -132,9 +148,18 @@ def wait_router(p: dict, fetch=get, clock=time.monotonic, sleep=time.sleep) -> d
     )
 
 
-def act(p: dict, _check_mode: bool) -> dict:
+def act(p: dict, check_mode: bool) -> dict:
     if p["phase"] == "replicas":
         return replica_health(p["replicas"], p["api_key"], p["timeout"])
     if not p["url"]:
-        raise TaskError("router_check phase=router needs the router's url")
-    return wait_router(p)
+        raise TaskError(f"router_check phase={p['phase']} needs the router's url")
+    if p["phase"] == "router":
+        return wait_router(p)
+    # Imported here: rotation.py builds on this module.
+    from ansible.module_utils.router import rotation
+
+    if not p["replica_url"].startswith(("http://", "https://")):
+        raise TaskError(f"router_check phase={p['phase']} needs the replica's http(s) URL")
+    if check_mode:
+        return {"changed": True, "drained": False, "skipped": "check mode"}
+    return rotation.drain(p) if p["phase"] == "drain" else rotation.put_back(p)

@@ -509,6 +509,54 @@ def test_api_key_beyond_loopback_stays_off_the_command_line(playbook, cluster, r
         assert gone.returncode == 1
 
 
+def test_a_rolling_restart_of_a_fleet_keeps_its_router_answering(
+    playbook, cluster, runtime, router_wheelhouse, tmp_path
+):
+    """Both servers as one fleet behind SGLang's router on node; a changed launch restarted one
+    host at a time (kimi_deploy_serial=1) under steady load through the router: each replica
+    leaves the router before its restart and comes back after its checks, and no request
+    fails. A rerun that restarts nothing leaves the router alone."""
+    import shutil
+
+    from tests.support.fleet import add_fleet, steady_load
+
+    fleet_vars = {"kimi_server_host": ALL_INTERFACES, "kimi_server_api_key": API_KEY}
+    serving(playbook, cluster, **fleet_vars)
+    inventory = tmp_path / "inventory" / "hosts.yml"
+    inventory.parent.mkdir()
+    shutil.copy(cluster.inventory, inventory)
+    (inventory.parent / "group_vars").symlink_to(REPO / "group_vars")
+    add_fleet(inventory, "kimi_router_pair", list(SERVER_HOSTS), HOST)
+    routed = playbook(
+        "playbooks/router.yml",
+        inventory,
+        extravars=server_vars(
+            **fleet_vars,
+            kimi_router_policy="round_robin",
+            router_wheelhouse=str(router_wheelhouse),
+            router_health_check_interval_s=1,
+            kimi_controller_cache_dir=str(tmp_path / "cache"),
+        ),
+    )
+    assert routed.rc == 0, routed.stdout[-4000:]
+    changed = {**SIM_ENV, "SGLANG_SIM_STEP_MS": "6"}
+    rolling = server_vars(**fleet_vars, kimi_server_environment=changed, kimi_deploy_serial=1)
+    router = f"http://{cluster.host(HOST).address}:30080/generate"
+    with steady_load(router, API_KEY) as answers:
+        rolled = playbook(SERVER, inventory, extravars=rolling)
+    LAST_RUN.clear()
+    assert rolled.rc == 0, rolled.stdout[-6000:]
+    out = rolled.results("Take the replica out of its router and let its requests finish")
+    back = rolled.results("Put the replica back in its router")
+    for host in SERVER_HOSTS:
+        assert rolled.results(START)[host]["action"] == "restarted"
+        assert out[host]["drained"] and back[host]["changed"], (out, back)
+    failed = [answer for answer in answers if answer != 200]
+    assert len(answers) >= 20 and not failed, (len(answers), failed[:5])
+    print(f"\nrolling restart of 2 replicas: {len(answers)} requests, {len(failed)} failed")
+    playbook(SERVER, inventory, extravars=rolling).assert_unchanged()
+
+
 def test_teardown_stops_the_server(playbook, cluster, runtime):
     serving(playbook, cluster)
     pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
