@@ -17,16 +17,26 @@ import pytest
 
 from tests.support.ansible_run import with_extra_args
 from tests.support.hostprep import put_file
+from tests.support.server_hosts import (
+    HOST,
+    SYSD,
+    UNIT,
+    generate,
+    journal,
+    readable_holding,
+    restarts,
+    server_log,
+    server_pid,
+    supervisor_state,
+    unit_show,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
-HOST = "node"  # PID 1 is sshd: the kit's supervisor runs the server
-SYSD = "sysd"  # PID 1 is systemd: a unit runs the server
 SERVER_HOSTS = (HOST, SYSD)
 BOTH = ",".join(SERVER_HOSTS)
 MANAGERS = {HOST: "supervisor", SYSD: "systemd"}
-UNIT = "kimi-sglang"
 API_KEY = "sk-kimi-tests-4f1b9c"
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - inside the test host's own network namespace
 RUNTIME = "playbooks/runtime.yml"
@@ -95,28 +105,6 @@ def send(cluster, path: Path, host=HOST) -> str:
     return target
 
 
-def supervisor_state(cluster, host=HOST) -> dict:
-    out = cluster.ssh(host, "cat /var/lib/kimi/server/kimi-sglang.state.json").stdout
-    return json.loads(out)
-
-
-def unit_show(cluster, *properties: str) -> dict:
-    out = cluster.ssh(SYSD, f"systemctl show {UNIT} -p {','.join(properties)}").stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-def server_pid(cluster, host=HOST) -> int:
-    if host == SYSD:
-        return int(unit_show(cluster, "MainPID")["MainPID"])
-    return int(supervisor_state(cluster, host).get("child_pid") or 0)
-
-
-def restarts(cluster, host) -> int:
-    if host == SYSD:
-        return int(unit_show(cluster, "NRestarts")["NRestarts"])
-    return int(supervisor_state(cluster, host)["restarts"])
-
-
 def legacy_hash_of(cluster, host, secrets: dict) -> str:
     """The unkeyed hash earlier kits recorded for the launch now on the host (its argv and
     environment hold no secret here, so launch.json has them unmasked)."""
@@ -124,39 +112,6 @@ def legacy_hash_of(cluster, host, secrets: dict) -> str:
 
     record = json.loads(cluster.ssh(host, "cat /var/lib/kimi/server/launch.json").stdout)
     return legacy_hash(record["argv"], record["environment"], secrets)
-
-
-def readable_holding(cluster, host, *values: str) -> list[str]:
-    """Files under the server's folders that users other than root may read and that hold
-    one of values."""
-    patterns = " ".join(f"-e {value}" for value in values)
-    found = cluster.ssh(
-        host,
-        "find /etc/kimi /var/lib/kimi /var/log/kimi /etc/systemd/system -type f -perm /044 "
-        f"-print0 | xargs -0 -r grep -l -F {patterns}",
-        check=False,
-    )
-    return found.stdout.split()
-
-
-def journal(cluster) -> str:
-    return cluster.ssh(SYSD, f"journalctl -u {UNIT} --no-pager -o cat").stdout
-
-
-def server_log(cluster, host: str) -> str:
-    """What the server printed: the unit and the supervisor both write the log file."""
-    return cluster.ssh(host, "cat /var/log/kimi/sglang.log").stdout
-
-
-def generate(cluster, host=HOST, port=30000, key=None) -> str:
-    header = f"-H 'Authorization: Bearer {key}' " if key else ""
-    return cluster.ssh(
-        host,
-        f"curl -s -o /dev/null -w '%{{http_code}}' {header}-X POST "
-        f'-d \'{{"text": "hi", "sampling_params": {{"max_new_tokens": 4}}}}\' '
-        f"http://127.0.0.1:{port}/generate",
-        check=False,
-    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -509,6 +464,42 @@ def test_api_key_beyond_loopback_stays_off_the_command_line(playbook, cluster, r
         assert gone.returncode == 1
 
 
+RANK_WAIT = "Wait until this node joined its head (a multi-node server's other ranks)"
+
+
+def test_a_two_node_server_waits_for_its_other_rank_before_its_head(
+    playbook, cluster, runtime, tmp_path
+):
+    """node and sysd as one server (a kimi_cluster_* group, node first: the head). sysd's rank
+    is waited for before the head, whose API opens only once sysd joined its torch.distributed
+    (the simulator plays SGLang's rendezvous and rank 1's dummy health server); a rerun
+    changes nothing, and teardown stops both."""
+    from tests.support.fleet import add_group, inventory_copy
+
+    inventory = add_group(inventory_copy(cluster, tmp_path), "kimi_cluster_pair", [HOST, SYSD])
+    pair = playbook(SERVER, inventory, extravars=server_vars())
+    LAST_RUN.clear()
+    assert pair.rc == 0, pair.stdout[-6000:]
+    done = [
+        (event["event_data"].get("task"), event["event_data"].get("host"))
+        for event in pair.events
+        if event.get("event") == "runner_on_ok"
+    ]
+    assert done.index((RANK_WAIT, SYSD)) < done.index(("Wait for the server to load", HOST))
+    assert pair.results(RANK_WAIT)[SYSD]["state"] == "healthy"
+    head = f"{cluster.host(HOST).address}:50000"
+    for host, rank in ((HOST, 0), (SYSD, 1)):
+        cmdline = cluster.ssh(host, f"tr '\\0' ' ' < /proc/{server_pid(cluster, host)}/cmdline")
+        assert f"--nnodes 2 --node-rank {rank} --dist-init-addr {head}" in cmdline.stdout
+    assert "every node joined" in server_log(cluster, HOST)
+    # The head serves the API; rank 1 only its health check.
+    assert generate(cluster, HOST) == "200" and generate(cluster, SYSD) == "404"
+    playbook(SERVER, inventory, extravars=server_vars()).assert_unchanged()
+    down = playbook("teardown.yml", inventory, extravars=server_vars())
+    assert down.rc == 0, down.stdout[-4000:]
+    assert {down.results("Stop the server")[h]["action"] for h in (HOST, SYSD)} == {"stopped"}
+
+
 def test_a_rolling_restart_of_a_fleet_keeps_its_router_answering(
     playbook, cluster, runtime, router_wheelhouse, tmp_path
 ):
@@ -516,17 +507,11 @@ def test_a_rolling_restart_of_a_fleet_keeps_its_router_answering(
     host at a time (kimi_deploy_serial=1) under steady load through the router: each replica
     leaves the router before its restart and comes back after its checks, and no request
     fails. A rerun that restarts nothing leaves the router alone."""
-    import shutil
-
-    from tests.support.fleet import add_fleet, steady_load
+    from tests.support.fleet import add_fleet, inventory_copy, steady_load
 
     fleet_vars = {"kimi_server_host": ALL_INTERFACES, "kimi_server_api_key": API_KEY}
     serving(playbook, cluster, **fleet_vars)
-    inventory = tmp_path / "inventory" / "hosts.yml"
-    inventory.parent.mkdir()
-    shutil.copy(cluster.inventory, inventory)
-    (inventory.parent / "group_vars").symlink_to(REPO / "group_vars")
-    add_fleet(inventory, "kimi_router_pair", list(SERVER_HOSTS), HOST)
+    inventory = add_fleet(inventory_copy(cluster, tmp_path), "kimi_router_pair", [HOST, SYSD], HOST)
     routed = playbook(
         "playbooks/router.yml",
         inventory,

@@ -4,11 +4,35 @@ whose kimi_router_host names the host that runs its router, and steady load thro
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 from pathlib import Path
 
 import requests
 import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def inventory_copy(cluster, folder: Path) -> Path:
+    """The test hosts' inventory file copied into folder/inventory (with the kit's group_vars),
+    for groups that only some tests want."""
+    inventory = folder / "inventory" / "hosts.yml"
+    inventory.parent.mkdir(parents=True)
+    shutil.copy(cluster.inventory, inventory)
+    (inventory.parent / "group_vars").symlink_to(REPO / "group_vars")
+    return inventory
+
+
+def add_group(inventory: Path, group: str, hosts: list[str], variables: dict | None = None):
+    """The inventory file with one more group of hosts (and its vars), in place."""
+    tree = yaml.safe_load(inventory.read_text())
+    tree["all"]["children"][group] = {
+        "hosts": dict.fromkeys(hosts),
+        **({"vars": variables} if variables else {}),
+    }
+    inventory.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return inventory
 
 
 def add_fleet(
@@ -20,18 +44,14 @@ def add_fleet(
 ) -> Path:
     """The inventory file with the fleet added, in place. With router_group, the router host
     leaves gpu_hosts for a group of that name (a CPU host, no hardware profile)."""
-    tree = yaml.safe_load(inventory.read_text())
-    children = tree["all"]["children"]
     if router_group:
+        tree = yaml.safe_load(inventory.read_text())
+        children = tree["all"]["children"]
         for profile in children["gpu_hosts"]["children"].values():
             if router in profile["hosts"]:
                 children[router_group] = {"hosts": {router: profile["hosts"].pop(router)}}
-    children[group] = {
-        "hosts": dict.fromkeys(replicas),
-        "vars": {"kimi_router_host": router},
-    }
-    inventory.write_text(yaml.safe_dump(tree, sort_keys=False))
-    return inventory
+        inventory.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return add_group(inventory, group, replicas, {"kimi_router_host": router})
 
 
 @contextlib.contextmanager

@@ -194,6 +194,8 @@ Environment (all optional):
                               between floor and ceil to average out)
     SGLANG_SIM_PREFILL_MS     time from admission to the first (prefill) token, ms (default 50)
     SGLANG_SIM_LOAD_SECONDS   loading time before the port opens (default 0)
+    SGLANG_SIM_DIST_TIMEOUT_S how long the ranks of a multi-node server (--nnodes 2 or more)
+                              wait for each other at --dist-init-addr (default 300)
     SGLANG_SIM_NO_GENERATE    "1": the model loads and the port opens, but the scheduler never
                               produces a token (warmup and health checks never complete)
     SGLANG_SIM_CRASH_AFTER    exit(1) on the client /generate request after this many
@@ -315,6 +317,9 @@ class Settings:
     accept: float = field(default_factory=lambda: env_float("SGLANG_SIM_ACCEPT", 3.0))
     prefill_ms: float = field(default_factory=lambda: env_float("SGLANG_SIM_PREFILL_MS", 50))
     load_seconds: float = field(default_factory=lambda: env_float("SGLANG_SIM_LOAD_SECONDS", 0))
+    dist_timeout_s: float = field(
+        default_factory=lambda: env_float("SGLANG_SIM_DIST_TIMEOUT_S", 300)
+    )
     no_generate: bool = field(default_factory=lambda: env_bool("SGLANG_SIM_NO_GENERATE", False))
     crash_after: float = field(default_factory=lambda: env_float("SGLANG_SIM_CRASH_AFTER", 0))
     lossy: float = field(default_factory=lambda: env_float("SGLANG_SIM_LOSSY", 0))
@@ -1680,7 +1685,13 @@ async def serve(args: dict, settings: Settings) -> None:
         f"before serving on {host}:{port}",
         flush=True,
     )
+    resolved = args["resolved"]
+    if int(resolved.get("nnodes") or 1) > 1:
+        await join_ranks(resolved, settings)
     await asyncio.sleep(settings.load_seconds)
+    if int(resolved.get("node_rank") or 0) >= 1:
+        await serve_rank(host, port)
+        return
     if args.get("failure") is not None:
         # A scheduler failed while loading: the launch process kills its whole tree
         # (kill_process_tree of itself, so SIGKILL) before the port ever opens.
@@ -1762,6 +1773,125 @@ async def serve(args: dict, settings: Settings) -> None:
     scheduler.cancel()
     if warmup is not None:
         warmup.cancel()
+
+
+# -- multi-node ----------------------------------------------------------------------------
+# SGLang 0.5.23 (srt/entrypoints/engine.py _launch_subprocesses): every node's schedulers join
+# torch.distributed at --dist-init-addr (the head, node rank 0, hosts its store), and each
+# waits there for all --nnodes. Then the head starts its tokenizer and HTTP server; a node of
+# rank 1 or more serves no API but launch_dummy_health_check_server (srt/utils): 200 to
+# GET /health and /health_generate on its --host and --port. A node that dies takes NCCL's
+# collectives with it: the others fail. The simulator plays the store with a line protocol
+# ("rank R" from each node, "go" from the head once all joined) over one kept connection a
+# node, whose end ends the other side.
+
+
+# The watch on each other node's connection, kept for the server's life.
+WATCHERS: set = set()
+
+
+def dist_address(resolved: dict) -> tuple[str, int]:
+    host, _, port = str(resolved.get("dist_init_addr") or "").rpartition(":")
+    if not host or not port.isdigit():
+        print(
+            f"launch_server: error: --dist-init-addr {resolved.get('dist_init_addr')!r} is not "
+            "HOST:PORT (needed with --nnodes above 1)",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+    return host.strip("[]"), int(port)
+
+
+def rank_lost(what: str) -> None:
+    print(f"torch.distributed: {what}; NCCL communicator aborted", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+async def watch_peer(reader: asyncio.StreamReader, writer, what: str) -> None:
+    """Holds the writer too: a StreamWriter that is collected closes its connection."""
+    with contextlib.suppress(ConnectionError, OSError):
+        await reader.read()
+    rank_lost(what)
+    writer.close()
+
+
+async def join_ranks(resolved: dict, settings: Settings) -> None:
+    """Until every node of the server joined at --dist-init-addr, or the timeout's failure."""
+    nnodes, rank = int(resolved["nnodes"]), int(resolved.get("node_rank") or 0)
+    host, port = dist_address(resolved)
+    deadline = time.monotonic() + settings.dist_timeout_s
+    print(f"node {rank} of {nnodes}: joining at {host}:{port}", flush=True)
+    if rank == 0:
+        joined: dict[int, tuple] = {}
+        everyone = asyncio.Event()
+
+        async def arrive(reader, writer):
+            line = await reader.readline()
+            parts = line.decode("latin-1").split()
+            if len(parts) == 2 and parts[0] == "rank" and parts[1].isdigit():
+                joined[int(parts[1])] = (reader, writer)
+                if len(joined) >= nnodes - 1:
+                    everyone.set()
+            else:
+                writer.close()
+
+        store = await asyncio.start_server(arrive, "0.0.0.0", port)  # noqa: S104 - as torch
+        try:
+            await asyncio.wait_for(everyone.wait(), max(deadline - time.monotonic(), 0))
+        except TimeoutError:
+            missing = sorted(set(range(1, nnodes)) - set(joined))
+            rank_lost(f"timed out after {settings.dist_timeout_s:g} s waiting for ranks {missing}")
+        store.close()
+        for other, (reader, writer) in joined.items():
+            writer.write(b"go\n")
+            await writer.drain()
+            WATCHERS.add(asyncio.ensure_future(watch_peer(reader, writer, f"node {other} left")))
+        print(f"node 0 of {nnodes}: every node joined", flush=True)
+        return
+    while True:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(f"rank {rank}\n".encode())
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.readline(), max(deadline - time.monotonic(), 0))
+            if answer.strip() == b"go":
+                break
+            writer.close()
+        except (OSError, TimeoutError):
+            pass
+        if time.monotonic() >= deadline:
+            rank_lost(f"timed out after {settings.dist_timeout_s:g} s joining {host}:{port}")
+        await asyncio.sleep(0.2)
+    WATCHERS.add(asyncio.ensure_future(watch_peer(reader, writer, "the head (node 0) left")))
+    print(f"node {rank} of {nnodes}: joined", flush=True)
+
+
+async def serve_rank(host: str, port: int) -> None:
+    """launch_dummy_health_check_server: /health and /health_generate answer 200, nothing else."""
+
+    async def answer(reader, writer):
+        with contextlib.suppress(ConnectionError, ValueError, asyncio.IncompleteReadError):
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            target = head.split(b" ", 2)[1].split(b"?", 1)[0] if head.count(b" ") >= 2 else b""
+            ok = target in (b"/health", b"/health_generate")
+            status = b"200 OK" if ok else b"404 Not Found"
+            body = b"" if ok else b'{"detail":"Not Found"}'
+            writer.write(
+                b"HTTP/1.1 "
+                + status
+                + b"\r\ncontent-length: "
+                + str(len(body)).encode()
+                + b"\r\nconnection: close\r\n\r\n"
+                + body
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, host, port)
+    print(f"simulated sglang {VERSION} rank health check on {host}:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
 
 
 def vocab_size_of(model_path: object) -> int:
