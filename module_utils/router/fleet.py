@@ -152,6 +152,15 @@ def fleets(groups: dict, hostvars, defaults: dict | None = None) -> dict:
                 "vars (it may be one of its hosts or a CPU host of the inventory)."
             )
         router = routers.pop()
+        # One server over several hosts serves its API from its head (the group's first host).
+        for cluster in sorted(name for name in groups if name.startswith("kimi_cluster_")):
+            others = [host for host in groups[cluster][1:] if host in members]
+            if others:
+                raise FleetError(
+                    f"Found: {', '.join(others)} of {cluster} in {group}. Needed: only the "
+                    f"head of a multi-node server ({groups[cluster][0]}, which serves its API) "
+                    f"in a fleet. Fix: list {groups[cluster][0]} alone under {group}."
+                )
         if router not in everyone:
             raise FleetError(
                 f"Found: {group}'s kimi_router_host {router!r}, which is not in the inventory. "

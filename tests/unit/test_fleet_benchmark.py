@@ -259,3 +259,16 @@ def test_the_report_puts_the_fleet_beside_its_replicas_alone(tmp_path):
     odd = rows[1]
     assert odd["per_replica_concurrency"] is None and odd["scaling_efficiency"] is None
     assert odd["missing"] == "a1 a2"
+
+
+def test_a_fleet_lists_only_the_head_of_a_multi_node_server():
+    groups = {
+        "all": ["rt", "a1", "a2"],
+        "kimi_router_a": ["a1", "a2"],
+        "kimi_cluster_x": ["a1", "a2"],
+    }
+    with pytest.raises(FleetError, match=r"only the head of a multi-node server \(a1,"):
+        fleets(groups, HOSTVARS)
+    assert (
+        fleets({**groups, "kimi_router_a": ["a1"]}, HOSTVARS)["rt"]["replicas"][0]["host"] == "a1"
+    )
