@@ -36,7 +36,9 @@ options:
     type: str
     default: ""
   replicas:
-    description: The fleet's replicas, each a dict with C(host) and C(url).
+    description:
+      - The fleet's replicas, each a dict with C(host) and C(url), and in a disaggregated fleet
+        C(mode) (C(prefill) or C(decode)) and a prefill's C(bootstrap_port).
     type: list
     elements: dict
     default: []
@@ -83,6 +85,14 @@ left_out:
   returned: success
   type: list
   elements: dict
+worker_args:
+  description:
+    - sglang-router's worker flags for the healthy replicas (O(phase=replicas)) -
+      C(--worker-urls), or for a disaggregated fleet C(--pd-disaggregation) with
+      C(--prefill URL BOOTSTRAP_PORT) and C(--decode URL) each.
+  returned: success
+  type: list
+  elements: str
 workers:
   description: The router's workers, each C(url) and C(healthy) (O(phase=router)).
   returned: success

@@ -222,6 +222,7 @@ def render(
     context_length = resolve_context_length(name, s)
     argv = _server_argv(definition, s, tp_size, model_args, context_length)
     argv += _multi_node_args(name, s)
+    argv += disaggregation_args(name, s.get("disaggregation"))
     argv += _drafter_args(name, definition, s)
     argv += [str(arg) for arg in definition.get("args") or []]
     if budget is not None:
@@ -306,6 +307,38 @@ def _multi_node_args(name: str, s: dict) -> list[str]:
         "--dist-init-addr",
         s["dist_init_addr"],
     ]
+
+
+DISAGGREGATION_MODES = ("prefill", "decode")
+
+
+def disaggregation_args(name: str, d) -> list[str]:
+    """SGLang's prefill-decode flags for a host that serves one side (d: the settings'
+    disaggregation {mode, transfer_backend, bootstrap_port, ib_device}); none for one that
+    serves both. The prefill side opens the bootstrap port its decode peers find it at."""
+    mode = str((d or {}).get("mode") or "")
+    if not mode:
+        return []
+    if mode not in DISAGGREGATION_MODES:
+        raise ServingConfigError(
+            f"{name}: disaggregation mode {mode!r} is neither prefill nor decode (a host is in "
+            "a kimi_prefill_* or a kimi_decode_* group, or in neither)"
+        )
+    port = d.get("bootstrap_port")
+    if mode == "prefill" and (
+        isinstance(port, bool) or not str(port).isdigit() or not 1 <= int(port) <= 65535
+    ):
+        raise ServingConfigError(
+            f"{name}: disaggregation bootstrap_port {port!r} is not a port 1 to 65535 "
+            "(kimi_disaggregation_bootstrap_port)"
+        )
+    argv = ["--disaggregation-mode", mode]
+    argv += ["--disaggregation-transfer-backend", str(d.get("transfer_backend") or "mooncake")]
+    if mode == "prefill":
+        argv += ["--disaggregation-bootstrap-port", str(int(port))]
+    if d.get("ib_device"):
+        argv += ["--disaggregation-ib-device", str(d["ib_device"])]
+    return argv
 
 
 def _drafter_args(name: str, definition: dict, s: dict) -> list[str]:

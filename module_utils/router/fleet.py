@@ -173,12 +173,19 @@ def fleets(groups: dict, hostvars, defaults: dict | None = None) -> dict:
                 "Needed: one router per host. Fix: name another host for one of them."
             )
         settings = fleet_settings(group, members, hostvars, defaults)
+        replicas = [
+            {
+                "host": host,
+                "url": replica_url(host, router, hostvars[host]),
+                **disaggregation_of(host, hostvars[host]),
+            }
+            for host in members
+        ]
+        check_disaggregation(group, replicas, groups)
         out[router] = {
             "group": group,
             "settings": settings,
-            "replicas": [
-                {"host": host, "url": replica_url(host, router, hostvars[host])} for host in members
-            ],
+            "replicas": replicas,
             "router_url": local_url(
                 settings.get("kimi_router_bind_host"), settings.get("kimi_router_port")
             ),
@@ -210,26 +217,93 @@ def benchmark_targets(fleet: dict, concurrency: list, rates: list = ()) -> list[
         )
 
     workers = {replica["host"]: replica["url"] for replica in replicas}
-    alone = [
-        {
-            "name": replica["host"],
-            "url": replica["url"],
-            "concurrency": levels,
-            "request_rates": [float(r) for r in rates],
-            "fleet": None,
-        }
-        for replica in replicas
-    ]
+    # A prefill or a decode server alone serves no request: a disaggregated fleet is measured
+    # through its router only.
+    split = any(replica.get("mode") for replica in replicas)
+    alone = (
+        []
+        if split
+        else [
+            {
+                "name": replica["host"],
+                "url": replica["url"],
+                "concurrency": levels,
+                "request_rates": [float(r) for r in rates],
+                "fleet": None,
+            }
+            for replica in replicas
+        ]
+    )
+    load = 1 if split else len(replicas)
     return [
         *alone,
         {
             "name": fleet["group"],
             "url": fleet["router_url"],
-            "concurrency": [c * len(replicas) for c in levels],
-            "request_rates": [float(r) * len(replicas) for r in rates],
+            "concurrency": [c * load for c in levels],
+            "request_rates": [float(r) * load for r in rates],
             "fleet": {
                 "workers": workers,
                 "router_metrics_url": fleet["metrics_url"],
             },
         },
     ]
+
+
+def disaggregation_of(host: str, replica_vars: dict) -> dict:
+    """{"mode": "prefill" | "decode" | "", "bootstrap_port": the prefill's or None}."""
+    settings = replica_vars.get("kimi_server_settings") or {}
+    side = settings.get("disaggregation") if isinstance(settings, dict) else None
+    side = side if isinstance(side, dict) else {}
+    mode = str(side.get("mode") or "")
+    port = side.get("bootstrap_port") if mode == "prefill" else None
+    if mode == "prefill" and (
+        isinstance(port, bool) or not str(port).isdigit() or not 1 <= int(port) <= 65535
+    ):
+        raise FleetError(
+            f"Found: {host}'s bootstrap port {port!r}. Needed: a port 1 to 65535. Fix: "
+            "kimi_disaggregation_bootstrap_port."
+        )
+    return {"mode": mode, "bootstrap_port": int(port) if port is not None else None}
+
+
+def check_disaggregation(group: str, replicas: list[dict], groups: dict) -> None:
+    """A fleet serves whole requests on every replica, or splits them: prefill servers and
+    decode servers, each side at least one, behind a router in PD mode."""
+    for replica in replicas:
+        sides = [
+            name
+            for name in groups
+            if name.startswith(("kimi_prefill_", "kimi_decode_"))
+            and replica["host"] in groups[name]
+        ]
+        if len({name.split("_")[1] for name in sides}) > 1:
+            raise FleetError(
+                f"Found: {replica['host']} in {', '.join(sorted(sides))}. Needed: a host serves "
+                "prefill or decode, not both. Fix: keep it in one of those groups."
+            )
+    modes = {replica["mode"] for replica in replicas}
+    if modes == {""}:
+        return
+    if "" in modes or modes != {"prefill", "decode"}:
+        shown = ", ".join(f"{r['host']} {r['mode'] or 'both'}" for r in replicas)
+        raise FleetError(
+            f"Found: {group}'s replicas serve {shown}. Needed: a disaggregated fleet of "
+            "prefill and decode servers only, at least one of each. Fix: put each of its hosts "
+            "in a kimi_prefill_* or a kimi_decode_* group, or none of them."
+        )
+
+
+def worker_args(healthy: list[dict]) -> list[str]:
+    """sglang-router's worker flags for the replicas that answered: --worker-urls, or in PD
+    mode --pd-disaggregation with --prefill URL BOOTSTRAP_PORT and --decode URL each."""
+    if not any(replica.get("mode") for replica in healthy):
+        return ["--worker-urls", *(replica["url"] for replica in healthy)]
+    argv = ["--pd-disaggregation"]
+    for replica in healthy:
+        if replica.get("mode") == "prefill":
+            argv += ["--prefill", replica["url"], str(replica["bootstrap_port"])]
+    for replica in healthy:
+        if replica.get("mode") == "decode":
+            argv += ["--decode", replica["url"]]
+    return argv

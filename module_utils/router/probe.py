@@ -15,6 +15,7 @@ import urllib.request
 
 from ansible.module_utils.host.in_process import TaskError
 from ansible.module_utils.host.secret_scrub import Scrubber
+from ansible.module_utils.router.fleet import worker_args
 from ansible.module_utils.server.control import file_tail
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -75,12 +76,28 @@ def replica_health(replicas: list, api_key: str, timeout: float, fetch=get) -> d
             left_out.append({"host": host, "url": url, "reason": "not an http(s) URL"})
             continue
         status, _body, error = fetch(url.rstrip("/") + "/health", api_key, timeout)
+        side = {k: replica.get(k) for k in ("mode", "bootstrap_port") if replica.get(k)}
         if status == 200:
-            healthy.append({"host": host, "url": url})
+            healthy.append({"host": host, "url": url, **side})
         else:
             reason = error or f"HTTP {status}"
-            left_out.append({"host": host, "url": url, "reason": f"/health: {reason}"})
-    return {"changed": False, "healthy": healthy, "left_out": left_out}
+            left_out.append({"host": host, "url": url, "reason": f"/health: {reason}", **side})
+    modes = {replica.get("mode") for replica in replicas} - {None, ""}
+    missing = modes - {replica.get("mode") for replica in healthy}
+    if missing and healthy:
+        # A disaggregated fleet with no prefill (or no decode) server answering serves nothing.
+        raise TaskError(
+            f"No {' or '.join(sorted(missing))} server of the fleet answered its /health: "
+            + "; ".join(f"{r['host']}: {r['reason']}" for r in left_out)
+            + ". Needed: at least one prefill and one decode server. Fix: deploy them "
+            "(deploy_kimi.yml) and check that this host reaches them."
+        )
+    return {
+        "changed": False,
+        "healthy": healthy,
+        "left_out": left_out,
+        "worker_args": worker_args(healthy) if healthy else [],
+    }
 
 
 def router_workers(body: bytes) -> dict[str, bool]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import yaml
 
 from tests.support import sim_process
 from tests.support.fleet import add_fleet
@@ -57,10 +58,10 @@ def address(cluster, host: str) -> str:
     return cluster.host(host).address
 
 
-def start_replica(cluster, host: str, environment: str = "") -> None:
+def start_replica(cluster, host: str, environment: str = "", flags: tuple = ()) -> None:
     """The simulator as a replica: every interface, the fleet's key, SGLang's port."""
     argv = [a if a != "127.0.0.1" else "0.0.0.0" for a in sim_process.BASE]  # noqa: S104
-    argv += ["--port", str(SERVER_PORT), "--api-key", KEY]
+    argv += ["--port", str(SERVER_PORT), "--api-key", KEY, *flags]
     cluster.ssh(
         host,
         f"{environment} setsid nohup /usr/bin/python3 {REPO}/tests/support/sglang_sim.py "
@@ -97,19 +98,23 @@ def routed_again(cluster, host: str) -> None:
     raise AssertionError(f"the router did not take {host} back within 30 s")
 
 
-@pytest.fixture(scope="module")
-def runs(cluster, router_wheelhouse, tmp_path_factory):
-    from tests.support.ansible_run import run_playbook
-
-    extravars = {
+def router_vars(router_wheelhouse, cache: Path) -> dict:
+    return {
         "kimi_server_host": "0.0.0.0",  # noqa: S104 - the replicas' bind address
         "kimi_server_api_key": KEY,
         "kimi_router_policy": "round_robin",
         "router_wheelhouse": str(router_wheelhouse),
         "router_health_check_interval_s": 1,
         "router_health_failure_threshold": 2,
-        "kimi_controller_cache_dir": str(tmp_path_factory.mktemp("cache")),
+        "kimi_controller_cache_dir": str(cache),
     }
+
+
+@pytest.fixture(scope="module")
+def runs(cluster, router_wheelhouse, tmp_path_factory):
+    from tests.support.ansible_run import run_playbook
+
+    extravars = router_vars(router_wheelhouse, tmp_path_factory.mktemp("cache"))
 
     def run(name: str):
         return run_playbook(
@@ -403,3 +408,71 @@ def test_the_report_gives_the_fleets_scaling_efficiency_and_balance(fleet_bench)
         f"({speeds[0]:.1f} output tokens/s through the router, {speeds[1]:.1f} for the three "
         "replicas alone, summed)"
     )
+
+
+def served(cluster, host: str) -> float:
+    """Requests the replica finished (its sglang:num_requests_total, every label set)."""
+    answer = requests.get(
+        f"http://{address(cluster, host)}:{SERVER_PORT}/metrics",
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=10,
+    )
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in answer.text.splitlines()
+        if line.startswith("sglang:num_requests_total")
+    )
+
+
+def test_a_disaggregated_fleet_runs_its_router_in_pd_mode(
+    cluster, runs, fleet_bench, router_wheelhouse, tmp_path
+):
+    """sim-a serves prefill and sim-b decode (SGLang's --disaggregation-mode, the inventory's
+    kimi_prefill_*/kimi_decode_* groups saying so): rt's router restarts in PD mode, sends each
+    request to both, and the decode server's answer comes back."""
+    from tests.support.ansible_run import run_playbook
+    from tests.support.fleet import add_fleet, add_group, inventory_copy
+
+    backend = ("--disaggregation-mode", "{}", "--disaggregation-transfer-backend", "mooncake")
+    prefill = (*backend, "--disaggregation-bootstrap-port", "8998")
+    for host, flags in (("sim-a", prefill), ("sim-b", backend)):
+        stop_replica(cluster, host)
+        mode = "prefill" if host == "sim-a" else "decode"
+        start_replica(cluster, host, flags=tuple(f.format(mode) for f in flags))
+    inventory = inventory_copy(cluster, tmp_path)
+    tree = yaml.safe_load(inventory.read_text())
+    del tree["all"]["children"][FLEET]
+    inventory.write_text(yaml.safe_dump(tree, sort_keys=False))
+    add_fleet(inventory, "kimi_router_pd", ["sim-a", "sim-b"], ROUTER)
+    add_group(inventory, "kimi_prefill_pd", ["sim-a"])
+    add_group(inventory, "kimi_decode_pd", ["sim-b"])
+    (tmp_path / "runner").mkdir()
+    pd = run_playbook(
+        "playbooks/router.yml",
+        inventory,
+        tmp_path / "runner",
+        extravars=router_vars(router_wheelhouse, tmp_path / "cache"),
+    )
+    assert pd.rc == 0, pd.stdout[-6000:]
+    launch = json.loads(cluster.ssh(ROUTER, "cat /var/lib/kimi/router/launch.json").stdout)
+    urls = {host: f"http://{address(cluster, host)}:{SERVER_PORT}" for host in ("sim-a", "sim-b")}
+    argv = " ".join(launch["argv"])
+    assert f"--pd-disaggregation --prefill {urls['sim-a']} 8998 --decode {urls['sim-b']}" in argv
+    auth = {"Authorization": f"Bearer {KEY}"}
+    workers = requests.get(f"{router_url(cluster)}/workers", headers=auth, timeout=10).json()
+    assert {(w["url"], w["worker_type"]) for w in workers["workers"]} == {
+        (urls["sim-a"], "prefill"),
+        (urls["sim-b"], "decode"),
+    }
+    before = {host: served(cluster, host) for host in urls}
+    body = {"text": "Say hi.", "sampling_params": {"max_new_tokens": 8}}
+    for _ in range(5):
+        answer = requests.post(
+            f"{router_url(cluster)}/generate", json=body, headers=auth, timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["meta_info"]["completion_tokens"] == 8  # the decode server's
+    assert {host: served(cluster, host) - before[host] for host in urls} == {
+        "sim-a": 5,
+        "sim-b": 5,
+    }

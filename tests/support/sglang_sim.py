@@ -798,6 +798,11 @@ class Simulator:
         self.model_name = self.resolved.get("served_model_name") or ""
         self.model_type, self.architectures = model_identity(self.resolved.get("model_path"))
         self.vocab_size = vocab_size_of(self.resolved.get("model_path"))
+        # Prefill-decode disaggregation (--disaggregation-mode): "prefill", "decode" or "".
+        mode = str(self.resolved.get("disaggregation_mode") or "null")
+        self.disaggregation = "" if mode == "null" else mode
+        # A prefill server's finished bootstrap rooms, which its decode peers wait for.
+        self.rooms: dict[int, asyncio.Event] = {}
         self.status = "Starting"
         self.running: list[Request] = []
         self.waiting: list[Request] = []
@@ -1270,6 +1275,12 @@ class Simulator:
         request.fault = fault
         if arrival is not None:
             request.created = arrival
+        room = None
+        if self.disaggregation:
+            refused, room = await disaggregated(self, request, body)
+            if refused is not None:
+                await reply.respond(refused[0], compact(refused[1]), "application/json")
+                return
         self.submit(request)
         try:
             if not request.stream:
@@ -1277,9 +1288,11 @@ class Simulator:
                     await request.changed.wait()
                     request.changed.clear()
                 payload = compact(self.output(request, True))
+                prefilled(self, room)
                 await reply.respond(200, payload, "application/json")
                 return
             await self.stream(request, reply)
+            prefilled(self, room)
         except (ConnectionError, asyncio.CancelledError):
             # SGLang aborts a request whose client went away (create_abort_task).
             self.abort(request)
@@ -1707,6 +1720,10 @@ async def serve(args: dict, settings: Settings) -> None:
         "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0),
     }
     scheduler = asyncio.ensure_future(simulator.scheduler())
+    if simulator.disaggregation == "prefill":
+        bootstrap_port = int(resolved.get("disaggregation_bootstrap_port") or 8998)
+        simulator.bootstrap = await serve_bootstrap(simulator, host, bootstrap_port)
+        print(f"prefill bootstrap server on port {bootstrap_port}", flush=True)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served = 0
@@ -1892,6 +1909,104 @@ async def serve_rank(host: str, port: int) -> None:
     print(f"simulated sglang {VERSION} rank health check on {host}:{port}", flush=True)
     async with server:
         await server.serve_forever()
+
+
+# -- prefill-decode disaggregation ---------------------------------------------------------
+# SGLang's router in PD mode (sglang-router 0.3.2, read on the real router) registers each
+# worker with GET /health, /server_info and /model_info, then sends every request to one prefill
+# and one decode server alike, with bootstrap_host (the prefill's host), bootstrap_port (its
+# --disaggregation-bootstrap-port) and bootstrap_room (a random integer) added, and answers
+# with the decode server's reply. In SGLang 0.5.23 the prefill server computes the prompt and
+# its first token and hands the KV cache to the decode server over the transfer backend,
+# which finds it through the prefill's bootstrap server (disaggregation/common/conn.py,
+# GET /route); a request without a room has no decode peer to reach. The simulator plays the
+# hand-over on the bootstrap port: GET /sim/kv?room=R answers once the prefill finished R.
+KV_WAIT_S = 30.0
+MAX_ROOMS = 10_000
+
+
+def bootstrap_of(body: dict) -> tuple[str, int, int] | None:
+    host, port, room = (body.get(k) for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room"))
+    if not isinstance(host, str) or not host or len(host) > 255:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (port, room)):
+        return None
+    return host, port, room
+
+
+async def disaggregated(simulator, request, body: dict):
+    """((status, answer), None) to refuse, or (None, the room a prefill server finishes)."""
+    found = bootstrap_of(body)
+    if found is None:
+        return (
+            (400, {"error": {"message": "disaggregated serving needs bootstrap_host, "
+                   "bootstrap_port and bootstrap_room (send it through the router in PD mode)",
+                   "code": 400}}),
+            None,
+        )  # fmt: skip
+    host, port, room = found
+    if simulator.disaggregation == "prefill":
+        # The prefill server stops at the first token; the decode server goes on from it.
+        request.max_new_tokens = 1
+        return None, room
+    try:
+        await asyncio.wait_for(fetch_kv(host, port, room), KV_WAIT_S)
+    except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError) as error:
+        message = f"KV transfer from the prefill server {host}:{port} failed: {error or 'timeout'}"
+        return (500, {"error": {"message": message, "code": 500}}), None
+    return None, None
+
+
+async def fetch_kv(host: str, port: int, room: int) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(f"GET /sim/kv?room={room} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        await writer.drain()
+        status = (await reader.readline()).split(b" ", 2)
+        if len(status) < 2 or status[1] != b"200":
+            raise ValueError(f"room {room} was never prefilled")
+    finally:
+        writer.close()
+
+
+def prefilled(simulator, room: int | None) -> None:
+    if room is None or simulator.disaggregation != "prefill":
+        return
+    if len(simulator.rooms) >= MAX_ROOMS:
+        simulator.rooms.pop(next(iter(simulator.rooms)))
+    simulator.rooms.setdefault(room, asyncio.Event()).set()
+
+
+async def serve_bootstrap(simulator, host: str, port: int) -> asyncio.AbstractServer:
+    """The prefill server's bootstrap port: /health, /route, and the simulator's /sim/kv."""
+
+    async def answer(reader, writer):
+        with contextlib.suppress(ConnectionError, ValueError, asyncio.IncompleteReadError):
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            target = head.split(b" ", 2)[1].decode("latin-1") if head.count(b" ") >= 2 else ""
+            path, _, query = target.partition("?")
+            status, body = 404, {"detail": "Not Found"}
+            if path == "/health":
+                status, body = 200, "OK"
+            elif path == "/route":
+                status, body = 200, {"rank_ip": host, "rank_port": port}
+            elif path == "/sim/kv" and query.startswith("room=") and query[5:].isdigit():
+                event = simulator.rooms.setdefault(int(query[5:]), asyncio.Event())
+                try:
+                    await asyncio.wait_for(event.wait(), KV_WAIT_S)
+                    status, body = 200, {"room": int(query[5:])}
+                except TimeoutError:
+                    status, body = 404, {"detail": "room never prefilled"}
+            data = compact(body)
+            writer.write(
+                f"HTTP/1.1 {status} X\r\ncontent-length: {len(data)}\r\n"
+                "connection: close\r\n\r\n".encode()
+                + data
+            )
+            await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(answer, "0.0.0.0", port)  # noqa: S104 - as SGLang's
 
 
 def vocab_size_of(model_path: object) -> int:

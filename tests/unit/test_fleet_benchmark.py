@@ -272,3 +272,16 @@ def test_a_fleet_lists_only_the_head_of_a_multi_node_server():
     assert (
         fleets({**groups, "kimi_router_a": ["a1"]}, HOSTVARS)["rt"]["replicas"][0]["host"] == "a1"
     )
+
+
+def test_a_disaggregated_fleet_is_measured_through_its_router_only():
+    split = {
+        **FLEET,
+        "replicas": [
+            {**FLEET["replicas"][0], "mode": "prefill", "bootstrap_port": 8998},
+            {**FLEET["replicas"][1], "mode": "decode", "bootstrap_port": None},
+        ],
+    }
+    [router] = benchmark_targets(split, [1, 4])
+    assert router["name"] == "kimi_router_a" and router["concurrency"] == [1, 4]
+    assert set(router["fleet"]["workers"]) == {"a1", "a2"}

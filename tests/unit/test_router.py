@@ -55,7 +55,9 @@ def test_each_fleet_goes_to_the_host_it_names_with_its_replicas_urls():
     settings = found["rt"]["settings"]
     assert settings == {"kimi_router_host": "rt", "kimi_router_policy": "round_robin"}
     # A replica on loopback serves only a router on its own host.
-    assert found["g4"]["replicas"] == [{"host": "g4", "url": "http://127.0.0.1:30000"}]
+    assert found["g4"]["replicas"] == [
+        {"host": "g4", "url": "http://127.0.0.1:30000", "mode": "", "bootstrap_port": None}
+    ]
     assert found["g4"]["settings"]["kimi_router_policy"] == "cache_aware"
 
 
@@ -212,3 +214,64 @@ def test_the_launcher_takes_the_key_from_its_file_only(tmp_path):
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert bad.returncode != 0 and "is not text" in bad.stderr
+
+
+def side(mode: str, address: str, port=8998) -> dict:
+    """A replica of a disaggregated fleet: its settings' disaggregation, as group_vars set it."""
+    replica = host(address, kimi_router_host="rt")
+    replica["kimi_server_settings"]["disaggregation"] = {"mode": mode, "bootstrap_port": port}
+    return replica
+
+
+def test_a_disaggregated_fleet_gets_a_router_in_pd_mode():
+    groups, hostvars = inventory(
+        kimi_router_pd={"p1": side("prefill", "10.0.0.1"), "d1": side("decode", "10.0.0.2")}
+    )
+    replicas = fleet.fleets(groups, hostvars, DEFAULTS)["rt"]["replicas"]
+    assert [(r["host"], r["mode"], r["bootstrap_port"]) for r in replicas] == [
+        ("p1", "prefill", 8998),
+        ("d1", "decode", None),
+    ]
+    assert fleet.worker_args(replicas) == [
+        "--pd-disaggregation",
+        "--prefill",
+        "http://10.0.0.1:30000",
+        "8998",
+        "--decode",
+        "http://10.0.0.2:30000",
+    ]
+    plain = [{"host": "a", "url": "http://a:1", "mode": ""}, {"host": "b", "url": "http://b:1"}]
+    assert fleet.worker_args(plain) == ["--worker-urls", "http://a:1", "http://b:1"]
+
+
+@pytest.mark.parametrize(
+    ("members", "extra", "needle"),
+    [
+        ({"p1": side("prefill", "10.0.0.1")}, {}, "at least one of each"),
+        ({"p1": side("prefill", "10.0.0.1"), "g2": host("10.0.0.2", kimi_router_host="rt")},
+         {}, "g2 both"),
+        ({"p1": side("prefill", "10.0.0.1", port=0), "d1": side("decode", "10.0.0.2")},
+         {}, "bootstrap port 0"),
+        ({"p1": side("prefill", "10.0.0.1"), "d1": side("decode", "10.0.0.2")},
+         {"kimi_prefill_x": ["d1"], "kimi_decode_y": ["d1"]}, "not both"),
+    ],
+)  # fmt: skip
+def test_a_wrong_disaggregated_fleet_is_refused(members, extra, needle):
+    groups, hostvars = inventory(kimi_router_pd=members)
+    with pytest.raises(fleet.FleetError, match=re.escape(needle)):
+        fleet.fleets({**groups, **extra}, hostvars, DEFAULTS)
+
+
+def test_a_disaggregated_fleet_without_a_prefill_answering_stops_the_stage():
+    replicas = [
+        {"host": "p1", "url": "http://p1:1", "mode": "prefill", "bootstrap_port": 8998},
+        {"host": "d1", "url": "http://d1:1", "mode": "decode"},
+    ]
+
+    def fetch(url, api_key, timeout):
+        return (200, b"", "") if url.startswith("http://d1") else (None, b"", "refused")
+
+    with pytest.raises(TaskError, match="No prefill server of the fleet answered"):
+        probe.replica_health(replicas, "", 1.0, fetch)
+    answered = probe.replica_health(replicas, "", 1.0, lambda *a: (200, b"", ""))
+    assert answered["worker_args"][:2] == ["--pd-disaggregation", "--prefill"]

@@ -660,3 +660,40 @@ def test_each_tp_size_is_checked_against_its_own_reference_server():
     assert not is_reference("ddtree-b16", "ddtree")
     assert is_reference("a b", "a b") and not is_reference("a b", "a")
     assert reference_at_tp("ar-tp1", 8) == "ar-tp8" and reference_at_tp("ar", None) == "ar"
+
+
+def test_prefill_and_decode_servers_get_sglangs_disaggregation_flags_checked_by_its_parser():
+    from pathlib import Path
+
+    from ansible.module_utils.plan.serving import load_contracts, validation, with_controls
+
+    contract_dir = Path(__file__).resolve().parents[1] / "contract"
+    snapshot = str(contract_dir / "sglang-0.5.23-args.json")
+    contracts = load_contracts({"release": {"snapshot": snapshot}}, SETTINGS)
+    definitions = shipped_definitions()
+    side = {"transfer_backend": "mooncake", "bootstrap_port": 8998, "ib_device": ""}
+    argvs = {}
+    for mode in ("prefill", "decode"):
+        settings = {**SETTINGS, "disaggregation": {**side, "mode": mode}}
+        for config in render_all(
+            definitions, with_controls(definitions, ["ar", "dflash"]), settings
+        ):
+            assert validation(config, contracts)["ok"], (mode, config["name"])
+            argvs[mode, config["name"]] = config["argv"]
+    prefill, decode = argvs["prefill", "ar"], argvs["decode", "ar"]
+    assert prefill[prefill.index("--disaggregation-mode") + 1] == "prefill"
+    assert prefill[prefill.index("--disaggregation-bootstrap-port") + 1] == "8998"
+    assert decode[decode.index("--disaggregation-mode") + 1] == "decode"
+    assert "--disaggregation-bootstrap-port" not in decode
+    assert "--disaggregation-transfer-backend" in decode
+    # A host in neither group serves both: no flag at all.
+    [both] = render_all(definitions, ["ar"], {**SETTINGS, "disaggregation": {**side, "mode": ""}})
+    assert not [arg for arg in both["argv"] if arg.startswith("--disaggregation")]
+    with pytest.raises(ServingConfigError, match="neither prefill nor decode"):
+        render_all(definitions, ["ar"], {**SETTINGS, "disaggregation": {"mode": "both"}})
+    with pytest.raises(ServingConfigError, match="bootstrap_port"):
+        render_all(
+            definitions,
+            ["ar"],
+            {**SETTINGS, "disaggregation": {"mode": "prefill", "bootstrap_port": 0}},
+        )
