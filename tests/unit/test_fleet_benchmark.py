@@ -285,3 +285,35 @@ def test_a_disaggregated_fleet_is_measured_through_its_router_only():
     [router] = benchmark_targets(split, [1, 4])
     assert router["name"] == "kimi_router_a" and router["concurrency"] == [1, 4]
     assert set(router["fleet"]["workers"]) == {"a1", "a2"}
+
+
+@pytest.mark.parametrize(
+    ("target", "needle"),
+    [
+        ("fleet", "the inventory has no kimi_router_* group"),
+        ("fleets", 'benchmark_target is "fleets"'),
+    ],
+)
+def test_a_fleet_benchmark_without_a_fleet_or_a_wrong_target_stops_before_any_host(target, needle):
+    """On the shipped example inventory (no fleet), on the controller: no host is contacted."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "inventory/ct200",
+            "benchmark_kimi.yml",
+            "-e",
+            f"benchmark_target={target}",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode != 0 and needle in run.stdout + run.stderr
+    assert "ct200-" not in run.stdout.split("PLAY RECAP")[-1]
