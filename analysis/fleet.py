@@ -10,6 +10,7 @@ replicas' at c: 1.0 is a fleet that serves as its replicas do alone, side by sid
 from __future__ import annotations
 
 from analysis.results_types import Level, Results
+from analysis.results_values import is_number, ratio
 
 COLUMNS = (
     "fleet",
@@ -55,7 +56,8 @@ def _row(level: Level, alone: dict) -> dict:
     missing = sorted(name for name, match in found.items() if match is None)
     fleet_speed = level.summary.get("output_tokens_per_s")
     speeds = [m.summary.get("output_tokens_per_s") for m in found.values() if m is not None]
-    total = sum(speeds) if not missing and all(_number(s) for s in speeds) else None
+    total = sum(speeds) if not missing and all(is_number(s) for s in speeds) else None
+    efficiency = ratio(fleet_speed if is_number(fleet_speed) else None, total)
     router_failures = [w["router_failures"] for w in workers.values()]
     return {
         "fleet": level.host,
@@ -66,9 +68,7 @@ def _row(level: Level, alone: dict) -> dict:
         "per_replica_concurrency": per_replica,
         "fleet_output_tokens_per_s": fleet_speed,
         "replicas_output_tokens_per_s": total,
-        "scaling_efficiency": (
-            round(fleet_speed / total, 4) if _number(fleet_speed) and total else None
-        ),
+        "scaling_efficiency": round(efficiency, 4) if efficiency is not None else None,
         "requests_ok": level.summary.get("requests_ok"),
         "requests_failed": level.summary.get("requests_failed"),
         "requests_per_replica": " ".join(
@@ -81,7 +81,3 @@ def _row(level: Level, alone: dict) -> dict:
         ),
         "missing": " ".join(missing),
     }
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

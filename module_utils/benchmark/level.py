@@ -523,8 +523,9 @@ def run_one_level(loop, target, params, level_spec, repeat, payloads, max_events
         gpu = sampler.stop()
     ended_at = now_iso()
     after = server_state(target)
-    level.update(fleet_before=fleet_before, fleet_after=fleet.state() if fleet else None)
     level.update(
+        fleet_before=fleet_before,
+        fleet_after=fleet.state() if fleet else None,
         flushed=flushed,
         before=before,
         after=after,

@@ -100,8 +100,9 @@ def replica_health(replicas: list, api_key: str, timeout: float, fetch=get) -> d
     }
 
 
-def router_workers(body: bytes) -> dict[str, bool]:
-    """url -> healthy, from GET /workers's answer; ValueError when it is not that shape."""
+def worker_entries(body: bytes) -> list[dict]:
+    """The workers of GET /workers's answer, each a dict with a url (cut to 2048 characters);
+    ValueError when it is not that shape."""
     try:
         data = json.loads(body)
     except RecursionError:  # 4 MB of brackets
@@ -109,12 +110,15 @@ def router_workers(body: bytes) -> dict[str, bool]:
     workers = data.get("workers") if isinstance(data, dict) else None
     if not isinstance(workers, list) or len(workers) > MAX_WORKERS:
         raise ValueError("no list of workers")
-    out = {}
     for worker in workers:
         if not isinstance(worker, dict) or not isinstance(worker.get("url"), str):
             raise ValueError("a worker without a url")
-        out[worker["url"][:2048]] = worker.get("is_healthy") is True
-    return out
+    return [{**worker, "url": worker["url"][:2048]} for worker in workers]
+
+
+def router_workers(body: bytes) -> dict[str, bool]:
+    """url -> healthy, from GET /workers's answer; ValueError when it is not that shape."""
+    return {worker["url"]: worker.get("is_healthy") is True for worker in worker_entries(body)}
 
 
 def _state(url: str, api_key: str, timeout: float, fetch) -> tuple[bool, dict, str]:

@@ -10,13 +10,18 @@ Everything answered is untrusted, as in probe.py."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import urllib.parse
 
 from ansible.module_utils.host.in_process import TaskError
-from ansible.module_utils.router.probe import MAX_WORKERS, POLL_S, call, get, router_workers
+from ansible.module_utils.router.probe import (
+    POLL_S,
+    call,
+    get,
+    router_workers,
+    worker_entries,
+)
 
 WORKER_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 IN_FLIGHT = re.compile(
@@ -27,12 +32,11 @@ IN_FLIGHT = re.compile(
 
 def worker_ids(body: bytes) -> dict[str, str]:
     """url -> id from GET /workers's answer; ValueError when it is not that shape."""
-    router_workers(body)  # the list's own checks (shape, size, urls)
     out = {}
-    for worker in json.loads(body)["workers"][:MAX_WORKERS]:
+    for worker in worker_entries(body):
         ident = worker.get("id")
         if isinstance(ident, str) and WORKER_ID.match(ident):
-            out[worker["url"][:2048]] = ident
+            out[worker["url"]] = ident
     return out
 
 
