@@ -1884,28 +1884,32 @@ async def join_ranks(resolved: dict, settings: Settings) -> None:
     print(f"node {rank} of {nnodes}: joined", flush=True)
 
 
-async def serve_rank(host: str, port: int) -> None:
-    """launch_dummy_health_check_server: /health and /health_generate answer 200, nothing else."""
+NOT_FOUND = (404, compact({"detail": "Not Found"}))
+
+
+async def one_request_server(route, host: str, port: int) -> asyncio.AbstractServer:
+    """A side port's server (a rank's health check, a prefill's bootstrap port): one GET a
+    connection, answered with what `await route(path, query)` gives, (status, body)."""
 
     async def answer(reader, writer):
         with contextlib.suppress(ConnectionError, ValueError, asyncio.IncompleteReadError):
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-            target = head.split(b" ", 2)[1].split(b"?", 1)[0] if head.count(b" ") >= 2 else b""
-            ok = target in (b"/health", b"/health_generate")
-            status = b"200 OK" if ok else b"404 Not Found"
-            body = b"" if ok else b'{"detail":"Not Found"}'
-            writer.write(
-                b"HTTP/1.1 "
-                + status
-                + b"\r\ncontent-length: "
-                + str(len(body)).encode()
-                + b"\r\nconnection: close\r\n\r\n"
-                + body
-            )
-            await writer.drain()
+            target = head.split(b" ", 2)[1].decode("latin-1") if head.count(b" ") >= 2 else ""
+            path, _, query = target.partition("?")
+            status, body = await route(path, query)
+            await Http(writer, keep_alive=False).respond(status, body, "application/json")
         writer.close()
 
-    server = await asyncio.start_server(answer, host, port)
+    return await asyncio.start_server(answer, host, port)
+
+
+async def serve_rank(host: str, port: int) -> None:
+    """launch_dummy_health_check_server: /health and /health_generate answer 200, nothing else."""
+
+    async def route(path: str, _query: str):
+        return (200, b"") if path in ("/health", "/health_generate") else NOT_FOUND
+
+    server = await one_request_server(route, host, port)
     print(f"simulated sglang {VERSION} rank health check on {host}:{port}", flush=True)
     async with server:
         await server.serve_forever()
@@ -1980,33 +1984,21 @@ def prefilled(simulator, room: int | None) -> None:
 async def serve_bootstrap(simulator, host: str, port: int) -> asyncio.AbstractServer:
     """The prefill server's bootstrap port: /health, /route, and the simulator's /sim/kv."""
 
-    async def answer(reader, writer):
-        with contextlib.suppress(ConnectionError, ValueError, asyncio.IncompleteReadError):
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-            target = head.split(b" ", 2)[1].decode("latin-1") if head.count(b" ") >= 2 else ""
-            path, _, query = target.partition("?")
-            status, body = 404, {"detail": "Not Found"}
-            if path == "/health":
-                status, body = 200, "OK"
-            elif path == "/route":
-                status, body = 200, {"rank_ip": host, "rank_port": port}
-            elif path == "/sim/kv" and query.startswith("room=") and query[5:].isdigit():
-                event = simulator.rooms.setdefault(int(query[5:]), asyncio.Event())
-                try:
-                    await asyncio.wait_for(event.wait(), KV_WAIT_S)
-                    status, body = 200, {"room": int(query[5:])}
-                except TimeoutError:
-                    status, body = 404, {"detail": "room never prefilled"}
-            data = compact(body)
-            writer.write(
-                f"HTTP/1.1 {status} X\r\ncontent-length: {len(data)}\r\n"
-                "connection: close\r\n\r\n".encode()
-                + data
-            )
-            await writer.drain()
-        writer.close()
+    async def route(path: str, query: str):
+        if path == "/health":
+            return 200, compact("OK")
+        if path == "/route":
+            return 200, compact({"rank_ip": host, "rank_port": port})
+        if path == "/sim/kv" and query.startswith("room=") and query[5:].isdigit():
+            event = simulator.rooms.setdefault(int(query[5:]), asyncio.Event())
+            try:
+                await asyncio.wait_for(event.wait(), KV_WAIT_S)
+            except TimeoutError:
+                return 404, compact({"detail": "room never prefilled"})
+            return 200, compact({"room": int(query[5:])})
+        return NOT_FOUND
 
-    return await asyncio.start_server(answer, "0.0.0.0", port)  # noqa: S104 - as SGLang's
+    return await one_request_server(route, "0.0.0.0", port)  # noqa: S104 - as SGLang's
 
 
 def vocab_size_of(model_path: object) -> int:
