@@ -64,7 +64,12 @@ from ansible.module_utils.plan.speed_plan import (  # noqa: E402
     plan_speed,
     read_record,
 )
-from ansible.module_utils.router.fleet import FleetError, benchmark_targets, fleets  # noqa: E402
+from ansible.module_utils.router.fleet import (  # noqa: E402
+    FleetError,
+    benchmark_targets,
+    fleets,
+    local_url,
+)
 
 DOCUMENTATION = r"""
 name: kimi_filters
@@ -181,32 +186,14 @@ def kimi_needed_repos(selected, definitions) -> list[str]:
 
 
 # The server listens on every address: reach it through loopback on its own host.
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # noqa: S104 - read, not bound
-
-
 def kimi_server_url(settings) -> str:
     """http://host:port of the server kimi_server_settings describes, as its host reaches it."""
     if not isinstance(settings, dict):
         raise AnsibleFilterError(f"kimi_server_url needs kimi_server_settings, got {settings!r}")
-    host = str(settings.get("host") or "")
-    port = settings.get("port")
     try:
-        port = int(port)
-    except (TypeError, ValueError):
-        port = -1
-    if not 0 < port < 65536:
-        raise AnsibleFilterError(f"the server's port must be 1-65535, got {settings.get('port')!r}")
-    if host in WILDCARD_HOSTS:
-        host = "127.0.0.1"
-    try:
-        if ipaddress.ip_address(host).version == 6:
-            host = f"[{host}]"
-    except ValueError:
-        if not re.match(r"^[A-Za-z0-9.-]+$", host):
-            raise AnsibleFilterError(
-                f"the server's host is not a name or an address: {host!r}"
-            ) from None
-    return f"http://{host}:{port}"
+        return local_url(settings.get("host"), settings.get("port"))
+    except FleetError as error:
+        raise AnsibleFilterError(str(error)) from None
 
 
 def _names(function, *args):

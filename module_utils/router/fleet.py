@@ -187,20 +187,40 @@ def fleets(groups: dict, hostvars, defaults: dict | None = None) -> dict:
             "settings": settings,
             "replicas": replicas,
             "router_url": local_url(
-                settings.get("kimi_router_bind_host"), settings.get("kimi_router_port")
+                settings.get("kimi_router_bind_host"),
+                settings.get("kimi_router_port"),
+                f"{group}'s router",
             ),
             "metrics_url": local_url(
-                settings.get("kimi_router_metrics_host"), settings.get("kimi_router_metrics_port")
+                settings.get("kimi_router_metrics_host"),
+                settings.get("kimi_router_metrics_port"),
+                f"{group}'s router metrics",
             )
             + "/metrics",
         }
     return out
 
 
-def local_url(host, port) -> str:
-    """The URL the router host reaches its own listener at (every interface: loopback)."""
-    host = "127.0.0.1" if str(host or "").strip() in ALL_INTERFACES else str(host).strip()
-    return f"http://{url_host(host)}:{port}"
+def local_url(host, port, what: str = "the server") -> str:
+    """http://host:port as a listener's own host reaches it (loopback where it listens on
+    every interface, IPv6 in brackets): a server's (the kimi_server_url filter) or a router's.
+    FleetError for a port outside 1-65535 or a host that is neither a name nor an address."""
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        number = -1
+    if not 0 < number < 65536:
+        raise FleetError(f"{what}'s port must be 1-65535, got {port!r}")
+    host = str(host or "")
+    if host in ALL_INTERFACES:
+        host = "127.0.0.1"
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            host = f"[{host}]"
+    except ValueError:
+        if not re.match(r"^[A-Za-z0-9.-]+$", host):
+            raise FleetError(f"{what}'s host is not a name or an address: {host!r}") from None
+    return f"http://{host}:{number}"
 
 
 def benchmark_targets(fleet: dict, concurrency: list, rates: list = ()) -> list[dict]:

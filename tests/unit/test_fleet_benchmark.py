@@ -46,6 +46,10 @@ def test_each_replica_alone_comes_first_then_the_router_at_the_same_load_per_rep
     assert local_url("fd00::9", 30080) == "http://[fd00::9]:30080"
     assert local_url("::", 29000) == "http://127.0.0.1:29000"
     assert local_url("10.0.0.9", 1) == "http://10.0.0.9:1"
+    with pytest.raises(FleetError, match="the router's port must be 1-65535"):
+        local_url("::", 0, "the router")
+    with pytest.raises(FleetError, match="not a name or an address"):
+        local_url("evil/path?x=", 1)
 
 
 @pytest.mark.parametrize("levels", [[], [0], [2, -1]])

@@ -17,7 +17,8 @@ from ansible.module_utils.host.in_process import TaskError
 from ansible.module_utils.router import fleet, probe
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULTS = {"kimi_router_host": "", "kimi_router_policy": "cache_aware"}
+# The fleet settings' defaults, as the playbooks use them (the router's own URL needs its port).
+DEFAULTS = dict(fleet.DEFAULTS)
 
 
 def host(address="10.0.0.1", bind="0.0.0.0", port=30000, **more) -> dict:  # noqa: S104
@@ -53,7 +54,8 @@ def test_each_fleet_goes_to_the_host_it_names_with_its_replicas_urls():
         "http://10.1.0.3:30000",
     ]
     settings = found["rt"]["settings"]
-    assert settings == {"kimi_router_host": "rt", "kimi_router_policy": "round_robin"}
+    assert settings == {**DEFAULTS, "kimi_router_host": "rt", "kimi_router_policy": "round_robin"}
+    assert found["rt"]["router_url"] == "http://127.0.0.1:30080"
     # A replica on loopback serves only a router on its own host.
     assert found["g4"]["replicas"] == [
         {"host": "g4", "url": "http://127.0.0.1:30000", "mode": "", "bootstrap_port": None}
