@@ -25,6 +25,7 @@ import json
 import re
 from pathlib import Path
 
+from ansible.module_utils.contract.disaggregation import side
 from ansible.module_utils.contract.names import (  # noqa: F401  (serving's names, re-exported)
     MAX_BUDGET,
     MAX_NAME,
@@ -309,33 +310,20 @@ def _multi_node_args(name: str, s: dict) -> list[str]:
     ]
 
 
-DISAGGREGATION_MODES = ("prefill", "decode")
-
-
 def disaggregation_args(name: str, d) -> list[str]:
     """SGLang's prefill-decode flags for a host that serves one side (d: the settings'
     disaggregation {mode, transfer_backend, bootstrap_port, ib_device}); none for one that
     serves both. The prefill side opens the bootstrap port its decode peers find it at."""
-    mode = str((d or {}).get("mode") or "")
+    try:
+        mode, port = side(d)
+    except ValueError as error:
+        raise ServingConfigError(f"{name}: {error}") from None
     if not mode:
         return []
-    if mode not in DISAGGREGATION_MODES:
-        raise ServingConfigError(
-            f"{name}: disaggregation mode {mode!r} is neither prefill nor decode (a host is in "
-            "a kimi_prefill_* or a kimi_decode_* group, or in neither)"
-        )
-    port = d.get("bootstrap_port")
-    if mode == "prefill" and (
-        isinstance(port, bool) or not str(port).isdigit() or not 1 <= int(port) <= 65535
-    ):
-        raise ServingConfigError(
-            f"{name}: disaggregation bootstrap_port {port!r} is not a port 1 to 65535 "
-            "(kimi_disaggregation_bootstrap_port)"
-        )
     argv = ["--disaggregation-mode", mode]
     argv += ["--disaggregation-transfer-backend", str(d.get("transfer_backend") or "mooncake")]
-    if mode == "prefill":
-        argv += ["--disaggregation-bootstrap-port", str(int(port))]
+    if port is not None:
+        argv += ["--disaggregation-bootstrap-port", str(port)]
     if d.get("ib_device"):
         argv += ["--disaggregation-ib-device", str(d["ib_device"])]
     return argv

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ansible.module_utils.contract.disaggregation import side
+
 GROUP_PREFIX = "kimi_router_"
 GROUP_NAME = re.compile(r"^kimi_router_[A-Za-z0-9_]{1,64}$")
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
@@ -273,18 +275,15 @@ def benchmark_targets(fleet: dict, concurrency: list, rates: list = ()) -> list[
 def disaggregation_of(host: str, replica_vars: dict) -> dict:
     """{"mode": "prefill" | "decode" | "", "bootstrap_port": the prefill's or None}."""
     settings = replica_vars.get("kimi_server_settings") or {}
-    side = settings.get("disaggregation") if isinstance(settings, dict) else None
-    side = side if isinstance(side, dict) else {}
-    mode = str(side.get("mode") or "")
-    port = side.get("bootstrap_port") if mode == "prefill" else None
-    if mode == "prefill" and (
-        isinstance(port, bool) or not str(port).isdigit() or not 1 <= int(port) <= 65535
-    ):
+    try:
+        mode, port = side(settings.get("disaggregation") if isinstance(settings, dict) else None)
+    except ValueError as error:
         raise FleetError(
-            f"Found: {host}'s bootstrap port {port!r}. Needed: a port 1 to 65535. Fix: "
+            f"Found: {host}'s {error}. Needed: a prefill server with a bootstrap port, or a "
+            "decode server. Fix: its kimi_prefill_*/kimi_decode_* group and "
             "kimi_disaggregation_bootstrap_port."
-        )
-    return {"mode": mode, "bootstrap_port": int(port) if port is not None else None}
+        ) from None
+    return {"mode": mode, "bootstrap_port": port}
 
 
 def check_disaggregation(group: str, replicas: list[dict], groups: dict) -> None:
