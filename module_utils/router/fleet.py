@@ -188,19 +188,22 @@ def fleets(groups: dict, hostvars, defaults: dict | None = None) -> dict:
             "group": group,
             "settings": settings,
             "replicas": replicas,
-            "router_url": local_url(
-                settings.get("kimi_router_bind_host"),
-                settings.get("kimi_router_port"),
-                f"{group}'s router",
-            ),
-            "metrics_url": local_url(
-                settings.get("kimi_router_metrics_host"),
-                settings.get("kimi_router_metrics_port"),
-                f"{group}'s router metrics",
-            )
-            + "/metrics",
+            **own_urls(group, settings),
         }
     return out
+
+
+def own_urls(group: str, settings: dict) -> dict:
+    """The fleet's router and its metrics page, as the router host reaches them."""
+    router = local_url(
+        settings.get("kimi_router_bind_host"), settings.get("kimi_router_port"), f"{group}'s router"
+    )
+    metrics = local_url(
+        settings.get("kimi_router_metrics_host"),
+        settings.get("kimi_router_metrics_port"),
+        f"{group}'s router metrics",
+    )
+    return {"router_url": router, "metrics_url": metrics + "/metrics"}
 
 
 def local_url(host, port, what: str = "the server") -> str:

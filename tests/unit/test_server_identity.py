@@ -138,6 +138,9 @@ def role_files(api_key: str, manager: str) -> dict[str, tuple[int, str]]:
         "server_manager": manager,
         "server_api_check": True,
         "server_wait_for_health": True,
+        # A host of no fleet: its router is not asked around the restart.
+        "server_router_rotation": True,
+        "group_names": ["gpu_hosts", "ct200"],
         # What server_inspect answers for the launch (module_utils/server/inspect.py).
         "__server_host": {
             "manager": manager,
