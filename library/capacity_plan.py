@@ -147,6 +147,15 @@ options:
         request that long does not fit the KV pool. Default what C(launch_argv) says, else
         C(auto).
     type: str
+  prompt_tokens:
+    description:
+      - The workload's prompt length in tokens, for C(role)'s C(requests_at_workload) (with
+        O(new_tokens)). Unset, those figures are null.
+    type: int
+  new_tokens:
+    description:
+      - The tokens each request of the workload generates (with O(prompt_tokens)).
+    type: int
 author:
   - kimi-deploy-kit maintainers (!UNKNOWN)
 """
@@ -296,6 +305,17 @@ tree_mask_max_context:
     (shared with activations and CUDA graphs: a bound, not a promise).
   returned: success
   type: int
+role:
+  description: >-
+    The launch's capacity by its role in prefill-decode disaggregation (its
+    --disaggregation-mode) - C(role) (whole, prefill or decode), what its KV pool C(holds), its
+    C(cuda_graph) (SGLang turns a prefill server's off), a decode server's
+    C(reserved_decode_tokens), the tokens one request takes and the requests the pool holds at
+    the context length and at the workload (C(tokens_per_request_at_context),
+    C(requests_at_context), C(workload_tokens_per_request), C(requests_at_workload); a prefill
+    server's are prompts in flight), C(fits_one_request_at_context) and a C(warning).
+  returned: success
+  type: dict
 context_length_warning:
   description: What does not fit and how to fix it; null when it fits.
   returned: success

@@ -35,6 +35,24 @@ REPO = _object(
     },
     ("repo_id", "revision", "access", "local_dir"),
 )
+ROLE = _object(
+    "The launch's capacity by its role in prefill-decode disaggregation "
+    "(module_utils/plan/capacity_roles.py): what its KV pool holds per request and how many.",
+    {
+        "role": {"enum": ["whole", "prefill", "decode"]},
+        "holds": {"type": "string"},
+        "cuda_graph": {"type": "boolean"},
+        "reserved_decode_tokens": _COUNT_OR_NULL,
+        "tokens_per_request_at_context": {"type": "integer", "minimum": 0},
+        "requests_at_context": _COUNT_OR_NULL,
+        "workload_tokens_per_request": _COUNT_OR_NULL,
+        "requests_at_workload": _COUNT_OR_NULL,
+        "fits_one_request_at_context": {"type": "boolean"},
+        "warning": _TEXT_OR_NULL,
+    },
+    ("role", "holds", "requests_at_context", "fits_one_request_at_context"),
+    additionalProperties=False,
+)
 CAPACITY = _object(
     "The capacity plan of a launch (module_utils/preflight/capacity.py): whether weights and "
     "KV cache fit the GPUs, and why not.",
@@ -44,6 +62,7 @@ CAPACITY = _object(
         "kv_tokens": {"type": ["integer", "null"]},
         "weights_gib_per_gpu": {"type": ["number", "null"]},
         "context_length": {"type": ["integer", "null"]},
+        "role": ROLE,
     },
     ("fits",),
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from ansible.module_utils.plan.capacity import CapacityError, launch_options, plan
+from ansible.module_utils.plan.capacity_roles import role_capacity, role_options
 
 # A config.json is a few KiB; anything this large is not one.
 MAX_CONFIG_BYTES = 16 << 20
@@ -49,22 +50,39 @@ def read_config(option: str, path: str | None) -> dict | None:
 
 
 def plan_launch(params: dict, model_config: dict, launch: dict, draft_config) -> dict:
-    """One launch's plan: its own TP size, flags and drafter, the module's shared options."""
-    options = launch_options(launch["launch_argv"]) if launch["launch_argv"] else {}
+    """One launch's plan: its own TP size, flags and drafter, the module's shared options, and
+    its capacity by its role (whole, prefill or decode: capacity_roles.py) at the workload
+    (params' prompt_tokens and new_tokens) where one is given. A decode server's `auto` context
+    leaves its reserved decode tokens free: a longer prompt would wait for room forever."""
+    argv = launch["launch_argv"] or []
+    options = launch_options(argv) if argv else {}
     options.update({name: params[name] for name in SHARED_OPTIONS if params[name] is not None})
-    return plan(
-        model_config,
-        gpu_memory_mib=params["gpu_memory_mib"],
-        tp_size=launch["tp_size"],
-        mem_fraction_static=params["mem_fraction_static"],
-        kv_cache_dtype=params["kv_cache_dtype"],
-        draft_model_config=draft_config,
-        overhead_mib=params["overhead_mib"],
-        min_kv_tokens=params["min_kv_tokens"],
-        gpu_count=params["gpu_count"],
-        sources=(params["model_config"], launch["draft_model_config"]),
-        **options,
-    )
+    role = role_options(argv)
+
+    def planned_with(**overrides) -> dict:
+        return plan(
+            model_config,
+            gpu_memory_mib=params["gpu_memory_mib"],
+            tp_size=launch["tp_size"],
+            mem_fraction_static=params["mem_fraction_static"],
+            kv_cache_dtype=params["kv_cache_dtype"],
+            draft_model_config=draft_config,
+            overhead_mib=params["overhead_mib"],
+            min_kv_tokens=params["min_kv_tokens"],
+            gpu_count=params["gpu_count"],
+            sources=(params["model_config"], launch["draft_model_config"]),
+            **{**options, **overrides},
+        )
+
+    planned = planned_with()
+    reserve, kv_tokens = role["reserved_decode_tokens"] or 0, planned["kv_tokens"]
+    if planned["context_length_source"] == "auto" and kv_tokens > reserve > 0:
+        longest = min(planned["max_context_length"], kv_tokens - reserve)
+        if longest < planned["context_length"]:
+            planned = planned_with(context_length=longest)
+            planned.update(context_length_source="auto", max_context_length=longest)
+    workload = (params.get("prompt_tokens"), params.get("new_tokens"))
+    return {**planned, "role": role_capacity(planned, **role, workload=workload)}
 
 
 def plan_launches(params: dict, model_config: dict) -> list[dict]:

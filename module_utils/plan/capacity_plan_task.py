@@ -37,6 +37,9 @@ SPEC = {
     "max_mamba_cache_size": {"type": "int"},
     "context_length": {"type": "str"},
     "launches": {"type": "list", "elements": "dict", "options": LAUNCH},
+    # The workload each launch's role capacity is given at (capacity_roles.py).
+    "prompt_tokens": {"type": "int", "no_log": False},
+    "new_tokens": {"type": "int", "no_log": False},
 }
 RULES = {
     "required_one_of": [("tp_size", "launches")],

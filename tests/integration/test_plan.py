@@ -89,6 +89,8 @@ ADDED_BY_MODEL_DATA = {
             # Each launch's canary (issue 30): the same launch on the tiny checkpoints.
             "launch[]/canary",
             *(f"capacity/{key}" for key in HYBRID_CAPACITY + CONTEXT_CAPACITY),
+            # Each launch's capacity by its role under prefill-decode disaggregation (issue 36).
+            "capacity/role",
         )
     ),
 }
@@ -707,19 +709,29 @@ def test_plan_never_contacts_the_hosts(playbook, hub, tmp_path):
     assert plan["hardware"]["target_attention_backend"] == "trtllm_mla"
 
 
-def test_multi_node_ranks_come_from_an_inventory_group(playbook, hub, tmp_path):
-    """Two H200 hosts in one group serve one model: ranks by position, head's address."""
+def test_multi_node_ranks_and_pd_roles_come_from_inventory_groups(playbook, hub, tmp_path):
+    """Two H200 hosts in one group serve one model: ranks by position, head's address. Two
+    RTX PRO 6000 hosts split prefill and decode: each launch planned for what its role holds."""
     inventory = tmp_path / "inventory"
     inventory.mkdir()
     (inventory / "group_vars").symlink_to(REPO / "group_vars")
     hosts = {"h200-head": {"ansible_host": "10.9.0.1"}, "h200-second": {"ansible_host": "10.9.0.2"}}
+    split = {
+        "ct200-prefill": {"ansible_host": "10.9.0.3"},
+        "ct200-decode": {"ansible_host": "10.9.0.4"},
+    }
     (inventory / "hosts.yml").write_text(
         yaml.safe_dump(
             {
                 "all": {
                     "children": {
-                        "gpu_hosts": {"children": {"h200": {"hosts": hosts}}},
+                        "gpu_hosts": {
+                            "children": {"h200": {"hosts": hosts}, "ct200": {"hosts": split}}
+                        },
                         "kimi_cluster_pair": {"hosts": {name: None for name in hosts}},
+                        "kimi_prefill_pd": {"hosts": {"ct200-prefill": None}},
+                        "kimi_decode_pd": {"hosts": {"ct200-decode": None}},
+                        "kimi_router_pd": {"hosts": {name: None for name in split}},
                     },
                 }
             }
@@ -728,6 +740,7 @@ def test_multi_node_ranks_come_from_an_inventory_group(playbook, hub, tmp_path):
     out = tmp_path / "out"
     run = run_plan(playbook, inventory, out, hub.url)
     assert run.rc == 0, run.stdout
+    check_pd_roles(out)
     for rank, name in enumerate(hosts):
         plan = json.loads((out / name / "plan.json").read_text())
         argv = plan["serving_configs"]["ar"]["launch"][0]["argv"]
@@ -735,6 +748,33 @@ def test_multi_node_ranks_come_from_an_inventory_group(playbook, hub, tmp_path):
         assert flags == [
             "--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", "10.9.0.1:50000"
         ]  # fmt: skip
+
+
+def check_pd_roles(out: Path) -> None:
+    """The prefill and decode hosts' plans: each launch's role, what it holds per request at
+    the plan's workload (200 prompt tokens, 512 new) and a decode server's auto context, which
+    leaves SGLang's 512 reserved decode tokens free (module_utils/plan/capacity_roles.py)."""
+    plans = {
+        role: json.loads((out / f"ct200-{role}" / "plan.json").read_text())
+        for role in ("prefill", "decode")
+    }
+    for role, plan in plans.items():
+        [launch] = plan["serving_configs"]["ar"]["launch"]
+        assert launch["argv"][launch["argv"].index("--disaggregation-mode") + 1] == role
+        capacity = launch["capacity"]
+        assert capacity["role"]["role"] == role
+        assert capacity["role"]["cuda_graph"] is (role == "decode")
+        pool = capacity["kv_tokens"]
+        if role == "prefill":
+            assert capacity["role"]["requests_at_workload"] == pool // 200
+            assert capacity["context_length"] == pool
+        else:
+            assert capacity["role"]["requests_at_workload"] == pool // (200 + 512 + 512)
+            assert capacity["context_length"] == pool - 512
+            assert launch["argv"][launch["argv"].index("--context-length") + 1] == str(pool - 512)
+        markdown = (out / f"ct200-{role}" / "plan.md").read_text()
+        assert f"| ar | {role} | {'no' if role == 'prefill' else 'yes'} |" in markdown
+        assert "**Warning" not in markdown
 
 
 CONTRACT = REPO / "tests" / "contract"
