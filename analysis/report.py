@@ -13,7 +13,7 @@ from pathlib import Path
 from ansible.module_utils.contract import metrics
 from ansible.module_utils.contract.names import REFERENCE
 
-from analysis import fleet, html, plots, predicted, quality, sweep, tables
+from analysis import autotune, fleet, html, plots, predicted, quality, sweep, tables
 from analysis.output import (
     Outcome,
     OutputError,
@@ -128,6 +128,7 @@ class _Findings:
     origin: dict  # provenance per host
     losslessness: list[dict]
     fleet: list[dict]  # fleet.rows: each fleet level against its replicas alone
+    tuned: list[dict]  # autotune.rows: each host's tuned setting per band (autotune.yml)
     figures: list[plots.Plot] = field(default_factory=list)
 
 
@@ -157,9 +158,13 @@ def _analyse(
     warnings = tables.warnings(results, table, reference, diagnosis, scored, api_checks)
     # The speed model's figure for every level, its warnings among the others by severity.
     expected = predicted.predict(results, table)
+    tuned, unread = autotune.rows(results_dir, results.hosts)
     order = {"error": 0, "warning": 1, "info": 2}
     warnings = sorted(
-        warnings + predicted.all_warnings(expected), key=lambda w: order[w["severity"]]
+        warnings
+        + predicted.all_warnings(expected)
+        + [{"severity": "warning", "kind": "autotune", "where": p, "message": p} for p in unread],
+        key=lambda w: order[w["severity"]],
     )
     return _Findings(
         results=results,
@@ -180,6 +185,7 @@ def _analyse(
         origin=provenance(results),
         losslessness=lossless_rows(results, reference),
         fleet=fleet.rows(results),
+        tuned=tuned,
     )
 
 
@@ -220,6 +226,8 @@ def _write(staging: Staging, found: _Findings, title: str) -> None:
     )
     if found.fleet:
         staging.write("fleet.csv", tables.to_csv(found.fleet, fleet.COLUMNS))
+    if found.tuned:
+        staging.write("autotune.csv", tables.to_csv(found.tuned, autotune.COLUMNS))
     for plot in found.figures:
         staging.write(f"plots/{plot.name}.png", plot.png)
     staging.write("report.html", html.page(title, _sections(found), _meta(found)))
@@ -256,6 +264,11 @@ def _sections(found: _Findings) -> list[tuple[str, str, str]]:
             html.warnings_html(warnings),
         ),
         ("recommendation", "Recommendation", _recommendation_html(found)),
+        *(
+            [("autotune", "Tuned setting per band (autotune)", _tuned_html(found.tuned))]
+            if found.tuned
+            else []
+        ),
         (
             "plots",
             "Plots",
@@ -309,7 +322,10 @@ def _sections(found: _Findings) -> list[tuple[str, str, str]]:
 def _recommendation_html(found: _Findings) -> str:
     slo = found.slo
     return (
-        "<p>Per host and concurrency band: the config (and DDTree budget) with the highest "
+        "".join(
+            f"<p><strong>{html.esc(line)}</strong></p>" for line in autotune.stated(found.tuned)
+        )
+        + "<p>Per host and concurrency band: the config (and DDTree budget) with the highest "
         "mean output tokens/s over the band's levels and prompt sets, among configs whose "
         "losslessness check passed and whose levels all ran cleanly. A DDTree budget whose "
         "accepted tokens per step collapsed at any level of the host is never picked; when "
@@ -480,6 +496,7 @@ def _document(found: _Findings) -> dict:
         },
         "lossless": found.losslessness,
         "fleet": found.fleet,
+        "autotune": found.tuned,
         "accuracy": found.scored,
         "api_checks": found.api_checks,
         "provenance": found.origin,
@@ -495,6 +512,13 @@ def _markdown(found: _Findings, title: str) -> str:
         + (f"SLOs: {tables.slo_text(slo)}\n\n" if slo else "")
         + "## Recommendation\n\n"
         + tables.to_markdown(found.pick_rows, tables.pick_columns(found.slo))
+        + "".join(f"\n{markdown_text(line)}\n" for line in autotune.stated(found.tuned))
+        + (
+            "\n## Tuned setting per band (autotune)\n\n"
+            + tables.to_markdown(found.tuned, autotune.COLUMNS)
+            if found.tuned
+            else ""
+        )
         + "\n## Summary\n\n"
         + tables.to_markdown(table, shown_columns(table, tables.MARKDOWN_COLUMNS))
         + _predicted_markdown(found.expected)
@@ -523,6 +547,20 @@ def _markdown(found: _Findings, title: str) -> str:
             if found.warnings
             else ""
         )
+    )
+
+
+def _tuned_html(tuned: list[dict]) -> str:
+    """The search's pick per host and band, stated as the tuned setting (autotune.yml wrote it
+    to host_vars/<host>/autotune.yml); its trials are the configs t001... of this report."""
+    return (
+        "<p>What autotune found per host and band: the setting with the best goodput under its "
+        "SLO, its 95% interval, the runner-up and the margin; <em>within_interval</em> true "
+        "means the search could not tell the two apart. The deploy's variables were written "
+        "to host_vars/&lt;host&gt;/autotune.yml; each trial is a config (t001, ...) of the "
+        "tables below, and results/&lt;run&gt;/&lt;host&gt;/autotune/search.md gives the path "
+        "of the search. Every column is in autotune.csv.</p>"
+        + html.table_html(tuned, autotune.COLUMNS)
     )
 
 

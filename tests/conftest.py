@@ -180,6 +180,7 @@ LONGEST_FIRST = (
     "tests/integration/test_preflight.py",
     "tests/integration/test_tuning.py",
     "tests/integration/test_router.py",
+    "tests/integration/test_autotune.py",
     "tests/unit/test_controller_lock.py",
     "tests/integration/test_rollout.py",
     "tests/integration/test_launch_check.py",
@@ -207,6 +208,7 @@ MOSTLY_WAITING = (
     "tests/unit/test_hub_server.py",
     "tests/unit/test_api_check.py",
     "tests/unit/test_benchmark_client.py",
+    "tests/unit/test_sim_knobs.py",
 )
 DEALING_ORDER = LONGEST_FIRST[:2] + MOSTLY_WAITING + LONGEST_FIRST[2:]
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 # reads is a misspelling (kimi_weigths_dir) that would otherwise be silently ignored.
 KIT_PREFIXES = (
     "kimi_",
+    "autotune_",
     "benchmark_",
     "canary_",
     "diagnose_",

@@ -93,6 +93,26 @@ def read_bounded(path: str, limit: int) -> bytes | None:
     return data
 
 
+def read_json_bounded(path: str, limit: int):
+    """The JSON in a file of at most `limit` bytes (outside input: never read whole, never
+    through a symbolic link); ValueError saying why not: missing, a link, too large, unreadable
+    or not JSON."""
+    if os.path.islink(path):
+        raise ValueError(f"{path} is a symbolic link")
+    try:
+        data = read_bounded(path, limit)
+    except TooLarge as exc:
+        raise ValueError(str(exc)) from None
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    if data is None:
+        raise ValueError(f"{path} does not exist")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise ValueError(f"{path} is not JSON") from None
+
+
 def read_json(path: str):
     """The file's JSON, or None when it is missing, unreadable or not JSON."""
     try:

@@ -228,7 +228,7 @@ def render(
     argv += [str(arg) for arg in definition.get("args") or []]
     if budget is not None:
         argv += [definition["budget_flag"], str(budget)]
-    argv += [str(arg) for arg in s.get("extra_args") or []]
+    argv += _extra_args(name, s)
     access, secrets = _access_args(name, s)
     argv += access
     runtime = _runtime(name, definition, s)
@@ -259,6 +259,17 @@ def _model_args(name: str, s: dict) -> list:
             f"{name}: model_args (the model's launch_args) must be a list, got {model_args!r}"
         )
     return [str(arg) for arg in model_args]
+
+
+def _extra_args(name: str, s: dict) -> list[str]:
+    """The user's (or autotune's) flags after everything else (kimi_server_extra_args)."""
+    extra = s.get("extra_args") or []
+    if not isinstance(extra, (list, tuple)) or any(isinstance(a, (dict, list)) for a in extra):
+        raise ServingConfigError(
+            f"{name}: kimi_server_extra_args must be a list of flags and values, got "
+            f"{extra!r:.120}. Fix: e.g. [--max-running-requests, 64]."
+        )
+    return [str(arg) for arg in extra]
 
 
 def _server_argv(

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.support.hub_server import LocalHub
-from tests.support.models import write_kimi_tokenizer
+from tests.support.models import place_kimi_model_files
 from tests.support.results_tree import TEMPLATE, check_contract
 from tests.support.sglang_sim import draw
 
@@ -52,7 +50,6 @@ ALLREDUCE = {
         {"bytes": 1 << 30, "time_us": 85400.0, "algbw_GBps": 12.57, "busbw_GBps": 22.0},
     ],
 }
-MODEL = "/opt/kimi/weights/moonshotai/Kimi-K2.6"
 RUN = "t1"
 QUESTIONS = [{"question": f"Tom has {i} apples and buys {i + 2}. How many now?"} for i in range(8)]
 HOST_VARS = {
@@ -74,31 +71,8 @@ def cluster():
     hosts = TestHostCluster.up(["ct200", "ct200"], names=HOSTS)
     try:
         hosts.write_inventory(host_vars=HOST_VARS)
-        manifest = json.dumps(
-            {
-                "repo_id": "moonshotai/Kimi-K2.6",
-                "revision": "a" * 40,
-                "verify_mode": "full",
-                "files": {"config.json": {}},
-            }
-        )
-        # K2.6's tokenizer files, small: the synthetic workloads draw their token ids from them.
-        folder = Path(tempfile.mkdtemp())
-        (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
-        write_kimi_tokenizer(folder)
         for host in HOSTS:
-            hosts.ssh(
-                host,
-                f"mkdir -p {MODEL} && cat > {MODEL}/tokenizer_config.json"
-                f" && echo '{manifest}' > {MODEL}/kimi-manifest.json",
-                input=(folder / "tokenizer_config.json").read_text(),
-            )
-            hosts.ssh(
-                host,
-                f"cat > {MODEL}/tiktoken.model",
-                input=(folder / "tiktoken.model").read_text(),
-            )
-        shutil.rmtree(folder)
+            place_kimi_model_files(hosts, host, TEMPLATE)
         hosts.ssh(
             "bench-a",
             "mkdir -p /var/lib/kimi && cat > /var/lib/kimi/allreduce-baseline.json",

@@ -57,3 +57,39 @@ def write_kimi_tokenizer(folder: Path, ranks: int = 2000, revision: str | None =
         data = json.loads(manifest.read_text()) if manifest.exists() else {}
         manifest.write_text(json.dumps({**data, "revision": revision}))
     return folder
+
+
+# Where the kit's deploy puts K2.6 on a host, and the manifest its weights stage writes there.
+HOST_MODEL_DIR = "/opt/kimi/weights/moonshotai/Kimi-K2.6"
+
+
+def place_kimi_model_files(cluster, host: str, chat_template: str) -> None:
+    """What a host's benchmark reads of a deployed K2.6 without its weights: the weights
+    stage's manifest, tokenizer_config.json (the chat template) and tiktoken.model."""
+    import shutil
+    import tempfile
+
+    manifest = json.dumps(
+        {
+            "repo_id": "moonshotai/Kimi-K2.6",
+            "revision": "a" * 40,
+            "verify_mode": "full",
+            "files": {"config.json": {}},
+        }
+    )
+    folder = Path(tempfile.mkdtemp())
+    try:
+        write_kimi_tokenizer(folder)
+        cluster.ssh(
+            host,
+            f"mkdir -p {HOST_MODEL_DIR} && cat > {HOST_MODEL_DIR}/tokenizer_config.json"
+            f" && echo '{manifest}' > {HOST_MODEL_DIR}/kimi-manifest.json",
+            input=json.dumps({"chat_template": chat_template}),
+        )
+        cluster.ssh(
+            host,
+            f"cat > {HOST_MODEL_DIR}/tiktoken.model",
+            input=(folder / "tiktoken.model").read_text(),
+        )
+    finally:
+        shutil.rmtree(folder)

@@ -234,6 +234,15 @@ Environment (all optional):
     SGLANG_SIM_SPEED_SLOWDOWN every step this many times the prediction (default 1): GPUs held
                               below their clocks (a power cap), which the fake nvidia-smi's
                               telemetry can show
+    SGLANG_SIM_KNOBS          JSON {"optimum": {flag: value}, "penalty": p, "oom": [{flag:
+                              value}], "noise": n}: a planted goodput surface for autotune's
+                              tests, which no SGLang has. Every flag of "optimum" away from its
+                              value (the launch's, else its parser default) makes each step
+                              1 + p x |log2(value / optimum)| times as long (p default 0.5); a
+                              launch at or above every value of an "oom" entry fails while it
+                              loads with CUDA out of memory, as a pool too large for the GPU
+                              does; each start draws a factor in 1 +- n (default 0) for all its
+                              steps: noise between runs
     SGLANG_SIM_ANSWERS        JSON lines {"question": str, "answer": str}: the reference set
                               the simulator answers (see Reference answers)
     SGLANG_SIM_ACCURACY       the share of known questions answered right, 0..1 (default 1)
@@ -333,6 +342,7 @@ class Settings:
     fault_at: int = field(default_factory=lambda: int(env_float("SGLANG_SIM_FAULT_AT", 1)))
     endless_mib: float = field(default_factory=lambda: env_float("SGLANG_SIM_ENDLESS_MIB", 20))
     answers: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_ANSWERS", ""))
+    knobs: str = field(default_factory=lambda: os.environ.get("SGLANG_SIM_KNOBS", ""))
     accuracy: float = field(default_factory=lambda: env_float("SGLANG_SIM_ACCURACY", 1.0))
     ignore_parsers: str = field(
         default_factory=lambda: os.environ.get("SGLANG_SIM_IGNORE_PARSERS", "")
@@ -2618,6 +2628,36 @@ def startup_checks(resolved: dict) -> tuple[StartupFailure | None, list[str]]:
     return None, warnings
 
 
+def knob_effects(resolved: dict, text: str) -> tuple[float, StartupFailure | None]:
+    """SGLANG_SIM_KNOBS on this launch (its resolved arguments, parser defaults included): the
+    factor on every step and, for a launch in an "oom" region, the failure its scheduler hits
+    while it allocates the KV cache. A flag without a value (None) is 4 doublings away."""
+    spec = json.loads(text)
+    if not isinstance(spec, dict):
+        raise ValueError("SGLANG_SIM_KNOBS is not a JSON object")
+
+    def value(flag: str) -> float:
+        dest = flag.lstrip("-").replace("-", "_")
+        found = resolved.get(dest)
+        return float(found) if isinstance(found, (int, float)) and found > 0 else 0.0
+
+    penalty, factor = float(spec.get("penalty", 0.5)), 1.0
+    for flag, best in (spec.get("optimum") or {}).items():
+        current = value(flag)
+        distance = abs(math.log2(current / float(best))) if current > 0 else 4.0
+        factor *= 1 + penalty * distance
+    for region in spec.get("oom") or []:
+        if all(value(flag) >= float(bound) for flag, bound in region.items()):
+            return factor, StartupFailure(
+                "scheduler",
+                "torch.OutOfMemoryError",
+                "CUDA out of memory. Tried to allocate 7.50 GiB. GPU 0 has a total capacity of "
+                "139.81 GiB of which 3.12 GiB is free.",
+            )
+    noise = float(spec.get("noise", 0))
+    return factor * (1 + random.uniform(-noise, noise)), None
+
+
 def report_failure(failure: StartupFailure) -> None:
     """The failure as SGLang's output shows it (stderr): the exception line a traceback ends
     with; from a scheduler, behind "Scheduler hit an exception" (srt/managers/scheduler.py
@@ -2676,6 +2716,9 @@ def main(argv: list[str] | None = None) -> int:
         print("SGLANG_SIM_ACCURACY must be between 0 and 1", file=sys.stderr, flush=True)
         return 1
     resolved = args["resolved"]
+    # SGLang decodes at most --max-running-requests together (the scheduler's req pool).
+    if resolved.get("max_running_requests"):
+        settings.max_running = min(settings.max_running, int(resolved["max_running_requests"]))
     if is_ddtree(resolved) and settings.ddtree_table:
         try:
             settings.step_ms, settings.accept = ddtree_row(resolved, settings.ddtree_table)
@@ -2688,6 +2731,16 @@ def main(argv: list[str] | None = None) -> int:
             f"(SGLANG_SIM_DDTREE_TABLE)",
             flush=True,
         )
+    if settings.knobs:
+        try:
+            factor, oom = knob_effects(resolved, settings.knobs)
+        except (ValueError, TypeError, ZeroDivisionError) as error:
+            print(f"SGLANG_SIM_KNOBS: {error}", file=sys.stderr, flush=True)
+            return 1
+        settings.step_ms *= factor
+        settings.speed_slowdown *= factor
+        args["failure"] = args["failure"] or oom
+        print(f"SGLANG_SIM_KNOBS: every step {factor:.3f} times as long", flush=True)
     if settings.speed_model:
         try:
             args["step_model"] = StepModel(settings, args["argv"], resolved)
