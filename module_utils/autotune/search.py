@@ -143,7 +143,9 @@ def _estimate_s(state: dict, rung: int) -> float:
     else the last rung's scaled by the longer runs' share (the overhead of a trial, its restart
     and warmup, kept as it was); 0 before any trial ended (the first one always runs)."""
     done = [t for t in state["trials"] if t["status"] != "running" and t.get("seconds")]
-    here = [t["seconds"] for t in done if t["rung"] == rung]
+    # A trial that failed fast (out of memory while loading) says little of one that runs.
+    here = [t["seconds"] for t in done if t["rung"] == rung and t["status"] == "ok"]
+    here = here or [t["seconds"] for t in done if t["rung"] == rung]
     if here:
         return sum(here) / len(here)
     before = [t for t in done if t["rung"] == rung - 1 and t["status"] == "ok"]

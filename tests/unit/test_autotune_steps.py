@@ -32,6 +32,20 @@ def step(action: str, state_file: Path, **params) -> dict:
     )
 
 
+def start_one_band(state: Path, running: list[int]) -> None:
+    """A search over --max-running-requests alone at one band, as small as a search gets."""
+    step(
+        "start",
+        state,
+        space={"--max-running-requests": running},
+        slo="tpot_ms_p99=20",
+        bands=[1],
+        budget_minutes=5.0,
+        configs=["dflash"],
+        base_config="dflash",
+    )
+
+
 @pytest.fixture(scope="module")
 def levels(tmp_path_factory):
     """Two trials' level files: a fast config and a slow one, at concurrency 1 and 4."""
@@ -136,16 +150,7 @@ def test_a_band_without_a_pick_writes_nothing_but_the_page(tmp_path):
     inventory = tmp_path / "inventory"
     inventory.mkdir()
     state = tmp_path / "search.json"
-    step(
-        "start",
-        state,
-        space={"--max-running-requests": [4]},
-        slo="tpot_ms_p99=20",
-        bands=[1],
-        budget_minutes=5.0,
-        configs=["dflash"],
-        base_config="dflash",
-    )
+    start_one_band(state, [4])
     trial = step("next", state)["trial"]
     step("record", state, trial_id=trial["id"], trial_dir=str(tmp_path / "none"),
          trial_status="failed", trial_error="CUDA out of memory")  # fmt: skip
@@ -168,16 +173,7 @@ def test_a_state_that_is_not_one_is_refused(tmp_path, content):
 
 def test_a_trial_recorded_twice_or_out_of_turn_is_refused(tmp_path):
     state = tmp_path / "search.json"
-    step(
-        "start",
-        state,
-        space={"--max-running-requests": [4, 8]},
-        slo="tpot_ms_p99=20",
-        bands=[1],
-        budget_minutes=5.0,
-        configs=["dflash"],
-        base_config="dflash",
-    )
+    start_one_band(state, [4, 8])
     trial = step("next", state)["trial"]
     with pytest.raises(step_task.TaskError, match="still running"):
         step("next", state)
