@@ -131,6 +131,12 @@ first:
   description: The candidate the search tries first (start).
   returned: start
   type: str
+trial_bound:
+  description: >-
+    The most steps C(next) can take (start) - every trial the schedule allows, plus the one
+    that ends the search.
+  returned: start
+  type: int
 done:
   description: Whether the search is over (next).
   returned: next

@@ -131,6 +131,17 @@ def new_search(
     }
 
 
+def trial_bound(count: int, bands: int, rungs: int, eta: int = ETA) -> int:
+    """The most trials a search of `count` candidates can run: every one at the first rung,
+    then at most the best third of each band (their union, at most all) at each next one."""
+    total, alive = 0, count
+    for index in range(rungs):
+        total += alive
+        if index + 1 < rungs:
+            alive = min(alive, bands * max(1, math.ceil(alive / eta)))
+    return total
+
+
 def _candidate(state: dict, key: str) -> dict:
     for entry in state["candidates"]:
         if entry["key"] == key:

@@ -117,6 +117,11 @@ def _start(params: dict) -> dict:
         "candidates": len(state["candidates"]),
         "predicted": ranked,
         "first": state["candidates"][0]["key"],
+        # The trial loop's bound: every trial the search can ask for, and the step that ends it.
+        "trial_bound": search.trial_bound(
+            len(state["candidates"]), len(state["bands"]), len(state["rungs"]), state["eta"]
+        )
+        + 1,
         "space": parsed,
     }
 

@@ -233,3 +233,30 @@ def test_random_spaces_end_in_candidates_or_a_named_refusal():
             continue
         state = search.new_search(parsed, bands=[1], slo=SLO, budget_s=60, started=0.0)
         assert len(state["candidates"]) >= 1
+
+
+def test_the_trial_bound_holds_every_search_and_is_reached():
+    # The planted search, 144 candidates, two bands, three rungs.
+    state, tried, _ = run_search(8 * 3600)
+    bound = search.trial_bound(144, len(BANDS), 3)
+    assert len(tried) <= bound
+    assert search.trial_bound(6, 2, 2) == 6 + 4
+    assert search.trial_bound(1, 4, 3) == 3
+    assert search.trial_bound(96, 4, 3) == 96 * 3
+    rng = random.Random(39)
+    for count in range(1, 40):
+        for bands in (1, 2, 5):
+            parsed = {"--max-running-requests": list(range(1, count + 1))}
+            state = search.new_search(
+                parsed, bands=list(range(1, bands + 1)), slo=SLO, budget_s=86400.0, started=0.0
+            )
+            steps = 0
+            while search.next_trial(state, 0.0) is not None:
+                steps += 1
+                trial = state["trials"][-1]
+                scores = {
+                    str(b): {"goodput": rng.random(), "low": 0, "high": 1}
+                    for b in state["bands"]
+                }
+                search.record_trial(state, trial["id"], {"status": "ok", "scores": scores}, 0.0)
+            assert steps <= search.trial_bound(count, bands, 3)
