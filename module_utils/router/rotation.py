@@ -14,6 +14,7 @@ import re
 import time
 import urllib.parse
 
+from ansible.module_utils.benchmark.stats import parse_metrics
 from ansible.module_utils.host.in_process import TaskError
 from ansible.module_utils.router.probe import (
     POLL_S,
@@ -24,10 +25,9 @@ from ansible.module_utils.router.probe import (
 )
 
 WORKER_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-IN_FLIGHT = re.compile(
-    r"^sglang:(?:num_running_reqs|num_queue_reqs)(?:\{[^}\n]{0,1024}\})? ([0-9.eE+-]{1,32})$",
-    re.MULTILINE,
-)
+# What a replica runs and queues now (its /metrics), summed over label sets as the benchmark
+# reads the server's counters (module_utils/benchmark/stats.py parse_metrics).
+IN_FLIGHT = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
 
 def worker_ids(body: bytes) -> dict[str, str]:
@@ -56,13 +56,8 @@ def in_flight(replica: str, api_key: str, timeout: float, fetch) -> int | None:
     status, body, _error = fetch(replica + "/metrics", api_key, timeout)
     if status != 200:
         return None
-    counts = []
-    for found in IN_FLIGHT.finditer(body.decode("utf-8", "replace")):
-        try:
-            counts.append(float(found[1]))
-        except ValueError:
-            continue
-    return int(sum(c for c in counts if 0 <= c < 1e9)) if counts else None
+    totals = parse_metrics(body.decode("utf-8", "replace"), IN_FLIGHT)
+    return int(sum(c for c in totals.values() if 0 <= c < 1e9)) if totals else None
 
 
 def drain(p: dict, fetch=get, send=call, clock=time.monotonic, sleep=time.sleep) -> dict:
