@@ -59,6 +59,9 @@ COMMON = {
     },
     "server_health_poll_s": 1,
     "server_restart_delay_s": 1,
+    # Each trial is a server start: the API checks (tested with the server stage) would cost
+    # every one a few seconds and prove nothing of the search.
+    "kimi_server_api_check": False,
 }
 
 

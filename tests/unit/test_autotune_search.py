@@ -255,8 +255,7 @@ def test_the_trial_bound_holds_every_search_and_is_reached():
                 steps += 1
                 trial = state["trials"][-1]
                 scores = {
-                    str(b): {"goodput": rng.random(), "low": 0, "high": 1}
-                    for b in state["bands"]
+                    str(b): {"goodput": rng.random(), "low": 0, "high": 1} for b in state["bands"]
                 }
                 search.record_trial(state, trial["id"], {"status": "ok", "scores": scores}, 0.0)
             assert steps <= search.trial_bound(count, bands, 3)
