@@ -22,9 +22,8 @@ def _terminate(signum, frame):
 
 
 def pytest_configure(config):
-    plugin = timings.plugin_for(config)
-    if plugin is not None:
-        config.pluginmanager.register(plugin, "kit-timings")
+    for plugin in timings.plugins_for(config):
+        config.pluginmanager.register(plugin, f"kit-{type(plugin).__name__.lower()}")
 
 
 def pytest_sessionstart(session):

@@ -1,4 +1,5 @@
-"""Where the suite's time goes: the slowest tests and each phase's wall time.
+"""Where the suite's time goes: the slowest tests, the files that use the most CPU, and each
+phase's wall time.
 
 A pytest plugin (tests/conftest.py loads it) and a program. In a pytest run it prints, at the
 end, the SLOWEST tests by their whole time (setup, call and teardown: a module's first test
@@ -6,6 +7,11 @@ carries its fixture, which is the cost worth seeing), the SLOWEST_FILES files by
 time added up, each phase's test time added up over the xdist workers (phases share the
 workers, so a phase's wall time says when it ran, its added-up time what it cost) and each
 phase's wall time, from its first test's start to its last test's end, across the workers.
+The suite is CPU-bound on two cores, so each file's CPU is the cost that counts: every worker
+(CpuMeter, which runs in each xdist worker) measures its own process's CPU and that of the
+processes it waited for (test hosts, ansible-playbook, simulators: getrusage's children) from a
+test's setup to its teardown, and the controller adds them up per file (a file runs in one
+worker: --dist loadfile). Processes that outlive their test are counted when they are reaped.
 Where KIT_TIMINGS_FILE names a file it writes the same figures there as JSON, which
 
     python -m tests.support.timings FILE --phase lint=SECONDS --phase syntax=SECONDS ...
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 from pathlib import Path
 
@@ -32,8 +39,32 @@ def phase_of(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
 
 
+def cpu_seconds() -> float:
+    """This process's CPU and that of the children it waited for, user and system."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class CpuMeter:
+    """In each process that runs tests: a test's CPU from its setup to its teardown, handed to
+    the controller on the teardown report (user_properties travel with xdist's reports)."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+
+    def pytest_runtest_setup(self, item) -> None:
+        self.started[item.nodeid] = cpu_seconds()
+
+    def pytest_runtest_makereport(self, item, call) -> None:
+        if call.when == "teardown" and item.nodeid in self.started:
+            used = cpu_seconds() - self.started.pop(item.nodeid)
+            item.user_properties.append(("cpu_s", round(used, 3)))
+
+
 class Timings:
     def __init__(self) -> None:
+        self.cpu: dict[str, float] = {}
         self.per_test: dict[str, float] = {}
         self.spans: dict[str, list[float]] = {}
         # Per xdist worker, its files in the order it ran them, each [path, start, stop]: a
@@ -43,6 +74,10 @@ class Timings:
     def pytest_runtest_logreport(self, report) -> None:
         # Under xdist the controller gets every worker's reports, start and stop included.
         self.per_test[report.nodeid] = self.per_test.get(report.nodeid, 0.0) + report.duration
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "cpu_s" and isinstance(value, (int, float)):
+                path = report.nodeid.split("::")[0]
+                self.cpu[path] = self.cpu.get(path, 0.0) + value
         start, stop = getattr(report, "start", 0.0), getattr(report, "stop", 0.0)
         if start and stop:
             span = self.spans.setdefault(phase_of(report.nodeid), [start, stop])
@@ -64,7 +99,17 @@ class Timings:
             per_file[path] = per_file.get(path, 0.0) + seconds
             per_phase[phase_of(nodeid)] = per_phase.get(phase_of(nodeid), 0.0) + seconds
         files = sorted(per_file.items(), key=lambda item: item[1], reverse=True)
+        cpu_files = sorted(self.cpu.items(), key=lambda item: item[1], reverse=True)
+        cpu_phases: dict[str, float] = {}
+        for path, seconds in self.cpu.items():
+            cpu_phases[phase_of(path + "::")] = cpu_phases.get(phase_of(path + "::"), 0.0) + seconds
         return {
+            "cpu_files": [[path, round(seconds, 1)] for path, seconds in cpu_files[:SLOWEST_FILES]],
+            "all_cpu_files": [[path, round(seconds, 1)] for path, seconds in cpu_files],
+            "cpu": {
+                phase: round(seconds, 1)
+                for phase, seconds in sorted(cpu_phases.items(), key=_phase_rank)
+            },
             "slowest": [[nodeid, round(seconds, 2)] for nodeid, seconds in slowest[:SLOWEST]],
             "files": [[path, round(seconds, 1)] for path, seconds in files[:SLOWEST_FILES]],
             # Every file, for a profile beyond the printed ten (the JSON file only).
@@ -120,6 +165,17 @@ def summary_lines(figures: dict, phases_outside: dict | None = None) -> list[str
     if figures.get("files"):
         lines.append(f"slowest {len(figures['files'])} files (their tests' time added up):")
         lines += [f"  {seconds:8.1f} s  {path}" for path, seconds in figures["files"]]
+    if figures.get("cpu_files"):
+        lines.append(
+            f"most CPU {len(figures['cpu_files'])} files (their processes and the ones they "
+            "waited for):"
+        )
+        lines += [f"  {seconds:8.1f} s  {path}" for path, seconds in figures["cpu_files"]]
+    if figures.get("cpu"):
+        lines.append(
+            "phase CPU: "
+            + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in figures["cpu"].items())
+        )
     if figures.get("test_time"):
         lines.append(
             "phase test time (added up over the workers): "
@@ -140,11 +196,13 @@ def summary_lines(figures: dict, phases_outside: dict | None = None) -> list[str
     return lines
 
 
-def plugin_for(config) -> Timings | None:
-    # Only the process that sees every report: the controller, or a run without xdist.
-    if hasattr(config, "workerinput"):
-        return None
-    return Timings()
+def plugins_for(config) -> list:
+    """The meter in every process that runs tests (each xdist worker, or the one process
+    without xdist); the summary only in the process that sees every report."""
+    found: list = [CpuMeter()]
+    if not hasattr(config, "workerinput"):
+        found.append(Timings())
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.support.timings import Timings, phase_of, plugin_for, summary_lines
+from tests.support.timings import CpuMeter, Timings, phase_of, plugins_for, summary_lines
 
 
 def report(nodeid: str, duration: float, start: float, stop: float):
@@ -75,9 +75,43 @@ def test_each_worker_s_files_and_end_are_kept():
     assert not any(line.startswith("workers'") for line in summary_lines(alone.figures()))
 
 
-def test_only_the_controller_collects_under_xdist():
-    assert plugin_for(SimpleNamespace(workerinput={})) is None
-    assert isinstance(plugin_for(SimpleNamespace()), Timings)
+def test_only_the_controller_collects_under_xdist_and_every_process_meters_cpu():
+    worker = plugins_for(SimpleNamespace(workerinput={}))
+    assert [type(p) for p in worker] == [CpuMeter]
+    assert [type(p) for p in plugins_for(SimpleNamespace())] == [CpuMeter, Timings]
+
+
+def test_a_tests_cpu_counts_the_processes_it_waited_for_and_adds_up_per_file():
+    meter = CpuMeter()
+    item = SimpleNamespace(nodeid="tests/integration/test_a.py::one", user_properties=[])
+    meter.pytest_runtest_setup(item)
+    # A child that spins for a while, waited for within the test: its CPU is the test's.
+    subprocess.run(
+        [sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
+         "while time.process_time() < end: pass"],
+        check=True,
+        timeout=60,
+    )  # fmt: skip
+    meter.pytest_runtest_makereport(item, SimpleNamespace(when="call"))
+    assert item.user_properties == []
+    meter.pytest_runtest_makereport(item, SimpleNamespace(when="teardown"))
+    [(name, used)] = item.user_properties
+    assert name == "cpu_s" and used >= 0.25
+    timings = Timings()
+    for nodeid, cpu in (
+        ("tests/integration/test_a.py::one", used),
+        ("tests/integration/test_a.py::two", 1.0),
+        ("tests/unit/test_b.py::one", 0.5),
+    ):
+        timings.pytest_runtest_logreport(
+            SimpleNamespace(nodeid=nodeid, duration=1.0, user_properties=[("cpu_s", cpu)])
+        )
+    figures = timings.figures()
+    assert figures["cpu_files"][0] == ["tests/integration/test_a.py", round(used + 1.0, 1)]
+    assert figures["cpu"] == {"unit": 0.5, "integration": round(used + 1.0, 1)}
+    lines = summary_lines(figures)
+    assert any(line.startswith("most CPU 2 files") for line in lines)
+    assert any(line.startswith("phase CPU: unit 0 s, integration") for line in lines)
 
 
 def test_the_closing_lines_put_lint_and_syntax_first_and_the_total_last(tmp_path):
