@@ -135,6 +135,7 @@ from ansible.module_utils.host.helpers import (  # noqa: E402
 )
 from ansible.module_utils.server.control import (  # noqa: E402
     running_config_hash,
+    stop_needed,
     stop_supervisor,
     supervisor_status,
     systemd_status,
@@ -253,7 +254,7 @@ class Service:
         result["restarts_after"] = status["restarts"]
         if self.p["state"] == "stopped":
             result["previous_identity"] = "none" if running is None else "other"
-            if not status["running"]:
+            if not stop_needed(status):
                 self.module.exit_json(changed=False, action="none", pid=None, **result)
             if not self.module.check_mode:
                 if self.p["manager"] == "systemd":

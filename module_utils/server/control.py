@@ -70,6 +70,16 @@ def systemd_status(run, unit: str) -> dict:
     }
 
 
+def stop_needed(status: dict) -> bool:
+    """Whether a stop has something to do: a server running, or a systemd unit between a
+    crash and its automatic restart (ActiveState activating, SubState auto-restart, no PID yet:
+    a multi-node rank whose head just stopped). Left alone, that unit starts the server again
+    after the stop; `systemctl stop` cancels the pending restart."""
+    if status["running"]:
+        return True
+    return status["manager"] == "systemd" and status["status"] in ("activating", "reloading")
+
+
 def supervisor_status(pid_file: str, state_file: str) -> dict:
     try:
         supervisor_pid = int(Path(pid_file).read_text().strip() or 0)

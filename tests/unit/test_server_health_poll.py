@@ -1,6 +1,7 @@
 """module_utils/server/health.py's judgement of one poll without a server: the process's
-status and /health_generate's answer into a state and a progress line. test_sglang_sim.py runs
-the module against the simulator."""
+status and /health_generate's answer into a state and a progress line (and control.py's
+reading of that status when a stop decides whether it has anything to do). test_sglang_sim.py
+runs the module against the simulator."""
 
 from __future__ import annotations
 
@@ -93,3 +94,22 @@ def test_a_wait_polls_until_the_state_changes_or_its_window_ends(monkeypatch):
     assert len(polls) == 5  # at 0, 2, 4, 6, 8 s: the next would start at the window's end
     states = iter(["failed"])
     assert health.wait({**load, "wait_s": 0}, None, clock, sleep) == {"state": "failed"}
+
+
+def test_a_stop_cancels_a_units_pending_automatic_restart():
+    """A multi-node rank exits when its head stops (NCCL's abort) and systemd schedules its
+    restart: between the two the unit has no PID, and a stop that saw nothing to stop left it to
+    start again after the teardown (tests/integration/test_server.py's two-node teardown)."""
+    from ansible.module_utils.server.control import stop_needed, systemd_status
+
+    def shown(active: str, sub: str, pid: int):
+        text = f"LoadState=loaded\nActiveState={active}\nSubState={sub}\nMainPID={pid}\n"
+        return systemd_status(lambda argv: (0, text, ""), "kimi-sglang")
+
+    assert stop_needed(shown("active", "running", 975))
+    assert stop_needed(shown("activating", "auto-restart", 0))
+    assert not stop_needed(shown("inactive", "dead", 0))
+    assert not stop_needed(shown("failed", "failed", 0))
+    supervised = {"manager": "supervisor", "running": False, "status": "stopped"}
+    assert not stop_needed(supervised)
+    assert stop_needed({**supervised, "running": True})
