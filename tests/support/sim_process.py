@@ -66,6 +66,23 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def quiet_port(low: int = 20000, high: int = 32000) -> int:
+    """A free port below the kernel's ephemeral range (ip_local_port_range starts at 32768),
+    which free_port() in another xdist worker never hands out: for a server that takes long to
+    open its port, during which a port from bind(0) could go to another test's server."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(low, high)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError(f"no free port from {low} to {high}")
+
+
 def port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):

@@ -287,7 +287,7 @@ def runtime(tmp_path_factory):
 
 
 def spec(runtime, tmp_path, name="ar", timeout=30.0, argv_extra=(), **environment) -> dict:
-    from tests.support.sim_process import free_port
+    from tests.support.sim_process import quiet_port
 
     folders = runtime["folders"]
     argv = [
@@ -299,7 +299,9 @@ def spec(runtime, tmp_path, name="ar", timeout=30.0, argv_extra=(), **environmen
         "--host", "127.0.0.1", "--port", "0",
         *argv_extra,
     ]  # fmt: skip
-    port = free_port()
+    # Some of these servers load for a minute before they open their port: one that bind(0)
+    # could give to another worker's server in the meantime would be judged as theirs.
+    port = quiet_port()
     argv[argv.index("--port") + 1] = str(port)
     return {
         "config": {
