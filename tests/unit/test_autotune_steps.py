@@ -60,6 +60,18 @@ def levels(tmp_path_factory):
     return root / "node-a"
 
 
+def finish(state: Path, inventory: Path) -> dict:
+    """The finish step as the playbook takes it, for node-a's busiest band."""
+    return step(
+        "finish",
+        state,
+        inventory_dir=str(inventory),
+        host="node-a",
+        deploy_band=4,
+        context={"run_id": "r1", "slo": "tpot_ms_p99=20"},
+    )
+
+
 def run_search(results: Path, levels: Path, inventory: Path) -> tuple[Path, dict]:
     """The steps as the playbook takes them, the state and trials under results (a host's
     folder of a run)."""
@@ -83,15 +95,7 @@ def run_search(results: Path, levels: Path, inventory: Path) -> tuple[Path, dict
         shutil.copytree(levels / source, folder)
         step("record", state, trial_id=trial["id"], trial_dir=str(folder), trial_status="ok")
     assert step("next", state) == {"changed": False, "done": True, "stop": "converged"}
-    found = step(
-        "finish",
-        state,
-        inventory_dir=str(inventory),
-        host="node-a",
-        deploy_band=4,
-        context={"run_id": "r1", "slo": "tpot_ms_p99=20"},
-    )
-    return state, found
+    return state, finish(state, inventory)
 
 
 def test_the_steps_score_the_trials_and_write_the_pick_back(tmp_path, levels):
@@ -115,14 +119,7 @@ def test_the_steps_score_the_trials_and_write_the_pick_back(tmp_path, levels):
     page = Path(found["page"]).read_text()
     assert "**--max-running-requests=4,NCCL_ALGO=Ring**" in page
     # The same answer again: nothing changes.
-    again = step(
-        "finish",
-        state,
-        inventory_dir=str(inventory),
-        host="node-a",
-        deploy_band=4,
-        context={"run_id": "r1", "slo": "tpot_ms_p99=20"},
-    )
+    again = finish(state, inventory)
     assert again["changed"] is False
 
 
