@@ -70,6 +70,8 @@ def test_kimi_become_follows_the_user_each_host_is_reached_as(tmp_path):
     hosts = {
         "as-root": {**local, "ansible_user": "root"},
         "as-nobody-set": local,
+        # An empty user is no user: the controller's, as ssh would.
+        "as-empty-user": {**local, "ansible_user": ""},
         "as-legacy-root": {**local, "ansible_ssh_user": "root"},
         "as-ops": {**local, "ansible_user": "ops"},
         "as-ops-told-not-to": {**local, "ansible_user": "ops", "kimi_become": False},
@@ -103,6 +105,7 @@ def test_kimi_become_follows_the_user_each_host_is_reached_as(tmp_path):
     assert said == {
         "as-root": False,
         "as-nobody-set": True,
+        "as-empty-user": True,
         "as-legacy-root": False,
         "as-ops": True,
         "as-ops-told-not-to": False,
