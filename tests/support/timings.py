@@ -66,6 +66,7 @@ class Timings:
     def __init__(self) -> None:
         self.cpu: dict[str, float] = {}
         self.per_test: dict[str, float] = {}
+        self.cpu_per_test: dict[str, float] = {}
         self.spans: dict[str, list[float]] = {}
         # Per xdist worker, its files in the order it ran them, each [path, start, stop]: a
         # worker that ends long before the others shows CPU the suite's end left unused.
@@ -78,6 +79,7 @@ class Timings:
             if name == "cpu_s" and isinstance(value, (int, float)):
                 path = report.nodeid.split("::")[0]
                 self.cpu[path] = self.cpu.get(path, 0.0) + value
+                self.cpu_per_test[report.nodeid] = value
         start, stop = getattr(report, "start", 0.0), getattr(report, "stop", 0.0)
         if start and stop:
             span = self.spans.setdefault(phase_of(report.nodeid), [start, stop])
@@ -106,6 +108,11 @@ class Timings:
         return {
             "cpu_files": [[path, round(seconds, 1)] for path, seconds in cpu_files[:SLOWEST_FILES]],
             "all_cpu_files": [[path, round(seconds, 1)] for path, seconds in cpu_files],
+            # Each test's CPU (the JSON file only): where a costly file spends it.
+            "cpu_tests": [
+                [nodeid, round(seconds, 2)]
+                for nodeid, seconds in sorted(self.cpu_per_test.items(), key=lambda item: -item[1])
+            ],
             "cpu": {
                 phase: round(seconds, 1)
                 for phase, seconds in sorted(cpu_phases.items(), key=_phase_rank)
