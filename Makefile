@@ -162,11 +162,11 @@ syntax: setup
 # make test's pytest runs four workers (pytest-xdist), each taking whole files, so
 # module-scoped test hosts are made once, in tests/conftest.py's DEALING_ORDER: three share
 # the files that keep the cores busy, the fourth runs the files that mostly wait (its group,
-# one unit of work: tests/conftest.py) one after another.
+# --dist loadgroup) one after another.
 pytest: setup test-deps
 	$(BIN)/python -m tests.support.testhosts down --stale
 	@mkdir -p $(TIMINGS)
-	KIT_TIMINGS_FILE=$(TIMINGS)/pytest.json $(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder
+	KIT_TIMINGS_FILE=$(TIMINGS)/pytest.json $(BIN)/pytest -n 4 --dist loadgroup --no-loadscope-reorder
 
 # The launch-command contract against the real parser of the pinned sglang, in a CPU-only venv
 # holding sglang and only what its argument parsing imports (tests/contract/README.md). Every

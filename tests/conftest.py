@@ -191,10 +191,11 @@ LONGEST_FIRST = (
 )
 # Files that mostly wait (the simulator's steps, deadlines, hung peers, the canary's timeouts,
 # the router's health checks: about a fifth of a core in all for 700 s): make test runs them one
-# after another on a worker of their own, a fourth (one unit of work, WAITING_GROUP: the
-# scheduler below), beside three that keep both cores busy with the rest. Dealt among the other
-# files on three workers, they held a worker while a tenth of the run's CPU went unused; four
-# workers dealt alike, tried before, cost more CPU in contention than they saved.
+# after another on a worker of their own, a fourth (pytest-xdist's group WAITING_GROUP under
+# --dist loadgroup), beside three that keep both cores busy with the rest. Dealt among the
+# others, they held a third of the workers while the cores had CPU to spare (a tenth of the
+# run's CPU went unused); four workers dealt alike, tried before, cost more CPU in contention
+# than they saved.
 MOSTLY_WAITING = (
     "tests/unit/test_sglang_sim.py",
     "tests/unit/test_benchmark.py",
@@ -216,31 +217,15 @@ WAITING_GROUP = "mostly-waiting"
 DEALING_ORDER = LONGEST_FIRST[:3] + MOSTLY_WAITING + LONGEST_FIRST[3:]
 
 
-def pytest_xdist_make_scheduler(config, log):
-    """make test's dealing (--dist loadfile): whole files, and the files of MOSTLY_WAITING as
-    one unit of work, which one worker runs one after another. (xdist's loadgroup, which groups
-    by marks, deals test by test under pytest 9: it renames tests in a way pytest 9 ignores.)"""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class WaitingLaneScheduling(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return unit_of_work(nodeid)
-
-    return WaitingLaneScheduling(config, log)
-
-
-def unit_of_work(nodeid: str) -> str:
-    """The unit of work a test goes out in: its file, or WAITING_GROUP for MOSTLY_WAITING's."""
-    path = nodeid.split("::", 1)[0]
-    return WAITING_GROUP if path in MOSTLY_WAITING else path
-
-
+# tryfirst: before pytest-xdist's own hook, which reads the group marks into the test ids.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # The workers collect (and order) the tests the controller hands out.
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in MOSTLY_WAITING:
+            item.add_marker(pytest.mark.xdist_group(WAITING_GROUP))
 
     def rank(item) -> int:
         path = item.nodeid.split("::", 1)[0]

@@ -173,23 +173,36 @@ def test_the_dealing_order_names_files_that_exist_once_each():
     assert DEALING_ORDER[3 : 3 + len(MOSTLY_WAITING)] == MOSTLY_WAITING
 
 
-def test_make_test_deals_whole_files_and_the_waiting_files_as_one_unit():
-    """make test's scheduler (--dist loadfile): a file is one unit of work, and the files of
-    MOSTLY_WAITING together are one, so one worker runs them one after another."""
+def test_a_worker_marks_the_waiting_files_with_one_group_and_deals_them_fourth(monkeypatch):
+    """Under --dist loadgroup (make test) the tests of MOSTLY_WAITING carry one xdist group, so
+    one worker runs them one after another; every test keeps its file's place in the order."""
     from tests import conftest as suite
 
-    first, last = suite.MOSTLY_WAITING[0], suite.MOSTLY_WAITING[-1]
-    unit = suite.unit_of_work
-    assert unit(f"{first}::test_a") == unit(f"{last}::test_b[x]") == suite.WAITING_GROUP
-    assert unit("tests/unit/test_x.py::test_a") == unit("tests/unit/test_x.py::test_b[y::z]")
-    assert unit("tests/unit/test_x.py::test_a") == "tests/unit/test_x.py"
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid, self.marks = nodeid, []
 
-    class Config:
-        @staticmethod
-        def getvalue(name: str) -> str:
-            return {"dist": "load"}[name]
+        def add_marker(self, mark) -> None:
+            self.marks.append(mark)
 
-    # Other ways of dealing are xdist's own.
-    assert suite.pytest_xdist_make_scheduler(Config(), None) is None
+    waiting = suite.MOSTLY_WAITING[0]
+    items = [
+        Item(f"{path}::test_x")
+        for path in ("tests/unit/test_x.py", waiting, suite.DEALING_ORDER[0])
+    ]
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    suite.pytest_collection_modifyitems(None, items)
+    assert [item.nodeid for item in items] == [
+        f"{suite.DEALING_ORDER[0]}::test_x",
+        f"{waiting}::test_x",
+        "tests/unit/test_x.py::test_x",
+    ]
+    groups = {
+        item.nodeid: [m.args for m in item.marks if m.name == "xdist_group"] for item in items
+    }
+    assert groups[f"{waiting}::test_x"] == [(suite.WAITING_GROUP,)]
+    assert (
+        groups["tests/unit/test_x.py::test_x"] == [] == groups[f"{suite.DEALING_ORDER[0]}::test_x"]
+    )
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
-    assert "-n 4 --dist loadfile --no-loadscope-reorder" in makefile
+    assert "-n 4 --dist loadgroup --no-loadscope-reorder" in makefile
