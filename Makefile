@@ -159,14 +159,14 @@ syntax: setup
 	done
 	@echo "--phase syntax=$$(( $$(date +%s) - $$(cat $(TIMINGS)/syntax.start) ))" > $(TIMINGS)/syntax.phase
 
-# make test's pytest runs four workers (pytest-xdist), each taking whole files, so
-# module-scoped test hosts are made once, in tests/conftest.py's DEALING_ORDER: three share
-# the files that keep the cores busy, the fourth runs the files that mostly wait (its group,
-# --dist loadgroup) one after another.
+# make test's pytest runs three workers (pytest-xdist), each taking whole files, so
+# module-scoped test hosts are made once, in tests/conftest.py's DEALING_ORDER.
+# An integration test mostly waits (SSH, the simulator's steps, server start-ups): on two
+# workers the suite used 0.55 of a core.
 pytest: setup test-deps
 	$(BIN)/python -m tests.support.testhosts down --stale
 	@mkdir -p $(TIMINGS)
-	KIT_TIMINGS_FILE=$(TIMINGS)/pytest.json $(BIN)/pytest -n 4 --dist loadgroup --no-loadscope-reorder
+	KIT_TIMINGS_FILE=$(TIMINGS)/pytest.json $(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # The launch-command contract against the real parser of the pinned sglang, in a CPU-only venv
 # holding sglang and only what its argument parsing imports (tests/contract/README.md). Every

@@ -167,15 +167,18 @@ LONGEST_FIRST = (
     "tests/integration/test_deploy.py",
     "tests/integration/test_weights.py",
     "tests/integration/test_benchmark.py",
+    "tests/integration/test_canary.py",
     "tests/integration/test_server.py",
     "tests/integration/test_git_runtime.py",
     "tests/unit/test_analysis.py",
     "tests/unit/test_canary_loaders.py",
     "tests/integration/test_plan.py",
     "tests/unit/test_analysis_predicted.py",
+    "tests/integration/test_runtime_rollback.py",
     "tests/unit/test_analysis_fuzz.py",
     "tests/integration/test_preflight.py",
     "tests/integration/test_tuning.py",
+    "tests/integration/test_router.py",
     "tests/integration/test_autotune.py",
     "tests/unit/test_controller_lock.py",
     "tests/integration/test_rollout.py",
@@ -189,13 +192,10 @@ LONGEST_FIRST = (
     "tests/unit/test_analysis_latency.py",
     "tests/integration/test_host_lock.py",
 )
-# Files that mostly wait (the simulator's steps, deadlines, hung peers, the canary's timeouts,
-# the router's health checks: about a fifth of a core in all for 700 s): make test runs them one
-# after another on a worker of their own, a fourth (pytest-xdist's group WAITING_GROUP under
-# --dist loadgroup), beside three that keep both cores busy with the rest. Dealt among the
-# others, they held a third of the workers while the cores had CPU to spare (a tenth of the
-# run's CPU went unused); four workers dealt alike, tried before, cost more CPU in contention
-# than they saved.
+# Files that mostly wait (the simulator's steps, deadlines, hung peers: a tenth of a core
+# each, 330 s in all): dealt right after the two longest files, they wait while those two keep
+# both cores busy. Dealt among the short files at the end, as they were, they left a core idle
+# for the last 400 s of the run.
 MOSTLY_WAITING = (
     "tests/unit/test_sglang_sim.py",
     "tests/unit/test_benchmark.py",
@@ -208,24 +208,14 @@ MOSTLY_WAITING = (
     "tests/unit/test_api_check.py",
     "tests/unit/test_benchmark_client.py",
     "tests/unit/test_sim_knobs.py",
-    "tests/integration/test_canary.py",
-    "tests/integration/test_router.py",
-    "tests/integration/test_runtime_rollback.py",
 )
-WAITING_GROUP = "mostly-waiting"
-# The group is one unit of work, dealt fourth: the first three files start on the other workers.
-DEALING_ORDER = LONGEST_FIRST[:3] + MOSTLY_WAITING + LONGEST_FIRST[3:]
+DEALING_ORDER = LONGEST_FIRST[:2] + MOSTLY_WAITING + LONGEST_FIRST[2:]
 
 
-# tryfirst: before pytest-xdist's own hook, which reads the group marks into the test ids.
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # The workers collect (and order) the tests the controller hands out.
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    for item in items:
-        if item.nodeid.split("::", 1)[0] in MOSTLY_WAITING:
-            item.add_marker(pytest.mark.xdist_group(WAITING_GROUP))
 
     def rank(item) -> int:
         path = item.nodeid.split("::", 1)[0]

@@ -11,8 +11,7 @@ The suite is CPU-bound on two cores, so each file's CPU is the cost that counts:
 (CpuMeter, which runs in each xdist worker) measures its own process's CPU and that of the
 processes it waited for (test hosts, ansible-playbook, simulators: getrusage's children) from a
 test's setup to its teardown, and the controller adds them up per file (a file runs in one
-worker: make test deals whole files). Processes that outlive their test are counted when they
-are reaped.
+worker: --dist loadfile). Processes that outlive their test are counted when they are reaped.
 Where KIT_TIMINGS_FILE names a file it writes the same figures there as JSON, which
 
     python -m tests.support.timings FILE --phase lint=SECONDS --phase syntax=SECONDS ...

@@ -167,42 +167,4 @@ def test_the_dealing_order_names_files_that_exist_once_each():
     root = Path(__file__).resolve().parents[2]
     assert len(set(DEALING_ORDER)) == len(DEALING_ORDER)
     assert set(DEALING_ORDER) == set(LONGEST_FIRST) | set(MOSTLY_WAITING)
-    assert not set(LONGEST_FIRST) & set(MOSTLY_WAITING)
     assert [path for path in DEALING_ORDER if not (root / path).is_file()] == []
-    # The waiting group is dealt fourth: one unit of work after the three costliest files.
-    assert DEALING_ORDER[3 : 3 + len(MOSTLY_WAITING)] == MOSTLY_WAITING
-
-
-def test_a_worker_marks_the_waiting_files_with_one_group_and_deals_them_fourth(monkeypatch):
-    """Under --dist loadgroup (make test) the tests of MOSTLY_WAITING carry one xdist group, so
-    one worker runs them one after another; every test keeps its file's place in the order."""
-    from tests import conftest as suite
-
-    class Item:
-        def __init__(self, nodeid: str) -> None:
-            self.nodeid, self.marks = nodeid, []
-
-        def add_marker(self, mark) -> None:
-            self.marks.append(mark)
-
-    waiting = suite.MOSTLY_WAITING[0]
-    items = [
-        Item(f"{path}::test_x")
-        for path in ("tests/unit/test_x.py", waiting, suite.DEALING_ORDER[0])
-    ]
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
-    suite.pytest_collection_modifyitems(None, items)
-    assert [item.nodeid for item in items] == [
-        f"{suite.DEALING_ORDER[0]}::test_x",
-        f"{waiting}::test_x",
-        "tests/unit/test_x.py::test_x",
-    ]
-    groups = {
-        item.nodeid: [m.args for m in item.marks if m.name == "xdist_group"] for item in items
-    }
-    assert groups[f"{waiting}::test_x"] == [(suite.WAITING_GROUP,)]
-    assert (
-        groups["tests/unit/test_x.py::test_x"] == [] == groups[f"{suite.DEALING_ORDER[0]}::test_x"]
-    )
-    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
-    assert "-n 4 --dist loadgroup --no-loadscope-reorder" in makefile
