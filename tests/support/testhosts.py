@@ -777,7 +777,7 @@ class TestHostCluster:
         """Kill every process in the hosts' namespaces, delete them, the bridge, the files."""
         for host in self.hosts:
             if host.init != "systemd":
-                end_sshd_host(host.sshd_pid)
+                end_sshd_host(host)
             kill_namespace(host.netns, host.sshd_pid)
             if host.cgroup:
                 remove_cgroup(Path(host.cgroup))
@@ -829,26 +829,23 @@ def in_namespaces(host: TestHost, extra: list[str], script: str) -> list[str]:
     ]
 
 
-def end_sshd_host(leader: int, timeout: float = 3.0) -> None:
+def end_sshd_host(host: TestHost, timeout: float = 3.0) -> None:
     """Stop an sshd host from the inside out, so that what it ran counts as this process's
     children's CPU (make test's CPU per file, tests/support/timings.py): SIGTERM to the
     namespace's PID 1 (sshd, which has reaped every SSH session and module run of the host),
-    unshare reaps it and exits, and this process reaps unshare. Killed from outside (SIGKILL to
-    the group), PID 1 would be reaped by no one here and the host's CPU counted nowhere. Does
-    nothing it cannot do within the timeout: kill_namespace follows either way."""
-    if not leader:
+    unshare (host.sshd_pid) reaps it and exits, and this process reaps unshare. Killed from
+    outside (SIGKILL to the group), PID 1 would be reaped by no one here and the host's CPU
+    counted nowhere. Does nothing it cannot do within the timeout: kill_namespace follows
+    either way."""
+    init = host.init_pid()
+    if init is None:
         return
-    try:
-        children = Path(f"/proc/{leader}/task/{leader}/children").read_text().split()
-    except OSError:
-        return
-    for pid in children:
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid), signal.SIGTERM)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(init, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            done, _status = os.waitpid(leader, os.WNOHANG)
+            done, _status = os.waitpid(host.sshd_pid, os.WNOHANG)
         except ChildProcessError:
             return
         if done:
