@@ -157,6 +157,7 @@ def controller_bytecode() -> dict[str, str]:
         "KIT_TEST_ANSIBALLZ_DEPS_DIR": str(state / "ansiballz-deps"),
         "KIT_TEST_JINJA_CODE_DIR": str(state / "jinja-code"),
         "KIT_TEST_ANSIBALLZ_PAYLOAD_DIR": str(state / "ansiballz-payloads"),
+        "KIT_TEST_YAML_DIR": str(state / "yaml"),
         "PYTHONPATH": f"{site}{os.pathsep}{path}" if path else site,
     }
 

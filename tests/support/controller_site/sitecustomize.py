@@ -8,8 +8,10 @@ kit's own. Caches that only save time, each in the folder its variable names:
 - KIT_TEST_JINJA_CODE_DIR: ansible-playbook keeps the code its templates compile to
   (tests/support/jinja_code_cache.py);
 - KIT_TEST_ANSIBALLZ_PAYLOAD_DIR: ansible-playbook keeps the module payloads it builds from one
-  run to the next (tests/support/ansiballz_payloads.py).
-The last three patch an ansible-core module when, if ever, the process imports it."""
+  run to the next (tests/support/ansiballz_payloads.py);
+- KIT_TEST_YAML_DIR: ansible-playbook keeps what the YAML files of the checkout and of
+  ansible-core load to (tests/support/yaml_cache.py).
+The last four patch a module (ansible-core's, PyYAML's) when, if ever, the process imports it."""
 
 import importlib.util
 import os
@@ -81,6 +83,12 @@ def _install() -> None:
             after_import(
                 cache.MODULE, lambda module, cache=cache, folder=folder: cache.patch(module, folder)
             )
+    folder = os.environ.get("KIT_TEST_YAML_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        cache = _load("kimi_test_yaml_cache", "yaml_cache.py")
+        after_import(cache.MODULE, lambda module: cache.patch(module, folder))
+        after_import(cache.META_MODULE, lambda module: cache.patch_meta(module, folder))
 
 
 _install()

@@ -1,0 +1,193 @@
+"""A cache of what YAML files load to, for the ansible-playbook the tests run.
+
+tests/support/controller_site/sitecustomize.py installs it into the playbooks the tests run
+(never into the kit's own). It touches nothing of the kit and nothing of a host.
+
+Why: every ansible-playbook builds its objects from YAML anew: ansible-core's configuration
+definitions, the routing table of ansible.builtin (thousands of lines), the documentation of
+each plugin it loads, and the kit's playbooks, roles and group_vars. PyYAML's constructor is
+Python, so a run spent a quarter of its main process there, over two hundred runs a suite.
+
+What: yaml.load's result, pickled, under a digest of everything it is built from: the loader
+class, the text, the tags ansible-core put on it (its Origin, so every value keeps the file, line
+and column it came from, and whether it is trusted as a template), the duplicate-key setting,
+and the versions of ansible-core, PyYAML and Python. Only files of the checkout and of
+ansible-core are kept: what a test writes elsewhere (inventories, vars files that may hold a
+test's secrets, extra vars) loads as before, and so does anything with a vault tag. A second
+load of the same input is an unpickling, a tenth of the time.
+
+One thing it does not keep: a warning the constructor gives while it builds (ansible-core's
+duplicate mapping key), which is given only the first time. yamllint's key-duplicates rule
+(make lint) keeps such keys out of the checkout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import sys
+
+MODULE = "yaml"
+# The collection loader's routing tables: a hook ansible-core leaves for tools that cache them.
+META_MODULE = "ansible.utils.collection_loader._collection_finder"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Written by tests at run time (test hosts' inventories): content that changes every run.
+NOT_KEPT = os.path.join(REPO, "tests", ".state") + os.sep
+
+
+def _roots() -> tuple[str, ...]:
+    roots = [REPO + os.sep]
+    ansible = sys.modules.get("ansible")
+    if ansible is not None and getattr(ansible, "__file__", None):
+        roots.append(os.path.dirname(os.path.realpath(ansible.__file__)) + os.sep)
+    return tuple(roots)
+
+
+def _tags(value) -> tuple[list[str], str | None]:
+    """ansible-core's tags on value, as text, and the path its Origin names."""
+    helper = sys.modules.get("ansible.module_utils._internal._datatag")
+    if helper is None:
+        return [], None
+    tags = helper.AnsibleTagHelper.tags(value)
+    path = next(
+        (t.path for t in tags if type(t).__name__ == "Origin" and getattr(t, "path", None)),
+        None,
+    )
+    return sorted(repr(t) for t in tags), path
+
+
+def _salt(loader) -> str:
+    import yaml
+
+    ansible = sys.modules.get("ansible.release")
+    duplicates = None
+    constants = sys.modules.get("ansible.constants")
+    if constants is not None and loader.__module__.startswith("ansible."):
+        with contextlib.suppress(Exception):
+            duplicates = repr(constants.config.get_config_value("DUPLICATE_YAML_DICT_KEY"))
+    return repr(
+        (
+            getattr(ansible, "__version__", None),
+            yaml.__version__,
+            sys.version,
+            pickle.HIGHEST_PROTOCOL,
+            f"{loader.__module__}.{loader.__qualname__}",
+            duplicates,
+        )
+    )
+
+
+def _source(stream) -> tuple[bytes, list[str], str] | None:
+    """The bytes, tags and path a load reads, where it may be kept; None otherwise."""
+    if isinstance(stream, (str, bytes)):
+        tags, path = _tags(stream)
+        content = stream.encode("utf-8", "surrogatepass") if isinstance(stream, str) else stream
+        content = bytes(content)
+    else:
+        path = getattr(stream, "name", None)
+        if not isinstance(path, (str, bytes)) or not hasattr(stream, "seek"):
+            return None
+        # ansible-core opens its configuration definitions by a bytes path.
+        path = os.fsdecode(path)
+        try:
+            start = stream.tell()
+            content = stream.read()
+            stream.seek(start)
+        except (OSError, ValueError):
+            return None
+        if isinstance(content, str):
+            content = content.encode("utf-8", "surrogatepass")
+        tags = []
+    if not path:
+        return None
+    real = os.path.realpath(path)
+    if real.startswith(NOT_KEPT) or not real.startswith(_roots()):
+        return None
+    if b"!vault" in content:
+        return None
+    return content, tags, real
+
+
+def _read(folder: str, key: str):
+    """The kept result, or a KeyError."""
+    try:
+        with open(os.path.join(folder, key), "rb") as handle:
+            # Written by this harness, in the checkout's own tests/.state.
+            return pickle.loads(handle.read())  # noqa: S301
+    except Exception as missing:  # a missing or damaged entry is loaded again
+        raise KeyError(key) from missing
+
+
+def _keep(folder: str, key: str, value) -> None:
+    entry = os.path.join(folder, key)
+    partial = f"{entry}.{os.getpid()}.partial"
+    try:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        with open(partial, "wb") as handle:
+            handle.write(data)
+        os.replace(partial, entry)
+    except Exception:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+
+
+def _digest(*parts: bytes | str) -> str:
+    digest = hashlib.blake2b(digest_size=20)
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def patch(yaml, folder: str) -> bool:
+    """Route yaml.load (and yaml.safe_load, which calls it) through the cache in folder."""
+    if getattr(yaml.load, "kimi_cached", False):
+        return False
+    original = yaml.load
+
+    def load(stream, Loader):
+        source = _source(stream)
+        if source is None:
+            return original(stream, Loader)
+        content, tags, path = source
+        key = _digest(_salt(Loader), path, "\0".join(tags), content)
+        try:
+            return _read(folder, key)
+        except KeyError:
+            pass
+        value = original(stream, Loader)
+        _keep(folder, key, value)
+        return value
+
+    load.kimi_cached = True
+    yaml.load = load
+    return True
+
+
+def patch_meta(finder, folder: str) -> bool:
+    """Route the collection loader's routing tables (runtime.yml) through the cache."""
+    original = getattr(finder, "_meta_yml_to_dict", None)
+    if original is None or getattr(original, "kimi_cached", False):
+        return False
+
+    def meta_yml_to_dict(yaml_string_data, content_id):
+        import yaml
+
+        data = yaml_string_data
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogatepass")
+        key = _digest("meta", _salt(yaml.BaseLoader), repr(content_id), bytes(data))
+        try:
+            return _read(folder, key)
+        except KeyError:
+            pass
+        value = original(yaml_string_data, content_id)
+        _keep(folder, key, value)
+        return value
+
+    meta_yml_to_dict.kimi_cached = True
+    finder._meta_yml_to_dict = meta_yml_to_dict
+    return True
