@@ -183,10 +183,12 @@ def parser_requirements(wheel: Path) -> list[str]:
     return [*wanted, TORCH, *EXTRA]
 
 
-def check_cpu_only(python: Path) -> list[str]:
-    """The installed distributions, after refusing any CUDA wheel or CUDA torch build."""
+def check_cpu_only(python: Path, pip: list[str] | None = None) -> list[str]:
+    """The installed distributions, after refusing any CUDA wheel or CUDA torch build. `pip`:
+    the pip that lists them, for a venv without a pip of its own."""
+    pip = pip or [str(python), "-m", "pip"]
     listing = run(
-        [str(python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+        [*pip, "list", "--format=json", "--disable-pip-version-check"],
         CHECK_TIMEOUT,
         capture_output=True,
         text=True,

@@ -88,13 +88,17 @@ def sglang_requirements(version: str, downloads: Path) -> list[str]:
 def build(wanted: dict) -> None:
     started = time.monotonic()
     shutil.rmtree(VENV, ignore_errors=True)
-    cv.run([sys.executable, "-m", "venv", str(VENV)], cv.VENV_TIMEOUT)
+    # Without a pip of its own: the checkout's pip installs into it (--python), which spares
+    # installing one (ensurepip) and is the pip the dev lock pins, twice as fast as the one a
+    # Python 3.11 venv comes with.
+    cv.run([sys.executable, "-m", "venv", "--without-pip", str(VENV)], cv.VENV_TIMEOUT)
     python = VENV / "bin" / "python"
     downloads = VENV / ".downloads"
     requirements = [*sglang_requirements(wanted["sglang"], downloads), cv.TORCH, *ALSO]
     print("loader venv requirements:", ", ".join(requirements), flush=True)
     constraints = ["--constraint", str(cv.lock_pins(PINS))]
-    pip = [str(python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
+    outer_pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    pip = [*outer_pip, "--disable-pip-version-check", "install", "--quiet"]
     # --no-compile: pip would compile every file of torch and transformers, thousands the
     # loaders never import; what they import is compiled (and cached) on first import.
     cv.run(
@@ -102,7 +106,7 @@ def build(wanted: dict) -> None:
         cv.INSTALL_TIMEOUT,
     )
     shutil.rmtree(downloads)
-    lines = cv.check_cpu_only(python)
+    lines = cv.check_cpu_only(python, outer_pip)
     smoke = subprocess.run(
         [str(python), "-c", SMOKE], capture_output=True, text=True, timeout=cv.CHECK_TIMEOUT
     )
