@@ -23,8 +23,9 @@ description:
   - A server started by an earlier kit carries an unkeyed hash of the same values; when that
     hash is the one of the wanted launch, the server keeps running and only the records are
     rewritten to the keyed identity (action C(recorded)).
-  - O(state=stopped) stops it (and disables the unit under systemd); the process group goes
-    with it, workers included.
+  - O(state=stopped) stops it (and disables the unit under systemd, resetting a unit that
+    failed, such as a multi-node rank whose head stopped first); the process group goes with
+    it, workers included.
   - Supports check mode (reports what it would do).
 version_added: "0.1.0"
 options:
@@ -185,8 +186,11 @@ class Service:
             self.run(["systemctl", "enable", self.p["name"]])
         self.run(["systemctl", "restart" if restart else "start", self.p["name"]])
 
-    def systemd_stop(self) -> None:
+    def systemd_stop(self, status: dict) -> None:
         self.run(["systemctl", "disable", "--now", self.p["name"]])
+        if status["failed"]:
+            # A stop leaves a failed unit failed; teardown leaves it inactive.
+            self.run(["systemctl", "reset-failed", self.p["name"]])
 
     # --- supervisor ------------------------------------------------------------------------
     def supervisor_start(self) -> dict:
@@ -258,7 +262,7 @@ class Service:
                 self.module.exit_json(changed=False, action="none", pid=None, **result)
             if not self.module.check_mode:
                 if self.p["manager"] == "systemd":
-                    self.systemd_stop()
+                    self.systemd_stop(status)
                 else:
                     stop_supervisor(status, self.p["stop_timeout"] + 10)
             self.module.exit_json(changed=True, action="stopped", pid=None, **result)

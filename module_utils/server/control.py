@@ -73,11 +73,17 @@ def systemd_status(run, unit: str) -> dict:
 def stop_needed(status: dict) -> bool:
     """Whether a stop has something to do: a server running, or a systemd unit between a
     crash and its automatic restart (ActiveState activating, SubState auto-restart, no PID yet:
-    a multi-node rank whose head just stopped). Left alone, that unit starts the server again
-    after the stop; `systemctl stop` cancels the pending restart."""
+    a multi-node rank whose head just stopped), or one that failed (that rank, its restarts
+    spent before the stop came). Left alone, the first starts the server again after the stop
+    (`systemctl stop` cancels the pending restart); the second stays failed and enabled, to
+    start again at the next boot (the stop disables it and resets its failed state)."""
     if status["running"]:
         return True
-    return status["manager"] == "systemd" and status["status"] in ("activating", "reloading")
+    return status["manager"] == "systemd" and status["status"] in (
+        "activating",
+        "reloading",
+        "failed",
+    )
 
 
 def supervisor_status(pid_file: str, state_file: str) -> dict:

@@ -5,7 +5,14 @@ runs the module against the simulator."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+
+import pytest
 from ansible.module_utils.server import health
+
+from tests.support.modules import run_module
 
 PARAMS = {"timeout": 3600, "generate_timeout": 600, "phase": "load", "manager": "systemd"}
 RUNNING = {"running": True, "failed": False, "restarts": 0, "status": "active", "last_exit": 0}
@@ -109,7 +116,57 @@ def test_a_stop_cancels_a_units_pending_automatic_restart():
     assert stop_needed(shown("active", "running", 975))
     assert stop_needed(shown("activating", "auto-restart", 0))
     assert not stop_needed(shown("inactive", "dead", 0))
-    assert not stop_needed(shown("failed", "failed", 0))
+    # A rank whose restarts were spent before the stop: still enabled, and failed.
+    assert stop_needed(shown("failed", "failed", 0))
     supervised = {"manager": "supervisor", "running": False, "status": "stopped"}
     assert not stop_needed(supervised)
     assert stop_needed({**supervised, "running": True})
+
+
+# A systemctl that answers `show` with the unit in the state the test gives and logs every
+# command it is given.
+FAKE_SYSTEMCTL = """#!{python}
+import json, sys
+with open({log!r}, "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "show":
+    print("LoadState=loaded\\nActiveState={active}\\nSubState={sub}\\nMainPID=0")
+    print("UnitFileState=enabled\\nNRestarts=5\\nExecMainStatus=1")
+"""
+
+
+@pytest.mark.parametrize(
+    ("active", "sub", "commands"),
+    [
+        (
+            "failed",
+            "failed",
+            [["disable", "--now", "kimi-sglang"], ["reset-failed", "kimi-sglang"]],
+        ),
+        ("activating", "auto-restart", [["disable", "--now", "kimi-sglang"]]),
+        ("inactive", "dead", []),
+    ],
+)
+def test_teardown_leaves_a_failed_rank_inactive_and_disabled(
+    tmp_path, monkeypatch, active, sub, commands
+):
+    """A two-node server's rank whose restarts were spent before teardown came (its head
+    stopped first) is a failed, still enabled unit: the stop disables it and resets its failed
+    state, so the host ends with the unit inactive (a fresh-clone run of
+    tests/integration/test_server.py's two-node teardown found it failed); a stopped unit is
+    left alone."""
+    log = tmp_path / "systemctl.log"
+    fake = tmp_path / "bin" / "systemctl"
+    fake.parent.mkdir()
+    fake.write_text(
+        FAKE_SYSTEMCTL.format(python=sys.executable, log=str(log), active=active, sub=sub)
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    args = {"manager": "systemd", "name": "kimi-sglang", "state": "stopped"}
+    result = run_module("server_service", args)
+    assert not result.get("failed"), result
+    assert result["action"] == ("stopped" if commands else "none")
+    assert result["changed"] is bool(commands)
+    given = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [argv for argv in given if argv[0] != "show"] == commands
