@@ -110,18 +110,17 @@ def _source(stream) -> tuple[bytes, list[str], str] | None:
     return content, tags, real
 
 
-def _read(folder: str, key: str):
-    """The kept result, or a KeyError."""
+def _kept(folder: str, key: str, build):
+    """The result kept under key, or build()'s, then kept. An entry that is missing or does not
+    unpickle is built again; a result that cannot be kept is built again next time."""
+    entry = os.path.join(folder, key)
     try:
-        with open(os.path.join(folder, key), "rb") as handle:
+        with open(entry, "rb") as handle:
             # Written by this harness, in the checkout's own tests/.state.
             return pickle.loads(handle.read())  # noqa: S301
-    except Exception as missing:  # a missing or damaged entry is loaded again
-        raise KeyError(key) from missing
-
-
-def _keep(folder: str, key: str, value) -> None:
-    entry = os.path.join(folder, key)
+    except Exception:  # noqa: S110 - loaded again below
+        pass
+    value = build()
     partial = f"{entry}.{os.getpid()}.partial"
     try:
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
@@ -131,6 +130,7 @@ def _keep(folder: str, key: str, value) -> None:
     except Exception:
         with contextlib.suppress(OSError):
             os.unlink(partial)
+    return value
 
 
 def _digest(*parts: bytes | str) -> str:
@@ -154,13 +154,7 @@ def patch(yaml, folder: str) -> bool:
             return original(stream, Loader)
         content, tags, path = source
         key = _digest(_salt(Loader), path, "\0".join(tags), content)
-        try:
-            return _read(folder, key)
-        except KeyError:
-            pass
-        value = original(stream, Loader)
-        _keep(folder, key, value)
-        return value
+        return _kept(folder, key, lambda: original(stream, Loader))
 
     load.kimi_cached = True
     yaml.load = load
@@ -180,13 +174,7 @@ def patch_meta(finder, folder: str) -> bool:
         if isinstance(data, str):
             data = data.encode("utf-8", "surrogatepass")
         key = _digest("meta", _salt(yaml.BaseLoader), repr(content_id), bytes(data))
-        try:
-            return _read(folder, key)
-        except KeyError:
-            pass
-        value = original(yaml_string_data, content_id)
-        _keep(folder, key, value)
-        return value
+        return _kept(folder, key, lambda: original(yaml_string_data, content_id))
 
     meta_yml_to_dict.kimi_cached = True
     finder._meta_yml_to_dict = meta_yml_to_dict
