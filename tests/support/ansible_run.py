@@ -146,7 +146,7 @@ def run_playbook(
 def controller_bytecode() -> dict[str, str]:
     """The environment under which the modules a playbook runs on this machine keep their
     payloads' bytecode, and ansible-playbook what module_utils files import, the code its
-    templates compile to and the payloads it builds
+    templates compile to, the payloads it builds and what YAML files load to
     (tests/support/controller_site/sitecustomize.py)."""
     state = REPO / "tests" / ".state"
     (state / "controller-bytecode").mkdir(parents=True, exist_ok=True)

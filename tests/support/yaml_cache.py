@@ -12,13 +12,15 @@ What: yaml.load's result, pickled, under a digest of everything it is built from
 class, the text, the tags ansible-core put on it (its Origin, so every value keeps the file, line
 and column it came from, and whether it is trusted as a template), the duplicate-key setting,
 and the versions of ansible-core, PyYAML and Python. Only files of the checkout and of
-ansible-core are kept: what a test writes elsewhere (inventories, vars files that may hold a
-test's secrets, extra vars) loads as before, and so does anything with a vault tag. A second
+ansible-core are kept, with the routing tables (runtime.yml) of the collections ansible-core
+finds: what a test writes elsewhere (inventories, vars files that may hold a test's secrets,
+extra vars) loads as before, and so does anything vaulted (an inline vault tag, or a whole
+file ansible-core decrypted before loading it). Entries are the owner's alone (0600). A second
 load of the same input is an unpickling, a tenth of the time.
 
-One thing it does not keep: a warning the constructor gives while it builds (ansible-core's
-duplicate mapping key), which is given only the first time. yamllint's key-duplicates rule
-(make lint) keeps such keys out of the checkout.
+What it does not keep: a warning the constructor gives while it builds (ansible-core's
+duplicate mapping key, PyYAML's deprecated tags), which is given only the first time.
+yamllint's key-duplicates rule (make lint) keeps such keys out of the checkout.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ import hashlib
 import os
 import pickle
 import sys
+import tempfile
 
 MODULE = "yaml"
 # The collection loader's routing tables: a hook ansible-core leaves for tools that cache them.
 META_MODULE = "ansible.utils.collection_loader._collection_finder"
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Real paths: what a load reads is compared by its real path.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 # Written by tests at run time (test hosts' inventories): content that changes every run.
 NOT_KEPT = os.path.join(REPO, "tests", ".state") + os.sep
 
@@ -45,12 +49,19 @@ def _roots() -> tuple[str, ...]:
     return tuple(roots)
 
 
-def _tags(value) -> tuple[list[str], str | None]:
-    """ansible-core's tags on value, as text, and the path its Origin names."""
+# ansible-core's tags of vaulted text: a whole file it decrypted, a value it decrypted.
+VAULTED = ("SourceWasEncrypted", "VaultedValue")
+
+
+def _tags(value) -> tuple[list[str], str | None] | None:
+    """ansible-core's tags on value, as text, and the path its Origin names; None for vaulted
+    text."""
     helper = sys.modules.get("ansible.module_utils._internal._datatag")
     if helper is None:
         return [], None
     tags = helper.AnsibleTagHelper.tags(value)
+    if any(type(t).__name__ in VAULTED for t in tags):
+        return None
     path = next(
         (t.path for t in tags if type(t).__name__ == "Origin" and getattr(t, "path", None)),
         None,
@@ -58,7 +69,8 @@ def _tags(value) -> tuple[list[str], str | None]:
     return sorted(repr(t) for t in tags), path
 
 
-def _salt(loader) -> str:
+def _loader_key(loader) -> str:
+    """What a load's result depends on besides its input: the loader, its settings, versions."""
     import yaml
 
     ansible = sys.modules.get("ansible.release")
@@ -82,32 +94,43 @@ def _salt(loader) -> str:
 def _source(stream) -> tuple[bytes, list[str], str] | None:
     """The bytes, tags and path a load reads, where it may be kept; None otherwise."""
     if isinstance(stream, (str, bytes)):
-        tags, path = _tags(stream)
+        tagged = _tags(stream)
+        if tagged is None:
+            return None
+        tags, path = tagged
         content = stream.encode("utf-8", "surrogatepass") if isinstance(stream, str) else stream
         content = bytes(content)
     else:
         path = getattr(stream, "name", None)
-        if not isinstance(path, (str, bytes)) or not hasattr(stream, "seek"):
+        seekable = getattr(stream, "seekable", None)
+        if not isinstance(path, (str, bytes)) or seekable is None or not seekable():
             return None
         # ansible-core opens its configuration definitions by a bytes path.
         path = os.fsdecode(path)
+        real = os.path.realpath(path)
+        if not _kept_path(real):
+            return None
         try:
             start = stream.tell()
-            content = stream.read()
-            stream.seek(start)
         except (OSError, ValueError):
             return None
+        content = stream.read()
+        # Left where it was, or the load that follows would read nothing: a failure here is
+        # the load's failure.
+        stream.seek(start)
         if isinstance(content, str):
             content = content.encode("utf-8", "surrogatepass")
-        tags = []
-    if not path:
-        return None
-    real = os.path.realpath(path)
-    if real.startswith(NOT_KEPT) or not real.startswith(_roots()):
+        # The loader names each value's file by the name it was opened by.
+        tags = [f"name={path!r}"]
+    if not path or not _kept_path(os.path.realpath(path)):
         return None
     if b"!vault" in content:
         return None
-    return content, tags, real
+    return content, tags, os.path.realpath(path)
+
+
+def _kept_path(real: str) -> bool:
+    return not real.startswith(NOT_KEPT) and real.startswith(_roots())
 
 
 def _kept(folder: str, key: str, build):
@@ -121,15 +144,18 @@ def _kept(folder: str, key: str, build):
     except Exception:  # noqa: S110 - loaded again below
         pass
     value = build()
-    partial = f"{entry}.{os.getpid()}.partial"
+    partial = None
     try:
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        with open(partial, "wb") as handle:
+        # mkstemp: the owner's alone (0600), a name no other process or thread writes.
+        descriptor, partial = tempfile.mkstemp(dir=folder, suffix=".partial")
+        with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
         os.replace(partial, entry)
     except Exception:
-        with contextlib.suppress(OSError):
-            os.unlink(partial)
+        if partial:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
     return value
 
 
@@ -153,7 +179,7 @@ def patch(yaml, folder: str) -> bool:
         if source is None:
             return original(stream, Loader)
         content, tags, path = source
-        key = _digest(_salt(Loader), path, "\0".join(tags), content)
+        key = _digest(_loader_key(Loader), path, "\0".join(tags), content)
         return _kept(folder, key, lambda: original(stream, Loader))
 
     load.kimi_cached = True
@@ -173,7 +199,8 @@ def patch_meta(finder, folder: str) -> bool:
         data = yaml_string_data
         if isinstance(data, str):
             data = data.encode("utf-8", "surrogatepass")
-        key = _digest("meta", _salt(yaml.BaseLoader), repr(content_id), bytes(data))
+        loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)
+        key = _digest("meta", _loader_key(loader), repr(content_id), bytes(data))
         return _kept(folder, key, lambda: original(yaml_string_data, content_id))
 
     meta_yml_to_dict.kimi_cached = True

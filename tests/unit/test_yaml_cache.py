@@ -132,6 +132,42 @@ def test_test_state_is_never_kept(tmp_path):
         with open(REPO / "plan.yml", "rb") as handle:
             content, tags, path = yaml_cache._source(handle)
         assert path == str(REPO / "plan.yml") and content == (REPO / "plan.yml").read_bytes()
-        assert tags == []
+        # The name it was opened by: the loader names each value's file by it.
+        assert tags == [f"name={str(REPO / 'plan.yml')!r}"]
     finally:
         probe.unlink(missing_ok=True)
+
+
+# A whole file vaulted (ansible-vault encrypt), loaded by DataLoader with its password: what
+# yaml.load gets is the decrypted text.
+VAULTED_FILE = """
+import json, sys
+from ansible.parsing.dataloader import DataLoader
+from ansible.parsing.vault import VaultLib, VaultSecret
+secret = VaultSecret(b"kimi-test-vault-password")
+path = sys.argv[1]
+with open(path, "wb") as handle:
+    handle.write(VaultLib([("default", secret)]).encrypt(
+        "kimi_server_api_key: sk-vaulted-never-kept-3e9a\\n", secret))
+loader = DataLoader()
+loader.set_vault_secrets([("default", secret)])
+print(json.dumps(loader.load_from_file(path, cache="none")))
+"""
+
+
+def test_a_vaulted_file_is_never_kept_and_entries_are_the_owners_alone(tmp_path):
+    folder = tmp_path / "cache"
+    vaulted = REPO / "tests" / "support" / f"yaml-cache-vaulted-{os.getpid()}.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_TEST_")}
+    env.update(controller_bytecode(), KIT_TEST_YAML_DIR=str(folder))
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    try:
+        code = VAULTED_FILE.replace("sys.argv[1]", repr(str(vaulted)))
+        assert python_json(code, env) == {"kimi_server_api_key": "sk-vaulted-never-kept-3e9a"}
+    finally:
+        vaulted.unlink(missing_ok=True)
+    entries = list(folder.iterdir())
+    assert entries, "ansible-core's own files were kept"
+    assert not any(b"sk-vaulted-never-kept" in entry.read_bytes() for entry in entries)
+    assert {entry.stat().st_mode & 0o777 for entry in entries} == {0o600}
+    assert folder.stat().st_mode & 0o777 == 0o700

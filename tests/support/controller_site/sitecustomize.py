@@ -85,10 +85,16 @@ def _install() -> None:
             )
     folder = os.environ.get("KIT_TEST_YAML_DIR")
     if folder:
-        os.makedirs(folder, exist_ok=True)
+        # The owner's alone: what the checkout's files load to.
+        os.makedirs(folder, mode=0o700, exist_ok=True)
         cache = _load("kimi_test_yaml_cache", "yaml_cache.py")
-        after_import(cache.MODULE, lambda module: cache.patch(module, folder))
-        after_import(cache.META_MODULE, lambda module: cache.patch_meta(module, folder))
+        after_import(
+            cache.MODULE, lambda module, cache=cache, folder=folder: cache.patch(module, folder)
+        )
+        after_import(
+            cache.META_MODULE,
+            lambda module, cache=cache, folder=folder: cache.patch_meta(module, folder),
+        )
 
 
 _install()
