@@ -186,11 +186,12 @@ class Service:
             self.run(["systemctl", "enable", self.p["name"]])
         self.run(["systemctl", "restart" if restart else "start", self.p["name"]])
 
-    def systemd_stop(self, status: dict) -> None:
+    def systemd_stop(self) -> None:
         self.run(["systemctl", "disable", "--now", self.p["name"]])
-        if status["failed"]:
-            # A stop leaves a failed unit failed; teardown leaves it inactive.
-            self.run(["systemctl", "reset-failed", self.p["name"]])
+        # A stop leaves a failed unit failed, and a stop can fail one (a rank whose restarts
+        # ran out meanwhile, a kill after TimeoutStopSec): teardown leaves it inactive. On a
+        # unit that did not fail it changes nothing.
+        self.run(["systemctl", "reset-failed", self.p["name"]], check=False)
 
     # --- supervisor ------------------------------------------------------------------------
     def supervisor_start(self) -> dict:
@@ -262,7 +263,7 @@ class Service:
                 self.module.exit_json(changed=False, action="none", pid=None, **result)
             if not self.module.check_mode:
                 if self.p["manager"] == "systemd":
-                    self.systemd_stop(status)
+                    self.systemd_stop()
                 else:
                     stop_supervisor(status, self.p["stop_timeout"] + 10)
             self.module.exit_json(changed=True, action="stopped", pid=None, **result)

@@ -143,7 +143,11 @@ if sys.argv[1] == "show":
             "failed",
             [["disable", "--now", "kimi-sglang"], ["reset-failed", "kimi-sglang"]],
         ),
-        ("activating", "auto-restart", [["disable", "--now", "kimi-sglang"]]),
+        (
+            "activating",
+            "auto-restart",
+            [["disable", "--now", "kimi-sglang"], ["reset-failed", "kimi-sglang"]],
+        ),
         ("inactive", "dead", []),
     ],
 )
