@@ -813,12 +813,14 @@ WATCHER = """
 import ctypes, os, select, sys, time
 path, stop = sys.argv[1], sys.argv[2]
 # Woken by the kernel at each change in the token's folder (inotify: created, written, closed,
-# moved in, its mode changed), the watcher tries the file at once, within microseconds of the
-# write, where a window between creating it and narrowing its mode shows. Against the kit's old
-# write (ansible.builtin.copy) it read the token more often than a loop that tries without
-# pause, and it leaves the core to the rest of the suite between writes.
+# moved in, its mode changed, removed), the watcher tries the file at once, within microseconds
+# of the write, where a window between creating it and narrowing its mode shows. Against the
+# kit's old write (ansible.builtin.copy) it read the token more often than a loop that tries
+# without pause, and it leaves the core to the rest of the suite between writes.
 libc = ctypes.CDLL(None, use_errno=True)
-changes = 0x2 | 0x4 | 0x8 | 0x80 | 0x100
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE, IN_DELETE = (
+    0x2, 0x4, 0x8, 0x80, 0x100, 0x200)
+changes = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE
 watch = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
 if watch < 0 or libc.inotify_add_watch(watch, os.path.dirname(path).encode(), changes) < 0:
     sys.exit("inotify: " + os.strerror(ctypes.get_errno()))
@@ -870,6 +872,7 @@ def test_the_token_file_is_never_readable_by_another_user_while_it_is_written(tm
                 str(stop),
             ],
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             cwd=shared,
             user=65534,
@@ -894,10 +897,11 @@ def test_the_token_file_is_never_readable_by_another_user_while_it_is_written(tm
             )
         finally:
             stop.touch()
-            said = watcher.communicate(timeout=60)[0].split()
+            said, complaint = watcher.communicate(timeout=60)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "hf_WatchedToken" not in done.stdout + done.stderr
-        seen, woken = map(int, said)
+        assert watcher.returncode == 0, f"the watcher failed: {complaint[-2000:]}"
+        seen, woken = map(int, said.split())
         # Woken by every write and removal: it watched the whole run.
         assert woken >= writes, f"the watcher was woken {woken} times by {writes} writes"
         assert seen == 0, f"another user read the token {seen} times"
