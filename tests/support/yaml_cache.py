@@ -41,12 +41,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__
 NOT_KEPT = os.path.join(REPO, "tests", ".state") + os.sep
 
 
+# The checkout's, then ansible-core's once it is imported.
+_ROOTS = [REPO + os.sep]
+
+
 def _roots() -> tuple[str, ...]:
-    roots = [REPO + os.sep]
     ansible = sys.modules.get("ansible")
-    if ansible is not None and getattr(ansible, "__file__", None):
-        roots.append(os.path.dirname(os.path.realpath(ansible.__file__)) + os.sep)
-    return tuple(roots)
+    if len(_ROOTS) == 1 and ansible is not None and getattr(ansible, "__file__", None):
+        _ROOTS.append(os.path.dirname(os.path.realpath(ansible.__file__)) + os.sep)
+    return tuple(_ROOTS)
 
 
 # ansible-core's tags of vaulted text: a whole file it decrypted, a value it decrypted.
@@ -92,14 +95,12 @@ def _loader_key(loader) -> str:
 
 
 def _source(stream) -> tuple[bytes, list[str], str] | None:
-    """The bytes, tags and path a load reads, where it may be kept; None otherwise."""
+    """The bytes, tags and real path a load reads, where it may be kept; None otherwise."""
     if isinstance(stream, (str, bytes)):
         tagged = _tags(stream)
         if tagged is None:
             return None
         tags, path = tagged
-        content = stream.encode("utf-8", "surrogatepass") if isinstance(stream, str) else stream
-        content = bytes(content)
     else:
         path = getattr(stream, "name", None)
         seekable = getattr(stream, "seekable", None)
@@ -107,30 +108,31 @@ def _source(stream) -> tuple[bytes, list[str], str] | None:
             return None
         # ansible-core opens its configuration definitions by a bytes path.
         path = os.fsdecode(path)
-        real = os.path.realpath(path)
-        if not _kept_path(real):
-            return None
+        # The loader names each value's file by the name it was opened by.
+        tags = [f"name={path!r}"]
+    if not path:
+        return None
+    real = os.path.realpath(path)
+    if real.startswith(NOT_KEPT) or not real.startswith(_roots()):
+        return None
+    content = _content(stream)
+    if content is None or b"!vault" in content:
+        return None
+    return content, tags, real
+
+
+def _content(stream) -> bytes | None:
+    """What stream holds, a file stream left where it was (or the load that follows would read
+    nothing: a failure to put it back is the load's failure); None where it cannot say."""
+    if not isinstance(stream, (str, bytes)):
         try:
             start = stream.tell()
         except (OSError, ValueError):
             return None
-        content = stream.read()
-        # Left where it was, or the load that follows would read nothing: a failure here is
-        # the load's failure.
+        read = stream.read()
         stream.seek(start)
-        if isinstance(content, str):
-            content = content.encode("utf-8", "surrogatepass")
-        # The loader names each value's file by the name it was opened by.
-        tags = [f"name={path!r}"]
-    if not path or not _kept_path(os.path.realpath(path)):
-        return None
-    if b"!vault" in content:
-        return None
-    return content, tags, os.path.realpath(path)
-
-
-def _kept_path(real: str) -> bool:
-    return not real.startswith(NOT_KEPT) and real.startswith(_roots())
+        stream = read
+    return bytes(stream.encode("utf-8", "surrogatepass") if isinstance(stream, str) else stream)
 
 
 def _kept(folder: str, key: str, build):
