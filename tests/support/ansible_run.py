@@ -162,6 +162,18 @@ def controller_bytecode() -> dict[str, str]:
     }
 
 
+def cache_env(variable: str, folder) -> dict[str, str]:
+    """This process's environment under the kit's ansible.cfg, for the unit tests of one of the
+    harness's caches: without folder, none of them; with it, all of them (controller_bytecode),
+    the one `variable` names in folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_TEST_")}
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    if folder:
+        env.update(controller_bytecode())
+        env[variable] = str(folder)
+    return env
+
+
 def local_sglang_git() -> dict:
     """kimi_sglang_git for runs that do not name one: a bare repository laid out like SGLang's
     with the DDTree pull-request ref (tests/support/fake_sglang.py), built once per checkout."""

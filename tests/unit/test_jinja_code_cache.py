@@ -7,7 +7,6 @@ where a template does not compile."""
 from __future__ import annotations
 
 import json
-import os
 import types
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import jinja2
 import pytest
 
 from tests.support import jinja_code_cache
-from tests.support.ansible_run import controller_bytecode, python_json
+from tests.support.ansible_run import cache_env, python_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -171,11 +170,7 @@ print(json.dumps({{"out": out, "parses": len(parses)}}))
 
 
 def render(folder) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_TEST_")}
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    if folder:
-        env.update(controller_bytecode())
-        env["KIT_TEST_JINJA_CODE_DIR"] = str(folder)
+    env = cache_env("KIT_TEST_JINJA_CODE_DIR", folder)
     return python_json(RENDER.format(repo=str(REPO)), env)
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.support import yaml_cache
-from tests.support.ansible_run import controller_bytecode, python_json
+from tests.support.ansible_run import cache_env, python_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,13 +54,25 @@ print(json.dumps({"out": out, "built": len(built)}))
 
 
 def load(folder, *paths: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_TEST_")}
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    if folder:
-        env.update(controller_bytecode())
-        env["KIT_TEST_YAML_DIR"] = str(folder)
     code = LOAD.replace("sys.argv[1:]", repr([str(p) for p in paths]))
-    return python_json(code, env)
+    return python_json(code, cache_env("KIT_TEST_YAML_DIR", folder))
+
+
+@pytest.fixture
+def checkout_file():
+    """Makes files in the checkout (only its files are kept), named so that no linter reads
+    them, and removes them after the test."""
+    made: list[Path] = []
+
+    def make(name: str, text: str = "", folder: Path = REPO / "tests" / "support") -> Path:
+        path = folder / f"yaml-cache-{name}-{os.getpid()}.txt"
+        made.append(path)
+        path.write_text(text)
+        return path
+
+    yield make
+    for path in made:
+        path.unlink(missing_ok=True)
 
 
 KIT_FILES = (
@@ -83,59 +97,48 @@ def test_ansible_core_loads_the_same_values_and_tags_from_the_cache(tmp_path):
     assert len(list(tmp_path.iterdir())) >= len(KIT_FILES) + 2
 
 
-def test_a_changed_file_loads_anew_and_a_damaged_entry_is_loaded_again(tmp_path):
+def test_a_changed_file_loads_anew_and_a_damaged_entry_is_loaded_again(tmp_path, checkout_file):
     folder = tmp_path / "cache"
-    # In the checkout (only its files are kept), named so that no linter reads it.
-    kit_file = REPO / "tests" / "support" / f"yaml-cache-probe-{os.getpid()}.txt"
-    try:
-        kit_file.write_text("- name: first\n  value: 1\n")
-        first = load(folder, kit_file)["out"][str(kit_file)]
-        kit_file.write_text("- name: second\n  value: 2\n")
-        second = load(folder, kit_file)["out"][str(kit_file)]
-        assert "'first'" in str(first) and "'second'" in str(second)
-        for entry in folder.iterdir():
-            entry.write_bytes(b"not a pickle")
-        again = load(folder, kit_file)
-        assert again["out"][str(kit_file)] == second
-    finally:
-        kit_file.unlink(missing_ok=True)
+    kit_file = checkout_file("probe", "- name: first\n  value: 1\n")
+    first = load(folder, kit_file)["out"][str(kit_file)]
+    kit_file.write_text("- name: second\n  value: 2\n")
+    second = load(folder, kit_file)["out"][str(kit_file)]
+    assert "'first'" in str(first) and "'second'" in str(second)
+    for entry in folder.iterdir():
+        entry.write_bytes(b"not a pickle")
+    again = load(folder, kit_file)
+    assert again["out"][str(kit_file)] == second
 
 
-def test_files_outside_the_checkout_and_vaulted_ones_are_never_kept(tmp_path):
+def test_files_outside_the_checkout_and_vaulted_ones_are_never_kept(tmp_path, checkout_file):
     folder = tmp_path / "cache"
     outside = tmp_path / "vars.yml"
     outside.write_text("kimi_server_api_key: sk-never-on-disk-7a1c\n")
-    vaulted = REPO / "tests" / "support" / f"yaml-cache-vault-probe-{os.getpid()}.txt"
-    try:
-        vaulted.write_text("secret: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  3634\n")
-        plain = load(None, outside)
-        cached = load(folder, outside)
-        assert cached["out"] == plain["out"]
-        kept = b"".join(entry.read_bytes() for entry in folder.iterdir())
-        assert b"sk-never-on-disk" not in kept
-        with open(vaulted, "rb") as handle:
-            assert yaml_cache._source(handle) is None
-        with open(outside, "rb") as handle:
-            assert yaml_cache._source(handle) is None
-    finally:
-        vaulted.unlink(missing_ok=True)
+    vaulted = checkout_file(
+        "vault-probe", "secret: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  3634\n"
+    )
+    plain = load(None, outside)
+    cached = load(folder, outside)
+    assert cached["out"] == plain["out"]
+    kept = b"".join(entry.read_bytes() for entry in folder.iterdir())
+    assert b"sk-never-on-disk" not in kept
+    with open(vaulted, "rb") as handle:
+        assert yaml_cache._source(handle) is None
+    with open(outside, "rb") as handle:
+        assert yaml_cache._source(handle) is None
 
 
-def test_test_state_is_never_kept(tmp_path):
+def test_test_state_is_never_kept(checkout_file):
     state = REPO / "tests" / ".state"
     state.mkdir(exist_ok=True)
-    probe = state / f"yaml-cache-probe-{os.getpid()}.txt"
-    try:
-        probe.write_text("hosts: {}\n")
-        with open(probe, "rb") as handle:
-            assert yaml_cache._source(handle) is None
-        with open(REPO / "plan.yml", "rb") as handle:
-            content, tags, path = yaml_cache._source(handle)
-        assert path == str(REPO / "plan.yml") and content == (REPO / "plan.yml").read_bytes()
-        # The name it was opened by: the loader names each value's file by it.
-        assert tags == [f"name={str(REPO / 'plan.yml')!r}"]
-    finally:
-        probe.unlink(missing_ok=True)
+    probe = checkout_file("probe", "hosts: {}\n", folder=state)
+    with open(probe, "rb") as handle:
+        assert yaml_cache._source(handle) is None
+    with open(REPO / "plan.yml", "rb") as handle:
+        content, tags, path = yaml_cache._source(handle)
+    assert path == str(REPO / "plan.yml") and content == (REPO / "plan.yml").read_bytes()
+    # The name it was opened by: the loader names each value's file by it.
+    assert tags == [f"name={str(REPO / 'plan.yml')!r}"]
 
 
 # A whole file vaulted (ansible-vault encrypt), loaded by DataLoader with its password: what
@@ -155,17 +158,12 @@ print(json.dumps(loader.load_from_file(path, cache="none")))
 """
 
 
-def test_a_vaulted_file_is_never_kept_and_entries_are_the_owners_alone(tmp_path):
+def test_a_vaulted_file_is_never_kept_and_entries_are_the_owners_alone(tmp_path, checkout_file):
     folder = tmp_path / "cache"
-    vaulted = REPO / "tests" / "support" / f"yaml-cache-vaulted-{os.getpid()}.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_TEST_")}
-    env.update(controller_bytecode(), KIT_TEST_YAML_DIR=str(folder))
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    try:
-        code = VAULTED_FILE.replace("sys.argv[1]", repr(str(vaulted)))
-        assert python_json(code, env) == {"kimi_server_api_key": "sk-vaulted-never-kept-3e9a"}
-    finally:
-        vaulted.unlink(missing_ok=True)
+    vaulted = checkout_file("vaulted")
+    code = VAULTED_FILE.replace("sys.argv[1]", repr(str(vaulted)))
+    env = cache_env("KIT_TEST_YAML_DIR", folder)
+    assert python_json(code, env) == {"kimi_server_api_key": "sk-vaulted-never-kept-3e9a"}
     entries = list(folder.iterdir())
     assert entries, "ansible-core's own files were kept"
     assert not any(b"sk-vaulted-never-kept" in entry.read_bytes() for entry in entries)
