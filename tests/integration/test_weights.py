@@ -1,4 +1,4 @@
-"""The weights stage over SSH test hosts, against a local hub serving a generated 1 GiB repo."""
+"""The weights stage over SSH test hosts, against a local hub serving a generated 240 MiB repo."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ DFLASH = "z-lab/Kimi-K2.6-DFlash"
 EVIL = "evil/Kimi-K2.6-DFlash"
 LEFTOVER_TOKEN = "hf_leftover_from_a_killed_run_5d1c"
 SHARDS = 30
-SHARD_BYTES = 32 << 20  # 30 x 32 MiB + small files: about 1 GiB in 34 files
+SHARD_BYTES = 8 << 20  # 30 x 8 MiB + small files: 240 MiB in 34 files
 WEIGHTS = "/opt/kimi/weights"
 
 
@@ -53,7 +53,7 @@ def cluster():
     names = ["fresh", "killed", "stalled", "smalldisk", "default", "locked"]
     hosts = TestHostCluster.up(["ct200"] * len(names), names=names)
     try:
-        hosts.ssh("smalldisk", "mkdir -p /opt/kimi && mount -t tmpfs -o size=600m tmpfs /opt/kimi")
+        hosts.ssh("smalldisk", "mkdir -p /opt/kimi && mount -t tmpfs -o size=150m tmpfs /opt/kimi")
         yield hosts
     finally:
         hosts.down()
@@ -230,7 +230,7 @@ def test_corrupted_and_truncated_files_are_repaired(
 def test_killed_download_resumes_without_refetching_completed_files(
     playbook, cluster, hub, wheelhouse, tmp_path, target_files
 ):
-    hub.bytes_per_second = 6 << 20  # per connection: a download that takes a while
+    hub.bytes_per_second = 2 << 20  # per connection: a download that takes a while
     local = f"{WEIGHTS}/{TARGET}"
     try:
         outcome = {}
