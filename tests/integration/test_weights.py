@@ -403,7 +403,7 @@ def test_token_appears_nowhere(cluster, tmp_path_factory):
     own files (events, artifacts) hold no token."""
     roots = [Path(h.state_dir) for h in cluster.hosts] + [tmp_path_factory.getbasetemp()]
     tokens = (GOOD, UNAPPROVED, BAD)
-    # One pass over the hosts' files (a GiB of weights each), then which token each file holds.
+    # One pass over the hosts' files (240 MiB of weights each), then which token each file holds.
     found = subprocess.run(
         ["grep", "-rlF", "--exclude=hf-token", *(f"-e{t}" for t in tokens), *map(str, roots)],
         capture_output=True,
