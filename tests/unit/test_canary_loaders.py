@@ -11,6 +11,7 @@ test_canary_checkpoint.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -46,12 +47,15 @@ def k26(tmp_path_factory):
 
 
 def decompress(python: Path, *folders) -> tuple[int, dict]:
+    # One torch thread: on a machine the other test workers keep busy, torch's second
+    # thread spun waiting for its turn and the run took twice the CPU (12.8 CPU-s against 6.3).
     done = subprocess.run(
         [str(python), str(DECOMPRESS), *map(str, folders)],
         capture_output=True,
         text=True,
         timeout=DEADLINE_S,
         check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.stdout.strip(), done.stderr[-3000:]
     return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
