@@ -146,8 +146,8 @@ def run_playbook(
 def controller_bytecode() -> dict[str, str]:
     """The environment under which the modules a playbook runs on this machine keep their
     payloads' bytecode, and ansible-playbook what module_utils files import, the code its
-    templates compile to, the payloads it builds and what YAML files load to
-    (tests/support/controller_site/sitecustomize.py)."""
+    templates compile to, the payloads it builds and what YAML files load to, and its task
+    workers leave its objects alone (tests/support/controller_site/sitecustomize.py)."""
     state = REPO / "tests" / ".state"
     (state / "controller-bytecode").mkdir(parents=True, exist_ok=True)
     site = str(REPO / "tests" / "support" / "controller_site")
@@ -158,6 +158,7 @@ def controller_bytecode() -> dict[str, str]:
         "KIT_TEST_JINJA_CODE_DIR": str(state / "jinja-code"),
         "KIT_TEST_ANSIBALLZ_PAYLOAD_DIR": str(state / "ansiballz-payloads"),
         "KIT_TEST_YAML_DIR": str(state / "yaml"),
+        "KIT_TEST_WORKER_GC": "1",
         "PYTHONPATH": f"{site}{os.pathsep}{path}" if path else site,
     }
 

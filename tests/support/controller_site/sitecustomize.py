@@ -10,8 +10,10 @@ kit's own. Caches that only save time, each in the folder its variable names:
 - KIT_TEST_ANSIBALLZ_PAYLOAD_DIR: ansible-playbook keeps the module payloads it builds from one
   run to the next (tests/support/ansiballz_payloads.py);
 - KIT_TEST_YAML_DIR: ansible-playbook keeps what the YAML files of the checkout and of
-  ansible-core load to (tests/support/yaml_cache.py).
-The last four patch a module (ansible-core's, PyYAML's) when, if ever, the process imports it."""
+  ansible-core load to (tests/support/yaml_cache.py);
+- KIT_TEST_WORKER_GC=1: ansible-playbook freezes its objects before each task worker forks,
+  so the worker's garbage collector does not copy them (tests/support/worker_gc.py).
+The last five patch a module (ansible-core's, PyYAML's) when, if ever, the process imports it."""
 
 import importlib.util
 import os
@@ -83,6 +85,9 @@ def _install() -> None:
             after_import(
                 cache.MODULE, lambda module, cache=cache, folder=folder: cache.patch(module, folder)
             )
+    if os.environ.get("KIT_TEST_WORKER_GC") == "1":
+        worker_gc = _load("kimi_test_worker_gc", "worker_gc.py")
+        after_import(worker_gc.MODULE, worker_gc.patch)
     folder = os.environ.get("KIT_TEST_YAML_DIR")
     if folder:
         # The owner's alone: what the checkout's files load to.
