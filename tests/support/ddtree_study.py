@@ -34,6 +34,7 @@ import yaml
 
 from tests.support import models
 from tests.support.ddtree_tables import HEALTHY, HYBRID_COLLAPSE, table_env
+from tests.support.sim_process import QUICK_POLLS
 
 REPO = Path(__file__).resolve().parents[2]
 LABEL = "SIMULATED"
@@ -186,6 +187,7 @@ def measure(job: dict) -> str:
     launch = next(item for item in launches(0) if item["name"] == config)
     kind = "git" if launch["runtime"].startswith("git+") else "release"
     environment = {
+        **QUICK_POLLS,
         "SGLANG_SIM_PREFILL_MS": str(PREFILL_MS * scale),
         "SGLANG_SIM_DDTREE_TABLE": table_env(job["table"], scale),
         **{

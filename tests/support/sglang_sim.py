@@ -194,6 +194,10 @@ Environment (all optional):
                               between floor and ceil to average out)
     SGLANG_SIM_PREFILL_MS     time from admission to the first (prefill) token, ms (default 50)
     SGLANG_SIM_LOAD_SECONDS   loading time before the port opens (default 0)
+    SGLANG_SIM_POLL_SECONDS   how often SGLang checks whether its warmup request and a
+                              /health_generate request have generated (default 1, SGLang's:
+                              _execute_server_warmup sleeps a second before its first request,
+                              health_generate checks once a second)
     SGLANG_SIM_DIST_TIMEOUT_S how long the ranks of a multi-node server (--nnodes 2 or more)
                               wait for each other at --dist-init-addr (default 300)
     SGLANG_SIM_NO_GENERATE    "1": the model loads and the port opens, but the scheduler never
@@ -326,6 +330,7 @@ class Settings:
     accept: float = field(default_factory=lambda: env_float("SGLANG_SIM_ACCEPT", 3.0))
     prefill_ms: float = field(default_factory=lambda: env_float("SGLANG_SIM_PREFILL_MS", 50))
     load_seconds: float = field(default_factory=lambda: env_float("SGLANG_SIM_LOAD_SECONDS", 0))
+    poll_seconds: float = field(default_factory=lambda: env_float("SGLANG_SIM_POLL_SECONDS", 1))
     dist_timeout_s: float = field(
         default_factory=lambda: env_float("SGLANG_SIM_DIST_TIMEOUT_S", 300)
     )
@@ -1192,7 +1197,7 @@ class Simulator:
     async def warmup(self) -> None:
         """_execute_server_warmup: one second, then an 8-token /generate; Up when it returns,
         killed when it does not within the warmup timeout."""
-        await asyncio.sleep(1)
+        await asyncio.sleep(self.settings.poll_seconds)
         request = Request(WARMUP_PROMPT, 8)
         self.submit(request)
         limit = self.settings.warmup_timeout if self.settings.warmup_timeout > 0 else 600
@@ -1222,7 +1227,7 @@ class Simulator:
         tic = time.time()
         try:
             while time.time() < tic + self.settings.health_check_timeout:
-                await asyncio.sleep(1)
+                await asyncio.sleep(self.settings.poll_seconds)
                 if self.last_receive > tic:
                     self.status = "Up"
                     return 200

@@ -287,7 +287,7 @@ def runtime(tmp_path_factory):
 
 
 def spec(runtime, tmp_path, name="ar", timeout=30.0, argv_extra=(), **environment) -> dict:
-    from tests.support.sim_process import quiet_port
+    from tests.support.sim_process import QUICK_POLLS, quiet_port
 
     folders = runtime["folders"]
     argv = [
@@ -310,6 +310,7 @@ def spec(runtime, tmp_path, name="ar", timeout=30.0, argv_extra=(), **environmen
             "environment": {
                 "PYTHONPATH": str(runtime["package"]),
                 "SGLANG_SIM_STEP_MS": "2",
+                **QUICK_POLLS,
                 **environment,
             },
         },

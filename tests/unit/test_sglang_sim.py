@@ -249,7 +249,7 @@ def test_fault_modes_hit_the_request_they_are_set_for():
 
 
 def test_loading_refuses_connections_and_warmup_comes_before_health():
-    process, url = start(BASE, wait="port", SGLANG_SIM_LOAD_SECONDS=2)
+    process, url = start(BASE, wait="port", SGLANG_SIM_LOAD_SECONDS=2, SGLANG_SIM_POLL_SECONDS=1)
     try:
         # The port opened only after loading; the warmup request has not run yet.
         assert "loading for 2 s" in process.stdout.readline()
