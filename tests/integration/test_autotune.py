@@ -19,6 +19,7 @@ import yaml
 
 from tests.support.models import place_kimi_model_files
 from tests.support.results_tree import TEMPLATE
+from tests.support.sim_process import QUICK_POLLS
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.benchmark, pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -53,6 +54,7 @@ COMMON = {
     "kimi_server_config": "dflash",
     "kimi_serving_configs": ["ar", "dflash"],
     "kimi_server_environment": {
+        **QUICK_POLLS,
         "HF_HUB_OFFLINE": "1",
         "SGLANG_SIM_STEP_MS": "20",
         "SGLANG_SIM_KNOBS": json.dumps(KNOBS),

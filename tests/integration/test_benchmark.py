@@ -28,6 +28,7 @@ from tests.support.hub_server import LocalHub
 from tests.support.models import place_kimi_model_files
 from tests.support.results_tree import TEMPLATE, check_contract
 from tests.support.sglang_sim import draw
+from tests.support.sim_process import QUICK_POLLS
 
 REPO = Path(__file__).resolve().parents[2]
 # The module's run fixture (a fresh wheelhouse, two test hosts, every config's server and
@@ -97,7 +98,11 @@ def run(cluster, hub, runtime_wheelhouse, tmp_path_factory):
 
     common = {
         "kimi_serving_configs": ["ar", "eagle3", "dflash"],
-        "kimi_server_environment": {"HF_HUB_OFFLINE": "1", "SGLANG_SIM_STEP_MS": "2"},
+        "kimi_server_environment": {
+            **QUICK_POLLS,
+            "HF_HUB_OFFLINE": "1",
+            "SGLANG_SIM_STEP_MS": "2",
+        },
         "server_health_poll_s": 1,
         "server_restart_delay_s": 1,
     }
@@ -297,6 +302,7 @@ def scored(cluster, hub, run, tmp_path_factory):
     extravars = {
         "kimi_serving_configs": ["ar", "eagle3", "dflash"],
         "kimi_server_environment": {
+            **QUICK_POLLS,
             "HF_HUB_OFFLINE": "1",
             "SGLANG_SIM_STEP_MS": "2",
             "SGLANG_SIM_ANSWERS": ANSWERS,
@@ -428,7 +434,7 @@ def capacity(cluster, hub, run, tmp_path_factory):
     results = tmp_path_factory.mktemp("capacity-results")
     extravars = {
         "kimi_serving_configs": ["ar", "dflash"],
-        "kimi_server_environment": {"HF_HUB_OFFLINE": "1"},
+        "kimi_server_environment": {**QUICK_POLLS, "HF_HUB_OFFLINE": "1"},
         "server_health_poll_s": 1,
         "server_restart_delay_s": 1,
         "benchmark_server_environment": {

@@ -32,6 +32,7 @@ from tests.support.hostprep import install_git_source
 from tests.support.hub_server import LocalHub, add_fixture_repos, token_env
 from tests.support.models import model
 from tests.support.secret_scan import derived_forms
+from tests.support.sim_process import QUICK_POLLS
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.runtime, pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -47,13 +48,15 @@ CRASH, SILENT = "dflash-tree-backend", f"ddtree-b{BUDGETS[0]}"
 BAD_VARS = {
     "kimi_target_attention_backend": "fa3",
     "kimi_preflight_warn_only": ["acs", "persistence_mode", "compute_capability"],
+    # Every config's simulator checks its warmup and /health_generate every tenth of a second.
     "kimi_canary_environment": {
-        CRASH: {"SGLANG_SIM_CRASH_ON_START": "1"},
-        SILENT: {"SGLANG_SIM_NO_GENERATE": "1"},
+        **{name: QUICK_POLLS for name in ALL},
+        CRASH: {**QUICK_POLLS, "SGLANG_SIM_CRASH_ON_START": "1"},
+        SILENT: {**QUICK_POLLS, "SGLANG_SIM_NO_GENERATE": "1"},
     },
 }
 TAGS = "preflight,runtime,canary,weights"
-TIMEOUT_S = 20
+TIMEOUT_S = 10
 # The ct200 profile's GPUs run these (kimi_attention_backend_compute_capabilities, 12.0).
 SM120_BACKENDS = "flashinfer, triton"
 

@@ -62,9 +62,10 @@ def start_replica(cluster, host: str, environment: str = "", flags: tuple = ()) 
     """The simulator as a replica: every interface, the fleet's key, SGLang's port."""
     argv = [a if a != "127.0.0.1" else "0.0.0.0" for a in sim_process.BASE]  # noqa: S104
     argv += ["--port", str(SERVER_PORT), "--api-key", KEY, *flags]
+    quick = " ".join(f"{name}={value}" for name, value in sim_process.QUICK_POLLS.items())
     cluster.ssh(
         host,
-        f"{environment} setsid nohup /usr/bin/python3 {REPO}/tests/support/sglang_sim.py "
+        f"{quick} {environment} setsid nohup /usr/bin/python3 {REPO}/tests/support/sglang_sim.py "
         f"{' '.join(argv)} > {SIM_LOG} 2>&1 < /dev/null &",
     )
     url = f"http://{address(cluster, host)}:{SERVER_PORT}/health"

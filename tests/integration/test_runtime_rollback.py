@@ -16,6 +16,7 @@ import shutil
 import pytest
 
 from tests.support.fake_sglang import REQUIRES, package_files, wheel
+from tests.support.sim_process import QUICK_POLLS
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
@@ -68,6 +69,7 @@ def deploy(playbook, cluster, wheels, version, **extra):
         "kimi_serving_configs": ["ar"],
         "kimi_server_config": "ar",
         "kimi_server_environment": {
+            **QUICK_POLLS,
             "HF_HUB_OFFLINE": "1",
             "SGLANG_SIM_LOAD_SECONDS": "1",
             "SGLANG_SIM_STEP_MS": "5",
