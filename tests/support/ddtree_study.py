@@ -101,7 +101,7 @@ def launches(port: int) -> list[dict]:
 
 
 def serve(launch: dict, runtime: Path, environment: dict, log: Path) -> subprocess.Popen:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(runtime), **environment}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(runtime), **QUICK_POLLS, **environment}
     argv = list(launch["argv"])
     if argv and argv[0] in HOST_PYTHONS.values():
         argv[0] = sys.executable
@@ -187,7 +187,6 @@ def measure(job: dict) -> str:
     launch = next(item for item in launches(0) if item["name"] == config)
     kind = "git" if launch["runtime"].startswith("git+") else "release"
     environment = {
-        **QUICK_POLLS,
         "SGLANG_SIM_PREFILL_MS": str(PREFILL_MS * scale),
         "SGLANG_SIM_DDTREE_TABLE": table_env(job["table"], scale),
         **{

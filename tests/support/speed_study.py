@@ -39,7 +39,6 @@ from pathlib import Path
 from tests.support import models
 from tests.support.ansible_run import patched_environ
 from tests.support.ddtree_study import HOST_PYTHONS, RENDER_SETTINGS, serve_healthy
-from tests.support.sim_process import QUICK_POLLS
 
 REPO = Path(__file__).resolve().parents[2]
 LABEL = "SIMULATED"
@@ -157,7 +156,6 @@ def accepted(config: str, launch: dict) -> float | None:
 
 def sim_environment(host: str, config: str, launch: dict, record: Path) -> dict:
     environment = {
-        **QUICK_POLLS,
         "SGLANG_SIM_SPEED_MODEL": str(MODEL_DIR),
         "SGLANG_SIM_SPEED_PROFILE": PROFILE,
         "SGLANG_SIM_SPEED_ALLREDUCE": str(record),
