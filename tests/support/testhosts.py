@@ -372,10 +372,13 @@ class TestHostCluster:
         """The tests' own commands on a host share one connection per host and user: each new
         one cost a key exchange at both ends (about 0.07 CPU-s here, 566 of them in make test).
         Ansible keeps its own connections (ansible_ssh_args). A socket path too long for a Unix
-        socket (KIMI_TESTHOSTS_ROOT deep) connects anew each time instead."""
-        path = f"{self.root / 'cm'}/%C"  # %C: 40 hex digits
-        if len(path) - 2 + 40 > 100:
+        socket (KIMI_TESTHOSTS_ROOT deep) connects anew each time instead: ssh would exit."""
+        folder = f"{self.root / 'cm'}/"
+        # %C becomes 40 hex digits, and the master binds the path with "." and 16 random
+        # characters appended before it renames it; sun_path holds 107 and a NUL.
+        if len(folder) + 40 + 17 > 107:
             return []
+        path = f"{folder}%C"
         return [
             "-o",
             "ControlMaster=auto",
