@@ -163,15 +163,15 @@ def controller_bytecode() -> dict[str, str]:
     }
 
 
-def cache_env(variable: str, folder) -> dict[str, str]:
+def cache_env(variable: str, value) -> dict[str, str]:
     """This process's environment under the kit's ansible.cfg, for the unit tests of one of the
-    harness's caches: without folder, none of them; with it, all of them (controller_bytecode),
-    the one `variable` names in folder."""
+    harness's caches: without value, none of them; with it, all of them (controller_bytecode),
+    `variable` set to value (a cache's folder; KIT_TEST_WORKER_GC's 1 or 0)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_TEST_")}
     env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    if folder:
+    if value:
         env.update(controller_bytecode())
-        env[variable] = str(folder)
+        env[variable] = str(value)
     return env
 
 

@@ -43,7 +43,8 @@ def run(tmp_path, on: bool):
     (tmp_path / "lookup_plugins" / "kimi_gc_probe.py").write_text(PROBE)
     playbook = tmp_path / "probe.yml"
     playbook.write_text(PLAYBOOK)
-    env = cache_env("KIT_TEST_WORKER_GC", "1" if on else None)
+    # Every other cache in both runs: only the freeze differs.
+    env = cache_env("KIT_TEST_WORKER_GC", "1" if on else "0")
     done = run_local_playbook(playbook, **env, ANSIBLE_NOCOLOR="1")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = re.search(r"frozen=(\d+) counted=([\d,]+)", done.stdout)
