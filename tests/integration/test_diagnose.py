@@ -341,8 +341,12 @@ def test_no_secret_or_derived_form_is_in_the_bundle_or_the_runs_output(first, tm
     run, bundle = first
     folder = tmp_path / "extracted"
     folder.mkdir()
-    with tarfile.open(bundle) as tar:
-        tar.extractall(folder, filter="data")
+    # Written member by member: the Python 3.11 of Debian 12 (3.11.2) has no extraction filter.
+    for name, data in bundle_members(bundle).items():
+        target = (folder / name).resolve()
+        assert target.is_relative_to(folder.resolve()), f"{name} leaves the bundle's folder"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
     needles = {label: derived_forms(value) for label, value in SECRETS.items()}
     leaks, read = scan([folder], needles, readable_only=False)
     assert read > 40

@@ -1,13 +1,15 @@
 """`make setup` on a controller without the package index: a wheelhouse (PIP_FIND_LINKS,
 PIP_NO_INDEX) installs the locks with their hashes checked and says what it did; an install
 that fails removes the venv it left half-built and names the fix. The Makefile runs in a
-folder of its own with a one-package lock, from the Python running the tests."""
+folder of its own with a one-package lock, from the Python running the tests. Without PYTHON,
+make builds from the distribution's Python where it can make a supported venv, else python3."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,3 +98,40 @@ def test_a_wheelhouse_installs_the_lock_offline_and_a_failed_install_leaves_no_v
     again = make_setup(kit, wheelhouse)
     assert again.returncode == 0
     assert again.stdout.strip() == "make setup: .venv is up to date with requirements.lock"
+
+
+def chosen_python(tmp_path: Path, system_python: str, *variables: str) -> str:
+    """The Python `make setup` would build the venv from, without PYTHON in the environment."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON" and not k.startswith("MAKE")}
+    shutil.copy(REPO / "Makefile", tmp_path)
+    database = subprocess.run(
+        ["make", "-n", "-p", "help", f"SYSTEM_PYTHON={system_python}", *variables],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    # A variable from the command line prints as "PYTHON = ...", one the Makefile set as ":=".
+    found = re.search(r"^PYTHON :?= (.*)$", database, re.MULTILINE)
+    assert found, database[-2000:]
+    return found.group(1)
+
+
+def test_the_distributions_python_is_chosen_only_where_it_can_make_a_supported_venv(tmp_path):
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert chosen_python(tmp_path, sys.executable) == sys.executable
+    # Its version not one ansible-core supports, no venv module, or none at all: python3.
+    others = " ".join(v for v in ("3.11", "3.12", "3.13", "3.14") if v != here)
+    assert chosen_python(tmp_path, sys.executable, f"CONTROLLER_PYTHONS={others}") == "python3"
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "ensurepip.py").write_text("raise ImportError('ensurepip is not available')\n")
+    without_venv = tmp_path / "python3-without-venv"
+    without_venv.write_text(f'#!/bin/sh\nPYTHONPATH={stub} exec {sys.executable} "$@"\n')
+    without_venv.chmod(0o755)
+    assert chosen_python(tmp_path, str(without_venv)) == "python3"
+    assert chosen_python(tmp_path, str(tmp_path / "no-such-python")) == "python3"
+    # PYTHON given on the command line wins.
+    assert chosen_python(tmp_path, sys.executable, "PYTHON=python3.12") == "python3.12"
