@@ -42,6 +42,7 @@ from pathlib import Path
 import pytest
 
 from analysis.sweep import NEAR_BEST
+from tests.support.archives import extract_files
 from tests.support.ddtree_tables import HEALTHY, QWEN_HYBRID, pairs, table_env
 from tests.support.fake_sglang import build_git_source
 from tests.support.hostprep import EXTRAVARS as TUNING_VARS
@@ -880,7 +881,6 @@ def test_each_config_brings_back_its_debug_files_and_the_bundle_holds_no_secret(
     log whole on the supervised host, its unit's journal on the systemd host), and `analysis
     bundle` of each run packs it with no secret in it, gzip members included."""
     import gzip
-    import tarfile
 
     from tests.support.secret_scan import derived_forms, scan
 
@@ -925,8 +925,7 @@ def test_each_config_brings_back_its_debug_files_and_the_bundle_holds_no_secret(
         assert packed.returncode == 0, packed.stdout + packed.stderr
         assert API_KEY not in packed.stdout + packed.stderr
         unpacked = tmp_path / f"{host}-unpacked"
-        with tarfile.open(bundle) as archive:
-            archive.extractall(unpacked, filter="data")
+        extract_files(bundle, unpacked)
         names = {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*") if p.is_file()}
         for config in CONFIGS[host]:
             for name in DEBUG_FILES | log:

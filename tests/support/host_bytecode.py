@@ -46,8 +46,24 @@ def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
     return code.replace(co_filename=filename, co_consts=consts)
 
 
+# Set while _cached runs: what it imports may need compiling too (hashlib under -OO on a Python
+# that ships no .opt-2.pyc, Debian's), and that compile goes straight to the compiler.
+_busy = False
+
+
 def _cached(folder: str, key: bytes, filename: str, compile_now):
     """The code of key's source, from folder, under filename; else compile_now(), kept."""
+    global _busy
+    if _busy:
+        return compile_now()
+    _busy = True
+    try:
+        return _cached_once(folder, key, filename, compile_now)
+    finally:
+        _busy = False
+
+
+def _cached_once(folder: str, key: bytes, filename: str, compile_now):
     # Here, not at start-up: every Python the host starts imports this file.
     import hashlib
     import marshal

@@ -30,6 +30,7 @@ from ansible.module_utils.diagnose.pack import (
 )
 from ansible.module_utils.host.secret_scrub import Scrubber
 
+from tests.support.archives import extract_files
 from tests.support.diagnose_plant import SCRUBBED_SOURCES, SECRET_NAMED_LOG, forms, planted
 from tests.support.modules import marked_processes, run_module
 from tests.support.secret_scan import derived_forms, scan
@@ -129,8 +130,7 @@ def assert_no_secret(folder: Path) -> None:
 
 def extract(archive: str, into: Path) -> Path:
     into.mkdir()
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
+    extract_files(archive, into)
     return into
 
 
