@@ -9,8 +9,9 @@ SHELL := /bin/bash
 # Distributions build theirs with profile-guided and link-time optimization, which a Python
 # built from source (pyenv's default) lacks: on a 2-core machine ansible-playbook, ansible-lint
 # and the analysis took about a fifth less CPU on Debian 12's 3.11 than on a pyenv 3.11
-# (docs/testing.md has the figures).
-SYSTEM_PYTHON ?= /usr/bin/python3
+# (docs/testing.md has the figures). On Linux only: macOS's /usr/bin/python3 is a stub that
+# offers to install Apple's developer tools.
+SYSTEM_PYTHON ?= $(if $(filter Linux,$(shell uname -s)),/usr/bin/python3)
 VENV := .venv
 BIN := $(VENV)/bin
 # make test's timings: each phase's wall time and pytest's slowest tests.
@@ -24,7 +25,9 @@ LOCKS ?= requirements.lock requirements-dev.lock
 STAMP := $(VENV)/.installed-locks
 # ansible-core 2.19 supports controllers on these; the locks are made and checked for all three.
 CONTROLLER_PYTHONS := 3.11 3.12 3.13
-ifeq ($(origin PYTHON),undefined)
+ifeq ($(origin PYTHON)$(SYSTEM_PYTHON),undefined)
+PYTHON := python3
+else ifeq ($(origin PYTHON),undefined)
 PYTHON := $(shell $(SYSTEM_PYTHON) -c 'import ensurepip, sys, venv; sys.exit("%d.%d" % sys.version_info[:2] not in sys.argv[1:])' $(CONTROLLER_PYTHONS) >/dev/null 2>&1 && echo $(SYSTEM_PYTHON) || echo python3)
 endif
 UV_VERSION := 0.13.9

@@ -133,5 +133,7 @@ def test_the_distributions_python_is_chosen_only_where_it_can_make_a_supported_v
     without_venv.chmod(0o755)
     assert chosen_python(tmp_path, str(without_venv)) == "python3"
     assert chosen_python(tmp_path, str(tmp_path / "no-such-python")) == "python3"
+    # Not Linux (SYSTEM_PYTHON empty): python3, without running anything.
+    assert chosen_python(tmp_path, "") == "python3"
     # PYTHON given on the command line wins.
     assert chosen_python(tmp_path, sys.executable, "PYTHON=python3.12") == "python3.12"
