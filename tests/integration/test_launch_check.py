@@ -14,7 +14,7 @@ import pytest
 from tests.support.ansible_run import with_extra_args
 from tests.support.fake_sglang import build_git_source
 from tests.support.hostprep import put_file
-from tests.support.sim_process import QUICK_POLLS
+from tests.support.sim_process import SERVER_ENV as SIM_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.runtime
@@ -22,12 +22,6 @@ pytestmark = pytest.mark.runtime
 HOST = "lc"
 CHECK = "Check the launch with the runtime's own parser"
 START = "Start the server, restarting it only when its launch changed"
-SIM_ENV = {
-    **QUICK_POLLS,
-    "HF_HUB_OFFLINE": "1",
-    "SGLANG_SIM_LOAD_SECONDS": "1",
-    "SGLANG_SIM_STEP_MS": "5",
-}
 
 
 @pytest.fixture(scope="module")

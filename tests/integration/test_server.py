@@ -30,7 +30,7 @@ from tests.support.server_hosts import (
     supervisor_state,
     unit_show,
 )
-from tests.support.sim_process import QUICK_POLLS
+from tests.support.sim_process import SERVER_ENV as SIM_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
@@ -48,12 +48,6 @@ API_CHECK = "Check the endpoints users call"
 API_RECORD = "/var/lib/kimi/server/api-check.json"
 CHECK_RELEASE = "Check the release runtime against the sglang wheel's own requirements"
 CHECK = "Check the launch with the runtime's own parser"
-SIM_ENV = {
-    **QUICK_POLLS,
-    "HF_HUB_OFFLINE": "1",
-    "SGLANG_SIM_LOAD_SECONDS": "1",
-    "SGLANG_SIM_STEP_MS": "5",
-}
 
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,14 @@ EAGLE = [
 # of waiting. The tests that do not assert those seconds have the simulator check every tenth
 # of one (test_sglang_sim.py proves the one-second checks).
 QUICK_POLLS = {"SGLANG_SIM_POLL_SECONDS": "0.1"}
+# The server role's simulator where a test starts one on a host and asserts nothing of its
+# timing (test_server.py, test_launch_check.py): offline, loaded in a second, 5 ms a step.
+SERVER_ENV = {
+    **QUICK_POLLS,
+    "HF_HUB_OFFLINE": "1",
+    "SGLANG_SIM_LOAD_SECONDS": "1",
+    "SGLANG_SIM_STEP_MS": "5",
+}
 SPEC_FIELDS = {
     "spec_accept_rate",
     "spec_accept_length",
