@@ -25,10 +25,12 @@ LOCKS ?= requirements.lock requirements-dev.lock
 STAMP := $(VENV)/.installed-locks
 # ansible-core 2.19 supports controllers on these; the locks are made and checked for all three.
 CONTROLLER_PYTHONS := 3.11 3.12 3.13
-ifeq ($(origin PYTHON)$(SYSTEM_PYTHON),undefined)
+ifeq ($(origin PYTHON),undefined)
+ifeq ($(SYSTEM_PYTHON),)
 PYTHON := python3
-else ifeq ($(origin PYTHON),undefined)
+else
 PYTHON := $(shell $(SYSTEM_PYTHON) -c 'import ensurepip, sys, venv; sys.exit("%d.%d" % sys.version_info[:2] not in sys.argv[1:])' $(CONTROLLER_PYTHONS) >/dev/null 2>&1 && echo $(SYSTEM_PYTHON) || echo python3)
+endif
 endif
 UV_VERSION := 0.13.9
 # One lock valid on every supported Python (--universal from the oldest), wheels only, with the

@@ -34,7 +34,7 @@ import yaml
 
 from tests.support import host_bytecode
 from tests.support.ansible_run import run_playbook
-from tests.support.archives import extract_files
+from tests.support.archives import extract_files, read_members
 from tests.support.diagnose_plant import SCRUBBED_SOURCES, SECRET_NAMED_LOG, forms, planted
 from tests.support.hostprep import install_fabricmanager
 from tests.support.secret_scan import derived_forms, scan
@@ -296,11 +296,6 @@ def first(seeded):
     return run, bundle
 
 
-def bundle_members(bundle: Path) -> dict[str, bytes]:
-    with tarfile.open(bundle) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
-
-
 def host_items(members: dict[str, bytes], run: str, host: str) -> dict[str, dict]:
     manifest = json.loads(members[f"{run}/{host}/manifest.json"])
     return {item["name"]: item for item in manifest["items"]}
@@ -317,7 +312,7 @@ def test_the_bundle_names_every_host_and_the_play_succeeds(first, cluster):
     assert "Collection failed: diag-nopython" in message
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o600
     assert stat.S_IMODE(bundle.parent.stat().st_mode) == 0o700
-    members = bundle_members(bundle)
+    members = read_members(bundle)
     with tarfile.open(bundle) as tar:
         for info in tar.getmembers():
             print(f"{info.size:>9} {info.name}")
@@ -341,7 +336,6 @@ def test_the_bundle_names_every_host_and_the_play_succeeds(first, cluster):
 def test_no_secret_or_derived_form_is_in_the_bundle_or_the_runs_output(first, tmp_path):
     run, bundle = first
     folder = tmp_path / "extracted"
-    folder.mkdir()
     extract_files(bundle, folder)
     needles = {label: derived_forms(value) for label, value in SECRETS.items()}
     leaks, read = scan([folder], needles, readable_only=False)
@@ -354,7 +348,7 @@ def test_no_secret_or_derived_form_is_in_the_bundle_or_the_runs_output(first, tm
 
 def test_every_source_of_the_good_host_is_there_scrubbed_not_dropped(first):
     _, bundle = first
-    members = bundle_members(bundle)
+    members = read_members(bundle)
     top = f"first/{GOOD}"
     masked = [*SCRUBBED_SOURCES, "disk/du-opt-kimi.txt"]
     for name in masked:
@@ -393,7 +387,7 @@ def test_every_source_of_the_good_host_is_there_scrubbed_not_dropped(first):
 
 def test_the_broken_host_is_collected_and_each_failed_step_recorded(first, cluster):
     _, bundle = first
-    members = bundle_members(bundle)
+    members = read_members(bundle)
     items = host_items(members, "first", BROKEN)
     smi = items["gpu/nvidia-smi-q.txt"]
     assert smi["status"] == "timed_out" and smi["source"] == "nvidia-smi -q"
