@@ -30,7 +30,7 @@ from ansible.module_utils.diagnose.pack import (
 )
 from ansible.module_utils.host.secret_scrub import Scrubber
 
-from tests.support.archives import extract_files
+from tests.support.archives import extract_files, read_members
 from tests.support.diagnose_plant import SCRUBBED_SOURCES, SECRET_NAMED_LOG, forms, planted
 from tests.support.modules import marked_processes, run_module
 from tests.support.secret_scan import derived_forms, scan
@@ -107,13 +107,8 @@ def params(tmp_path: Path, **over) -> dict:
     return p
 
 
-def members(archive: str) -> dict[str, bytes]:
-    with tarfile.open(archive) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isreg()}
-
-
 def manifest(archive: str) -> dict:
-    return json.loads(members(archive)["manifest.json"])
+    return json.loads(read_members(archive)["manifest.json"])
 
 
 def items(archive: str) -> dict[str, dict]:
@@ -278,7 +273,7 @@ def test_the_log_keeps_its_last_lines_and_a_big_record_its_start(tmp_path):
     server.mkdir()
     (server / "launch.json").write_text(json.dumps({"argv": ["x" * 100] * 200}))
     result = collect(p)
-    got = members(result["archive"])
+    got = read_members(result["archive"])
     assert got["server/sglang.log"] == b"".join(f"line {n}\n".encode() for n in range(4990, 5000))
     by_name = items(result["archive"])
     assert by_name["server/sglang.log"]["status"] == "cut"
@@ -296,7 +291,7 @@ def test_past_the_hosts_cap_an_item_is_left_out_and_recorded(tmp_path):
     by_name = items(result["archive"])
     assert by_name["records/launch.json"]["status"] == "ok"
     assert by_name["records/api-check.json"]["status"] == "left_out"
-    assert "records/api-check.json" not in members(result["archive"])
+    assert "records/api-check.json" not in read_members(result["archive"])
     assert result["bytes"] <= 65536
 
 
@@ -315,7 +310,7 @@ def test_links_fifos_and_folders_through_links_are_never_followed(tmp_path):
     started = time.monotonic()
     result = collect(p)
     assert time.monotonic() - started < 20
-    got, by_name = members(result["archive"]), items(result["archive"])
+    got, by_name = read_members(result["archive"]), items(result["archive"])
     assert got["canary/logs/ar.log"] == b"the ar canary\n"
     for name in ("canary/logs/evil.log", "canary/logs/up.log", "nccl/nccl.conf"):
         assert by_name[name]["status"] == "failed" and "a link" in by_name[name]["why"], name
@@ -385,7 +380,7 @@ def test_every_secret_is_scrubbed_from_every_source_and_file_name(tmp_path):
         + "".join(f"echo 'NVRM: Xid (PCI:0000:17:00): 79, {form}'\n" for form in forms(API_KEY)),
     )
     result = collect(p)
-    got = members(result["archive"])
+    got = read_members(result["archive"])
     du = "disk/du-" + safe_part(str(root).strip("/").replace("/", "-")) + ".txt"
     expected = {*SCRUBBED_SOURCES, SECRET_NAMED_LOG, du}
     assert expected <= set(got), expected - set(got)
