@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import struct
 import sys
 from dataclasses import dataclass
@@ -78,8 +79,17 @@ def comp_t(value: int) -> int:
     return (value & 0x1FFF) << (3 * (value >> 13))
 
 
+def elapsed_ticks(value: float) -> float:
+    """The record's elapsed time; one the kernel could not have written (negative, NaN or
+    infinite) counts as none, so no parent's life stretches over the whole run."""
+    return value if math.isfinite(value) and value >= 0 else 0.0
+
+
 def read(path: Path) -> list[Process]:
-    data = path.read_bytes()[:MAX_BYTES]
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        sys.exit(f"{path}: {size} bytes, more than a make test's records ({MAX_BYTES} at most)")
+    data = path.read_bytes()
     if len(data) % RECORD.size:
         sys.exit(f"{path}: {len(data)} bytes is not a whole number of acct v3 records")
     found = []
@@ -93,7 +103,7 @@ def read(path: Path) -> list[Process]:
                 pid=fields[6],
                 ppid=fields[7],
                 started=fields[8],
-                elapsed=max(float(fields[9]), 0.0) / TICKS_PER_SECOND,
+                elapsed=elapsed_ticks(fields[9]) / TICKS_PER_SECOND,
                 user=user / TICKS_PER_SECOND,
                 system=system / TICKS_PER_SECOND,
                 minor_faults=minor,

@@ -110,6 +110,16 @@ def test_a_file_that_is_not_acct_v3_is_refused(tmp_path, data, said):
         suite_cpu.read(write(tmp_path, [data]))
 
 
+def test_a_file_larger_than_a_run_is_refused_and_an_impossible_elapsed_time_is_none(
+    tmp_path, monkeypatch
+):
+    path = write(tmp_path, [record(1, 0, "sh", ticks=float("nan")), record(2, 0, "sh", ticks=-5)])
+    assert [p.elapsed for p in suite_cpu.read(path)] == [0.0, 0.0]
+    monkeypatch.setattr(suite_cpu, "MAX_BYTES", suite_cpu.RECORD.size)
+    with pytest.raises(SystemExit, match="more than a make test's records"):
+        suite_cpu.read(path)
+
+
 def test_the_report_gives_each_kind_and_the_costliest_commands(tmp_path, capsys):
     records = [record(pid, ppid, name, start=start) for pid, ppid, name, start in TREE]
     assert suite_cpu.main([str(write(tmp_path, records)), "--top", "3"]) == 0
