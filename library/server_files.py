@@ -10,17 +10,21 @@ DOCUMENTATION = r"""
 module: server_files
 short_description: Write the SGLang server's folders, files, log file and removals in one step
 description:
-  - The server stage's files, and the benchmark's per-config records (its folder, provenance
-    and status) on the host.
+  - The server stage's files, the benchmark's per-config records (its folder, provenance and
+    status) and the weights stage's folders on the host.
   - Brings each entry of O(files) about in order, so a folder made by one entry can hold the
     next one's file. The logic is module_utils/server/files.py.
   - C(state=file) writes O(files[].content) atomically. The new content goes into a temporary
     file in the same folder, created with mode 0600 and O_EXCL, and gets its final mode before
     it is renamed over the path. No reader sees a half-written file, or a secret under a wider
     mode than asked. A file whose content and mode already match is left alone.
-  - C(state=directory) makes a folder (private until its mode is set) or sets its mode.
+  - C(state=directory) makes a folder (private until its mode is set), and each missing parent
+    with the same mode and owners, as C(mkdir -p) does, or sets its mode.
     C(state=touch) makes an empty file private from its first byte, or sets the mode of an
-    existing one and keeps its times (a log file). C(state=absent) removes a file.
+    existing one and keeps its times (a log file). C(state=absent) removes a file, or with
+    O(files[].recurse) a folder and everything in it.
+  - O(files[].owner) and O(files[].group) name the user and group what is made belongs to,
+    looked up on the host; left out, a new one belongs to whoever the module runs as.
   - The action plugin of the same name renders O(files[].template) (from the role's
     C(templates/)) and reads O(files[].src) (from its C(files/)) on the controller, as
     M(ansible.builtin.template) and M(ansible.builtin.copy) do, and hands the content on.
@@ -64,6 +68,16 @@ options:
             is never returned, shown in a diff or logged.
         type: bool
         default: false
+      owner:
+        description: The user the folder or file belongs to (a name the host knows).
+        type: str
+      group:
+        description: The group the folder or file belongs to (a name the host knows).
+        type: str
+      recurse:
+        description: With C(state=absent), a folder is removed with everything in it.
+        type: bool
+        default: false
   secret_contents:
     description: The content of each secret entry, keyed by its path. Never logged.
     type: dict
@@ -102,6 +116,9 @@ ENTRY = {
     "template": {"type": "str"},
     "src": {"type": "str"},
     "secret": {"type": "bool", "default": False},
+    "owner": {"type": "str"},
+    "group": {"type": "str"},
+    "recurse": {"type": "bool", "default": False},
 }
 
 
@@ -117,6 +134,7 @@ def main() -> None:
         entries = server_files.check_entries(
             module.params["files"], module.params["secret_contents"]
         )
+        entries = server_files.with_parents(entries)
         result = server_files.apply(entries, module.check_mode, module._diff)
     except server_files.FilesError as error:
         module.fail_json(msg=f"The server's files: {error}.")

@@ -3,19 +3,26 @@ content (the unit, the supervisor and its spec, the logrotate entry, the environ
 and launch records), its log file, and files it no longer reads removed.
 
 One module run instead of one per file: a server start wrote a dozen files, each its own
-AnsiballZ run. Every file is written the way a secret must be, whether or not it holds one, by
-the kit's atomic_write (module_utils/host/helpers.py): a temporary file in the same folder,
-created 0600 by mkstemp (nobody but its owner can open it while its content goes in), flushed
-to disk, given its final mode, then renamed over the path. So no reader ever sees a
-half-written file or a secret under a wider mode, and a file whose content and mode already
-match is not touched (no change reported).
+AnsiballZ run. The weights stage makes its folders in one run too (the weights, its state, each
+repository's, a gated one group-owned by the service group), and the benchmark clears what an
+earlier attempt left in a config's folder (absent with recurse) in the run that makes it again.
+
+Every file is written the way a secret must be, whether or not it holds one, by the kit's
+atomic_write (module_utils/host/helpers.py): a temporary file in the same folder, created 0600
+by mkstemp (nobody but its owner can open it while its content goes in), flushed to disk,
+given its final mode, then renamed over the path. So no reader ever sees a half-written file
+or a secret under a wider mode, and a file whose content, mode and owners already match is not
+touched (no change reported).
 
 Runs on the host: the standard library and the kit's host helpers."""
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import re
+import shutil
 import stat
 
 from ansible.module_utils.host.helpers import atomic_write
@@ -24,6 +31,8 @@ STATES = ("directory", "file", "touch", "absent")
 # What the server role writes is kilobytes; a bound keeps a wrong argument from filling a disk.
 MAX_CONTENT_BYTES = 1 << 20
 MODE = re.compile(r"^0?[0-7]{3,4}$")
+# A user or group name as useradd and groupadd take it (POSIX portable, 32 characters).
+ACCOUNT = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 
 
 class FilesError(Exception):
@@ -99,8 +108,56 @@ def check_entries(entries, secret_contents=None) -> list[dict]:
             if entry.get("mode") is None:
                 raise FilesError(f"{path}: state {state} needs a mode")
             mode = parse_mode(entry["mode"], path)
-        checked.append({"path": path, "state": state, "mode": mode, "data": data, "secret": secret})
+        owners = {key: check_account(entry.get(key), key, path) for key in ("owner", "group")}
+        if state == "absent" and any(owners.values()):
+            raise FilesError(f"{path}: owner and group are for what is made, not for absent")
+        recurse = bool(entry.get("recurse"))
+        if recurse and state != "absent":
+            raise FilesError(f"{path}: recurse is only for absent (a folder removed whole)")
+        checked.append(
+            {
+                "path": path,
+                "state": state,
+                "mode": mode,
+                "data": data,
+                "secret": secret,
+                "recurse": recurse,
+                **owners,
+            }
+        )
     return checked
+
+
+def check_account(name, key: str, path: str) -> str | None:
+    if name is None:
+        return None
+    if not isinstance(name, str) or not ACCOUNT.match(name):
+        raise FilesError(
+            f"{path}: {key} {name!r} is not a user or group name (needed: a name such as root "
+            "or kimi, which the host looks up)"
+        )
+    return name
+
+
+def _ids(entry: dict) -> tuple[int, int]:
+    """The uid and gid the entry asks for, looked up on the machine it runs on; -1 for
+    whichever it leaves alone."""
+    ids = []
+    for key, lookup in (("owner", lambda n: pwd.getpwnam(n).pw_uid), ("group", _gid)):
+        name = entry.get(key)
+        try:
+            ids.append(-1 if name is None else lookup(name))
+        except KeyError:
+            raise FilesError(f"{entry['path']}: there is no {key} {name!r} here") from None
+    return ids[0], ids[1]
+
+
+def _gid(name: str) -> int:
+    return grp.getgrnam(name).gr_gid
+
+
+def _owned(found, uid: int, gid: int) -> bool:
+    return (uid == -1 or found.st_uid == uid) and (gid == -1 or found.st_gid == gid)
 
 
 def with_parents(entries: list[dict]) -> list[dict]:
@@ -170,52 +227,15 @@ def apply(entries: list[dict], check_mode: bool = False, diff: bool = False) -> 
         before = None
         try:
             if state == "absent":
-                if found is None:
-                    continue
-                if stat.S_ISDIR(found.st_mode):
-                    raise FilesError(f"{path} is a folder; only files are removed here")
-                if not check_mode:
-                    os.unlink(path)
+                done = _remove(entry, found, check_mode)
             elif state in ("directory", "touch"):
-                folder = state == "directory"
-                if found is None and not check_mode:
-                    try:
-                        _create_private(path, folder)
-                    except FileExistsError:
-                        # Made by another process between the look and the create (on the
-                        # controller, another host's task making the same state/ folder):
-                        # judged as one found there.
-                        found = _lstat(path)
-                        if found is None:
-                            raise
-                    else:
-                        os.chmod(path, mode)
-                if found is not None and not (stat.S_ISDIR if folder else stat.S_ISREG)(
-                    found.st_mode
-                ):
-                    kind = "a folder" if folder else "a regular file"
-                    raise FilesError(f"{path} exists and is not {kind}")
-                if found is not None and stat.S_IMODE(found.st_mode) == mode:
-                    continue
-                if found is not None and not check_mode:
-                    os.chmod(path, mode)
+                done = _make(entry, found, check_mode)
             else:
-                if found is not None and stat.S_ISDIR(found.st_mode):
-                    raise FilesError(f"{path} is a folder, not a file")
-                regular = found is not None and stat.S_ISREG(found.st_mode)
-                if (
-                    regular
-                    and stat.S_IMODE(found.st_mode) == mode
-                    and _same_content(path, found, data)
-                ):
-                    continue
-                if diff and regular and found.st_size <= MAX_CONTENT_BYTES:
-                    with open(path, "rb") as handle:
-                        before = handle.read(MAX_CONTENT_BYTES)
-                if not check_mode:
-                    atomic_write(path, data, mode)
+                done, before = _write(entry, found, check_mode, diff)
         except OSError as error:
             raise FilesError(f"{path}: {error.strerror or error}") from error
+        if not done:
+            continue
         changed.append(path)
         if diff and not entry["secret"]:
             diffs.append(
@@ -227,3 +247,79 @@ def apply(entries: list[dict], check_mode: bool = False, diff: bool = False) -> 
                 }
             )
     return {"changed": bool(changed), "changed_paths": changed, "diff": diffs}
+
+
+def _remove(entry: dict, found, check_mode: bool) -> bool:
+    if found is None:
+        return False
+    folder = stat.S_ISDIR(found.st_mode)
+    if folder and not entry["recurse"]:
+        raise FilesError(
+            f"{entry['path']} is a folder; only files are removed here, or a folder whole with "
+            "recurse"
+        )
+    if not check_mode:
+        if folder:
+            shutil.rmtree(entry["path"])
+        else:
+            os.unlink(entry["path"])
+    return True
+
+
+def _make(entry: dict, found, check_mode: bool) -> bool:
+    """A folder (directory) or an empty file (touch) with its mode and owners."""
+    path, mode, folder = entry["path"], entry["mode"], entry["state"] == "directory"
+    uid, gid = _ids(entry)
+    if found is None:
+        if check_mode:
+            return True
+        try:
+            _create_private(path, folder)
+        except FileExistsError:
+            # Made by another process between the look and the create (on the controller,
+            # another host's task making the same state/ folder): judged as one found there.
+            found = _lstat(path)
+            if found is None:
+                raise
+        else:
+            _settle(path, mode, uid, gid)
+            return True
+    if not (stat.S_ISDIR if folder else stat.S_ISREG)(found.st_mode):
+        raise FilesError(f"{path} exists and is not {'a folder' if folder else 'a regular file'}")
+    if stat.S_IMODE(found.st_mode) == mode and _owned(found, uid, gid):
+        return False
+    if not check_mode:
+        _settle(path, mode, uid, gid)
+    return True
+
+
+def _write(entry: dict, found, check_mode: bool, diff: bool) -> tuple[bool, bytes | None]:
+    """A file with its content, mode and owners; the content it had, for a diff."""
+    path, mode, data = entry["path"], entry["mode"], entry["data"]
+    if found is not None and stat.S_ISDIR(found.st_mode):
+        raise FilesError(f"{path} is a folder, not a file")
+    uid, gid = _ids(entry)
+    regular = found is not None and stat.S_ISREG(found.st_mode)
+    if (
+        regular
+        and stat.S_IMODE(found.st_mode) == mode
+        and _owned(found, uid, gid)
+        and _same_content(path, found, data)
+    ):
+        return False, None
+    before = None
+    if diff and regular and found.st_size <= MAX_CONTENT_BYTES:
+        with open(path, "rb") as handle:
+            before = handle.read(MAX_CONTENT_BYTES)
+    if not check_mode:
+        atomic_write(path, data, mode)
+        if (uid, gid) != (-1, -1):
+            os.chown(path, uid, gid, follow_symlinks=False)
+    return True, before
+
+
+def _settle(path: str, mode: int, uid: int, gid: int) -> None:
+    # Owners first: chown clears the set-id bits a mode may carry.
+    if (uid, gid) != (-1, -1):
+        os.chown(path, uid, gid, follow_symlinks=False)
+    os.chmod(path, mode)

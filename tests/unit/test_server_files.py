@@ -4,6 +4,7 @@ change where nothing differs, bad entries refused naming the path, secrets never
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import stat
@@ -284,3 +285,70 @@ def test_the_action_plugin_renders_each_template_as_the_template_module_does(tmp
     assert copied.read_bytes() == script_src.read_bytes() and mode_of(copied) == 0o755
     # The environment file is secret: its content never reaches the output.
     assert "HOME=" not in run.stdout and "/root" not in run.stdout
+
+
+OWNERS = ("owner", "group")
+
+
+def test_owners_are_set_on_what_is_made_and_put_back_when_changed(tmp_path):
+    """The weights stage's folders: a gated repository's is group-owned by the service group."""
+    other = grp.getgrnam("daemon")
+    gated, open_ = tmp_path / "gated", tmp_path / "open"
+    folders = [
+        {"path": str(gated), "state": "directory", "mode": "0750", "group": "daemon"},
+        {"path": str(open_), "state": "directory", "mode": "0755", **dict.fromkeys(OWNERS, "root")},
+    ]
+    first = run_module("server_files", {"files": folders})
+    assert first["changed_paths"] == [str(gated), str(open_)], first
+    assert (gated.stat().st_gid, mode_of(gated)) == (other.gr_gid, 0o750)
+    assert (open_.stat().st_uid, open_.stat().st_gid) == (0, 0)
+    assert_unchanged(run_module("server_files", {"files": folders}))
+    # Someone changed the group: only that folder is put back, its mode untouched.
+    os.chown(open_, -1, other.gr_gid)
+    again = run_module("server_files", {"files": folders})
+    assert again["changed_paths"] == [str(open_)] and open_.stat().st_gid == 0
+    # A file gets its owners after its content, and keeps them.
+    record = {"path": str(gated / "r.json"), "content": "{}\n", "mode": "0640", "group": "daemon"}
+    assert run_module("server_files", {"files": [record]})["changed"]
+    assert (gated / "r.json").stat().st_gid == other.gr_gid
+    assert_unchanged(run_module("server_files", {"files": [record]}))
+
+
+def test_a_folder_goes_whole_only_with_recurse(tmp_path):
+    """The benchmark clears what an earlier attempt left for a config, then makes it again."""
+    config = tmp_path / "run" / "ar"
+    (config / "gsm8k").mkdir(parents=True)
+    (config / "gsm8k" / "c1.json").write_text("{}")
+    again = [
+        {"path": str(config), "state": "absent", "recurse": True},
+        {"path": str(config), "state": "directory", "mode": "0755"},
+    ]
+    result = run_module("server_files", {"files": again})
+    assert result["changed_paths"] == [str(config), str(config)], result
+    assert list(config.iterdir()) == []
+    # A link is removed as a link, never followed.
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "mine.txt").write_text("mine")
+    (tmp_path / "link").symlink_to(tmp_path / "kept")
+    link = {"path": str(tmp_path / "link"), "state": "absent", "recurse": True}
+    assert run_module("server_files", {"files": [link]})["changed"]
+    assert (tmp_path / "kept" / "mine.txt").read_text() == "mine"
+    assert not (tmp_path / "link").is_symlink()
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"state": "directory", "mode": "0755", "group": "no-such-group-x"}, "no group"),
+        ({"state": "directory", "mode": "0755", "owner": "no-such-user-x"}, "no owner"),
+        ({"state": "directory", "mode": "0755", "group": "Kimi; rm"}, "not a user or group"),
+        ({"state": "directory", "mode": "0755", "owner": ""}, "not a user or group"),
+        ({"state": "absent", "group": "root"}, "not for absent"),
+        ({"state": "directory", "mode": "0755", "recurse": True}, "only for absent"),
+    ],
+)
+def test_bad_owners_and_recurse_are_refused_naming_the_path(tmp_path, entry, message):
+    made = tmp_path / "made"
+    result = run_module("server_files", {"files": [{"path": str(made), **entry}]})
+    assert result.get("failed") and message in result["msg"] and str(made) in result["msg"]
+    assert not made.exists()
