@@ -70,6 +70,7 @@ from ansible.module_utils.router.fleet import (  # noqa: E402
     fleets,
     local_url,
 )
+from ansible.module_utils.weights.folders import weights_folders  # noqa: E402
 
 DOCUMENTATION = r"""
 name: kimi_filters
@@ -79,7 +80,8 @@ description:
   - C(env_file_line) turns a key and a value into one EnvironmentFile line.
   - C(kimi_canary_launches) turns serving_render's configs into the canary's launches, secrets
     apart.
-  - C(kimi_small_files) cuts hub_repo_info's file lists to the small files the canary fetches.
+  - C(kimi_small_files) cuts hub_repo_info's file lists to the small files the canary fetches;
+    C(kimi_weights_folders) is the weights stage's folders as server_files entries.
   - C(kimi_needed_repos) lists the kimi_repos keys the selected serving configs need, C(target)
     first, then each drafter once (preflight, weights and plan ask for the same ones).
   - C(kimi_server_url) is the URL on the server's host that reaches the server described by
@@ -418,6 +420,13 @@ def kimi_small_files(hub, max_bytes) -> dict:
     return {**hub, "repos": repos}
 
 
+def kimi_weights_folders(hub, needed, weights_dir, state_dir, service_group) -> list[dict]:
+    try:
+        return weights_folders(hub.get("repos"), needed, weights_dir, state_dir, service_group)
+    except (AttributeError, ValueError) as error:
+        raise AnsibleFilterError(f"kimi_weights_folders: {error}") from None
+
+
 def kimi_canary_launches(configs, extra) -> dict:
     """serving_render's unmasked configs as canary launches, secrets apart
     (module_utils/canary/serve.py launches)."""
@@ -575,6 +584,7 @@ class FilterModule:
             "kimi_scrub": kimi_scrub,
             "kimi_ddtree_rules": kimi_ddtree_rules,
             "kimi_small_files": kimi_small_files,
+            "kimi_weights_folders": kimi_weights_folders,
             "kimi_canary_launches": kimi_canary_launches,
             "kimi_capacity_launches": kimi_capacity_launches,
             "kimi_speed_plan": kimi_speed_plan,

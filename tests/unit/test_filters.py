@@ -297,3 +297,39 @@ def test_the_speed_plan_filter_fails_on_bad_hardware_data_with_the_fix(tmp_path)
     with pytest.raises(AnsibleFilterError, match="needs serving_render's launches"):
         filters.kimi_speed_plan("ar", {}, SPEED_CONFIGS, str(K26), speed_hardware(), "h200",
                                 [1], [], 456)  # fmt: skip
+
+
+def test_the_weights_folders_are_one_server_files_run_a_gated_one_for_the_service_group():
+    hub = {
+        "repos": {
+            "target": {"repo_id": "moonshotai/Kimi-K2.6", "gated": False},
+            "dflash": {"repo_id": "z-lab/Kimi-K2.6-DFlash", "gated": True},
+            "eagle3": {"repo_id": "not/needed", "gated": True},
+        }
+    }
+    folders = filters.kimi_weights_folders(
+        hub, ["target", "dflash"], "/opt/w", "/opt/w/.kimi", "kimi"
+    )
+    assert folders == [
+        {"path": "/opt/w", "state": "directory", "mode": "0755"},
+        {"path": "/opt/w/.kimi", "state": "directory", "mode": "0755"},
+        {
+            "path": "/opt/w/moonshotai/Kimi-K2.6",
+            "state": "directory",
+            "mode": "0755",
+            "owner": "root",
+            "group": "root",
+        },
+        {
+            "path": "/opt/w/z-lab/Kimi-K2.6-DFlash",
+            "state": "directory",
+            "mode": "0750",
+            "owner": "root",
+            "group": "kimi",
+        },
+        {"path": "/opt/w/.kimi/moonshotai--Kimi-K2.6", "state": "directory", "mode": "0755"},
+        {"path": "/opt/w/.kimi/z-lab--Kimi-K2.6-DFlash", "state": "directory", "mode": "0755"},
+    ]
+    for bad in ({"repos": {"target": {"gated": False}}}, {"repos": []}, "hub"):
+        with pytest.raises(AnsibleFilterError, match="kimi_weights_folders"):
+            filters.kimi_weights_folders(bad, ["target"], "/opt/w", "/opt/w/.kimi", "kimi")
