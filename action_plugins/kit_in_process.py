@@ -4,10 +4,10 @@
 ansible-playbook's worker instead of a Python started for them (and, for serving_render, an
 SSH round trip): the study lock's read and record at every run's start and end, the launch
 commands rendered at every server start, the capacity plan, the wheelhouse's archive,
-autotune's search steps. Each module's own spec and act() (module_utils/<stage>/<name>_task.py),
-through module_utils/host/in_process.py, which checks the arguments as AnsibleModule does and
-masks no_log values in the result as exit_json does. action_plugins/<name>.py of each is this
-class.
+autotune's search steps, the hub's answers about the repositories. Each module's own spec and
+act() (module_utils/<stage>/<name>_task.py), through module_utils/host/in_process.py, which
+checks the arguments as AnsibleModule does and masks no_log values in the result as exit_json
+does. action_plugins/<name>.py of each is this class.
 
 Loading this file also makes the kit's module_utils importable in ansible-playbook (the other
 action plugins load it for that)."""
@@ -41,6 +41,7 @@ TASKS = {
     "capacity_plan": "ansible.module_utils.plan.capacity_plan_task",
     "wheelhouse_pack": "ansible.module_utils.host.wheelhouse_pack_task",
     "autotune_step": "ansible.module_utils.autotune.step_task",
+    "hub_repo_info": "ansible.module_utils.weights.hub_repo_info_task",
 }
 
 

@@ -25,6 +25,8 @@ description:
     fits. A hub that does not answer in time gives C(unreachable) with a message naming it.
   - Needs huggingface_hub on the machine that runs it (the controller's pinned environment);
     honours HF_ENDPOINT. Read-only; supports check mode.
+  - Its action plugin runs it inside ansible-playbook's worker on the controller
+    (module_utils/weights/hub_repo_info_task.py), not as a Python of its own.
 version_added: "0.1.0"
 options:
   repos:
@@ -91,38 +93,13 @@ repos:
       total_bytes: 595169411072
 """
 
-import os  # noqa: E402
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-from ansible.module_utils.weights.hub import HAS_HUB, inspect_repos  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host.in_process import run_as_module  # noqa: E402
+from ansible.module_utils.weights.hub_repo_info_task import SPEC, act  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "repos": {"type": "dict", "required": True},
-            "token": {"type": "str", "default": "", "no_log": True},
-            "endpoint": {"type": "str"},
-            "timeout": {"type": "float", "default": 20},
-            "deadline": {"type": "float", "default": 120},
-        },
-        supports_check_mode=True,
-    )
-    if not HAS_HUB:
-        module.fail_json(msg=missing_required_lib("huggingface_hub"))
-    p = module.params
-    if not (0 < p["timeout"] <= p["deadline"]):
-        module.fail_json(
-            msg=f"timeout ({p['timeout']}) must be above 0 and at most deadline ({p['deadline']})"
-        )
-    endpoint = p["endpoint"] or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-    repos = {}
-    for name, spec in p["repos"].items():
-        if not isinstance(spec, dict) or not spec.get("repo_id"):
-            module.fail_json(msg=f"repos.{name} needs a repo_id (owner/name); got {spec!r}")
-        repos[name] = {"repo_id": spec["repo_id"], "revision": str(spec.get("revision") or "main")}
-    found = inspect_repos(repos, p["token"], endpoint, p["timeout"], p["deadline"])
-    module.exit_json(changed=False, **found)
+    run_as_module(AnsibleModule, SPEC, act)
 
 
 if __name__ == "__main__":

@@ -715,6 +715,43 @@ def test_hub_repo_info_refuses_a_malicious_listing(monkeypatch):
     assert "o/evil@main" in evil["message"]
 
 
+def test_hub_repo_info_in_ansible_playbooks_worker_answers_as_the_module(monkeypatch):
+    """Its action plugin runs the module's own spec and act() in the worker: the same answer
+    (access verdicts, commits, files, the unsafe listing's message) and the same refusals."""
+    from ansible.module_utils.host.in_process import run_in_process
+    from ansible.module_utils.weights import hub_repo_info_task as task
+
+    from tests.support.hub_server import LocalHub
+
+    with LocalHub() as hub:
+        hub.valid_tokens.add("hf_inproc_good_1")
+        hub.add_repo("o/evil", EVIL_DATA)
+        hub.add_repo("o/fine", {"config.json": b"{}", "model.safetensors": b"x" * 100})
+        hub.add_repo("o/gated", {"config.json": b"{}"}, gated=True, approved_tokens=set())
+        args = {
+            "repos": {
+                "target": {"repo_id": "o/fine"},
+                "dflash": {"repo_id": "o/evil"},
+                "eagle3": {"repo_id": "o/gated", "revision": "main"},
+            },
+            "endpoint": hub.url,
+            "token": "hf_inproc_good_1",
+        }
+        module = run_module("hub_repo_info", args)
+        process = run_in_process("hub_repo_info", task.SPEC, args, task.act, False)
+        bad = {**args, "timeout": 30, "deadline": 10}
+        refused = (
+            run_module("hub_repo_info", bad),
+            run_in_process("hub_repo_info", task.SPEC, bad, task.act, False),
+        )
+    assert {k: v for k, v in module.items() if k != "invocation"} == process
+    assert process["repos"]["target"]["access"] == "ok"
+    assert process["repos"]["dflash"]["access"] == "unsafe_listing"
+    assert process["repos"]["eagle3"]["access"] == "no_access"
+    assert "hf_inproc_good_1" not in repr(process)
+    assert refused[0]["msg"] == refused[1]["msg"] and "at most deadline" in refused[1]["msg"]
+
+
 # --------------------------------------------------------------------------------------------
 # Hub queries have deadlines and retry a busy hub (issue 16, defect 3).
 
