@@ -14,6 +14,9 @@ description:
     total, rate, ETA and files done, plus a one-line C(progress) that the kit's
     kimi_progress callback prints on every poll of an C(until) loop.
   - Notices when the download process is gone without finishing (killed, host rebooted).
+  - With O(wait_s), waits up to that long for the download to end before it answers, reading
+    the status file every half second (module_utils/weights/status.py), so that the end is
+    seen when it comes, not at the next poll.
   - Read-only; supports check mode.
 version_added: "0.1.0"
 options:
@@ -30,6 +33,10 @@ options:
     description: Where Ansible keeps async job results on the host.
     type: path
     default: ~/.ansible_async
+  wait_s:
+    description: Seconds to wait for the download to end before answering (0 to 3600).
+    type: float
+    default: 0
 author:
   - kimi-deploy-kit maintainers (!UNKNOWN)
 """
@@ -67,11 +74,8 @@ status:
   type: dict
 """
 
-import os  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host.helpers import pid_alive  # noqa: E402
-from ansible.module_utils.weights.manifest import progress_line, read_json  # noqa: E402
+from ansible.module_utils.weights.status import job_file, wait  # noqa: E402
 
 
 def main() -> None:
@@ -80,52 +84,16 @@ def main() -> None:
             "status_file": {"type": "path", "required": True},
             "job_id": {"type": "str"},
             "async_dir": {"type": "path", "default": "~/.ansible_async"},
+            "wait_s": {"type": "float", "default": 0},
         },
         supports_check_mode=True,
     )
-    status = read_json(module.params["status_file"])
-    job = None
-    if module.params["job_id"]:
-        job = read_json(os.path.join(module.params["async_dir"], module.params["job_id"]))
-    job_ended = bool(job) and (job.get("finished") == 1 or job.get("failed"))
-    if job_ended and (status is None or status.get("state") not in ("done", "failed")):
-        # The job ended without a final status: its own result says why.
-        module.exit_json(
-            changed=False,
-            done=True,
-            succeeded=False,
-            state="ended",
-            progress="the download job ended; collecting its result",
-            status=status or {},
-        )
-    if status is None:
-        module.exit_json(
-            changed=False,
-            done=False,
-            succeeded=False,
-            state="starting",
-            progress="waiting for the download to start",
-            status={},
-        )
-    state = status.get("state", "starting")
-    if state not in ("done", "failed") and status.get("pid") and not pid_alive(status["pid"]):
-        state = "gone"
-        status["message"] = (
-            f"the download process (pid {status['pid']}) ended without finishing, at "
-            f"{status.get('bytes_done', 0)} of {status.get('bytes_total', 0)} bytes; it was "
-            "killed or the host restarted. Rerun the playbook: completed files are kept."
-        )
-    progress = progress_line({**status, "state": state})
-    if status.get("message") and state != "downloading":
-        progress += f": {status['message']}"
-    module.exit_json(
-        changed=False,
-        done=state in ("done", "failed", "gone"),
-        succeeded=state == "done",
-        state=state,
-        progress=progress,
-        status=status,
-    )
+    p = module.params
+    try:
+        found = wait(p["status_file"], job_file(p["async_dir"], p["job_id"]), p["wait_s"])
+    except ValueError as error:
+        module.fail_json(msg=f"weights_status: {error}")
+    module.exit_json(**found)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def runs(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         "kimi_controller_state_dir": str(state),
         "kimi_canary_timeout_s": TIMEOUT_S,
         "weights_wheelhouse": str(wheelhouse),
-        "weights_poll_interval": 1,
+        "weights_poll_interval": 5,
         "weights_download_environment": {"HF_HUB_DISABLE_XET": "1"},
         "runtime_wheelhouse": str(runtime_wheelhouse),
     }

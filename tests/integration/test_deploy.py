@@ -204,7 +204,7 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
         "kimi_context_lengths_file": moved("kimi_controller_state_dir", "state", str(state_root))
         + "/{{ inventory_hostname }}/context-lengths.json",
         "weights_wheelhouse": str(wheelhouse),
-        "weights_poll_interval": 1,
+        "weights_poll_interval": 5,
         "weights_download_environment": {"HF_HUB_DISABLE_XET": "1"},
         "runtime_wheelhouse": str(runtime_wheelhouse),
         "server_health_poll_s": 1,

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -134,6 +135,26 @@ def test_status_notices_a_download_that_died(tmp_path):
     )
     missing = run_module("weights_status", {"status_file": str(tmp_path / "none.json")})
     assert missing["state"] == "starting" and not missing["done"]
+
+
+def test_a_poll_waits_for_the_end_of_the_download_and_no_longer(tmp_path):
+    """wait_s: the poll answers when the status turns final, not at the next interval, and a
+    download still running is answered about when the wait is over."""
+    status = tmp_path / "status.json"
+    running = {"repo_id": "o/n", "state": "downloading", "pid": os.getpid(), "bytes_total": 10}
+    status.write_text(json.dumps(running))
+    started = time.monotonic()
+    waited = run_module("weights_status", {"status_file": str(status), "wait_s": 1.2})
+    assert not waited["done"] and waited["state"] == "downloading"
+    assert 1.0 <= time.monotonic() - started < 8
+    ends = threading.Timer(1.0, lambda: status.write_text(json.dumps({**running, "state": "done"})))
+    ends.start()
+    started = time.monotonic()
+    ended = run_module("weights_status", {"status_file": str(status), "wait_s": 30})
+    ends.join()
+    assert ended["done"] and ended["succeeded"] and time.monotonic() - started < 10
+    refused = run_module("weights_status", {"status_file": str(status), "wait_s": -1})
+    assert refused.get("failed") and "wait_s must be between 0 and 3600" in refused["msg"]
 
 
 def test_progress_line_without_rate():
