@@ -29,6 +29,17 @@ LEFTOVER_TOKEN = "hf_leftover_from_a_killed_run_5d1c"
 SHARDS = 30
 SHARD_BYTES = 8 << 20  # 30 x 8 MiB + small files: 240 MiB in 34 files
 WEIGHTS = "/opt/kimi/weights"
+# The host the stage's downloads run on, one test after another. The tests that need a host
+# without weights empty its weights folder first (wiped()); its tools venv, the stage's fixed
+# cost, is made once, by the first run. smalldisk has /opt/kimi on a 150 MiB tmpfs of its own.
+SHARED = "fresh"
+
+
+def wiped(cluster) -> str:
+    """The shared host with no weights and no download state: as a fresh host's weights stage
+    finds it, bar the tools venv (/opt/kimi/tools-venv) an earlier test's run made."""
+    cluster.ssh(SHARED, f"rm -rf {WEIGHTS}")
+    return SHARED
 
 
 def shard_name(index: int) -> str:
@@ -50,7 +61,7 @@ def target_files() -> dict[str, bytes]:
 def cluster():
     from tests.support.testhosts import TestHostCluster
 
-    names = ["fresh", "killed", "stalled", "smalldisk", "default", "locked"]
+    names = [SHARED, "smalldisk"]
     hosts = TestHostCluster.up(["ct200"] * len(names), names=names)
     try:
         hosts.ssh("smalldisk", "mkdir -p /opt/kimi && mount -t tmpfs -o size=150m tmpfs /opt/kimi")
@@ -89,7 +100,7 @@ def weights(
         "kimi_serving_configs": ["ar", "dflash"],
         "kimi_hf_endpoint": hub.url,
         "weights_wheelhouse": str(wheelhouse),
-        "weights_poll_interval": 1,
+        "weights_poll_interval": 5,
         "weights_stall_timeout": 4,
         "weights_download_environment": {"HF_HUB_DISABLE_XET": "1"},
         **extra,
@@ -136,7 +147,16 @@ def test_download_verify_and_second_run_is_idle(
         "fresh",
         f"mkdir -p {WEIGHTS}/.kimi && umask 077 && echo {LEFTOVER_TOKEN} > {token_file}",
     )
-    first = weights(playbook, cluster, hub, wheelhouse, tmp_path, "fresh")
+    # Polled every second and throttled to 4 MiB/s a connection (8 at once: 240 MiB in 7 s or
+    # more), so that the download outlasts a poll, which waits for its end, and the polls show
+    # progress lines; elsewhere a poll every 5 s is enough.
+    hub.bytes_per_second = 4 << 20
+    try:
+        first = weights(
+            playbook, cluster, hub, wheelhouse, tmp_path, "fresh", weights_poll_interval=1
+        )
+    finally:
+        hub.bytes_per_second = 0
     assert first.rc == 0, first.stdout
     said = " ".join(first.stdout.split())  # the callback wraps long messages
     assert f"Removed {token_file}, a Hugging Face token file left on the host" in said
@@ -230,13 +250,24 @@ def test_corrupted_and_truncated_files_are_repaired(
 def test_killed_download_resumes_without_refetching_completed_files(
     playbook, cluster, hub, wheelhouse, tmp_path, target_files
 ):
+    host = wiped(cluster)
     hub.bytes_per_second = 2 << 20  # per connection: a download that takes a while
     local = f"{WEIGHTS}/{TARGET}"
     try:
         outcome = {}
         thread = threading.Thread(
             target=lambda: outcome.update(
-                run=weights(playbook, cluster, hub, wheelhouse, tmp_path / "a", "killed")
+                # Polled every second: the run is killed within seconds and must show
+                # progress lines before.
+                run=weights(
+                    playbook,
+                    cluster,
+                    hub,
+                    wheelhouse,
+                    tmp_path / "a",
+                    host,
+                    weights_poll_interval=1,
+                )
             )
         )
         (tmp_path / "a").mkdir()
@@ -247,7 +278,7 @@ def test_killed_download_resumes_without_refetching_completed_files(
         complete = []
         while time.monotonic() < deadline:
             listing = cluster.ssh(
-                "killed", f"stat -c '%n %s' {local}/*.safetensors 2>/dev/null", check=False
+                host, f"stat -c '%n %s' {local}/*.safetensors 2>/dev/null", check=False
             ).stdout
             complete = [
                 Path(line.split()[0]).name
@@ -259,7 +290,7 @@ def test_killed_download_resumes_without_refetching_completed_files(
             time.sleep(0.5)
         assert len(complete) >= 8, "the download never got going"
         cluster.ssh(
-            "killed", "pkill -9 -f [w]eights_download; pkill -9 -f [s]napshot_download", check=False
+            host, "pkill -9 -f [w]eights_download; pkill -9 -f [s]napshot_download", check=False
         )
         thread.join(timeout=180)
         first = outcome["run"]
@@ -267,7 +298,7 @@ def test_killed_download_resumes_without_refetching_completed_files(
         assert "ended without finishing" in first.stdout
         # A throttled download: bytes, rate, ETA and files on the polls.
         assert re.search(
-            r"\[killed\] moonshotai/Kimi-K2\.6: downloading [\d.]+ [KMG]iB of "
+            r"\[fresh\] moonshotai/Kimi-K2\.6: downloading [\d.]+ [KMG]iB of "
             r"[\d.]+ [KMG]iB \([\d.]+%\), [\d.]+ [KMG]iB/s, ETA \S+, files \d+/34",
             first.stdout,
         ), first.stdout[-3000:]
@@ -275,7 +306,7 @@ def test_killed_download_resumes_without_refetching_completed_files(
         hub.bytes_per_second = 0
     before = len(hub.fetched())
     (tmp_path / "b").mkdir()
-    second = weights(playbook, cluster, hub, wheelhouse, tmp_path / "b", "killed")
+    second = weights(playbook, cluster, hub, wheelhouse, tmp_path / "b", host)
     assert second.rc == 0, second.stdout
     refetched = set(fetched_files(hub, before))
     assert not refetched & set(complete), (
@@ -283,7 +314,7 @@ def test_killed_download_resumes_without_refetching_completed_files(
     )
     for name in (shard_name(0), shard_name(SHARDS - 1)):
         assert (
-            sha256_on_host(cluster, "killed", f"{local}/{name}")
+            sha256_on_host(cluster, host, f"{local}/{name}")
             == hashlib.sha256(target_files[name]).hexdigest()
         )
 
@@ -293,19 +324,20 @@ def test_stalled_transfer_is_restarted_by_the_watchdog(
 ):
     """The kit's own transfer (xet off), stuck at the storage origin: restarted, it resumes
     there with a Range request from where its partial file ends."""
+    host = wiped(cluster)
     stuck = shard_name(5)
     hub.stalls.append(Stall(path=stuck, after_bytes=1 << 20, seconds=60))
     before = len(hub.requests)
-    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "stalled")
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, host)
     assert run.rc == 0, run.stdout
-    log = host_path(cluster, "stalled", f"{WEIGHTS}/.kimi/moonshotai--Kimi-K2.6/download.log")
+    log = host_path(cluster, host, f"{WEIGHTS}/.kimi/moonshotai--Kimi-K2.6/download.log")
     text = log.read_text()
     assert "no new bytes for 4s" in text and "restart 1/5 with xet off" in text
     assert (
-        sha256_on_host(cluster, "stalled", f"{WEIGHTS}/{TARGET}/{stuck}")
+        sha256_on_host(cluster, host, f"{WEIGHTS}/{TARGET}/{stuck}")
         == hashlib.sha256(target_files[stuck]).hexdigest()
     )
-    result = run.results("Result of the download of target")["stalled"]
+    result = run.results("Result of the download of target")[host]
     assert result["restarts"] == 1 and result["transfers"] == ["http", "http"]
     bodies = [r for r in hub.requests[before:] if r.file == stuck and r.method == "GET"]
     at_storage = [r for r in bodies if r.origin == "storage"]
@@ -319,6 +351,7 @@ def test_default_path_switches_to_plain_http_after_a_stall(
 ):
     """The xet setting left alone: huggingface_hub downloads (over HTTP, the hub offers no
     xet) and, stuck at the storage origin, is replaced by the kit's own transfer."""
+    host = wiped(cluster)
     stuck = shard_name(11)
     hub.stalls.append(Stall(path=stuck, after_bytes=1 << 20, seconds=60))
     before = len(hub.requests)
@@ -328,27 +361,27 @@ def test_default_path_switches_to_plain_http_after_a_stall(
         hub,
         wheelhouse,
         tmp_path,
-        "default",
+        host,
         # No HF_HUB_DISABLE_XET. huggingface_hub's own read timeout (10 s) is lengthened so
         # that the hang outlasts the watchdog's 4 s, as the xet stalls at 0 B/s did.
         weights_download_environment={"HF_HUB_DOWNLOAD_TIMEOUT": "120"},
     )
     assert run.rc == 0, run.stdout
-    result = run.results("Result of the download of target")["default"]
+    result = run.results("Result of the download of target")[host]
     assert result["restarts"] == 1 and result["transfers"] == ["hub", "http"]
-    drafter = run.results("Result of the download of dflash")["default"]
+    drafter = run.results("Result of the download of dflash")[host]
     assert drafter["restarts"] == 0 and drafter["transfers"] == ["hub"]
-    log = host_path(cluster, "default", f"{WEIGHTS}/.kimi/moonshotai--Kimi-K2.6/download.log")
+    log = host_path(cluster, host, f"{WEIGHTS}/.kimi/moonshotai--Kimi-K2.6/download.log")
     text = log.read_text()
     assert text.index("transfer: hub") < text.index("no new bytes for 4s")
     assert text.index("no new bytes for 4s") < text.index("transfer: http")
     for name in (stuck, shard_name(0), "config.json"):
         assert (
-            sha256_on_host(cluster, "default", f"{WEIGHTS}/{TARGET}/{name}")
+            sha256_on_host(cluster, host, f"{WEIGHTS}/{TARGET}/{name}")
             == hashlib.sha256(target_files[name]).hexdigest()
         )
     leftovers = cluster.ssh(
-        "default", f"find {WEIGHTS}/{TARGET} -name '*.incomplete'", check=False
+        host, f"find {WEIGHTS}/{TARGET} -name '*.incomplete'", check=False
     ).stdout
     assert leftovers.strip() == ""
     bodies = [
@@ -423,8 +456,9 @@ LOCKED = "study/locked-model"
 def test_a_deploy_from_the_study_lock_gets_the_locked_bytes_after_main_moved(
     playbook, cluster, hub, wheelhouse, tmp_path
 ):
-    """plan.yml locks main's commit; main then moves on at the hub; the weights stage on a
-    fresh host, following the lock, downloads the locked commit's bytes, not main's."""
+    """plan.yml locks main's commit; main then moves on at the hub; the weights stage on a host
+    without weights, following the lock, downloads the locked commit's bytes, not main's."""
+    host = wiped(cluster)
     first_files = {
         "config.json": (REPO / "models/kimi-k2.6/config.json").read_bytes(),
         "model.safetensors": random.Random(1).randbytes(2 << 20),
@@ -445,7 +479,7 @@ def test_a_deploy_from_the_study_lock_gets_the_locked_bytes_after_main_moved(
             "kimi_hf_endpoint": hub.url,
         },
         envvars=token_env(GOOD, tmp_path),
-        limit="locked",
+        limit=host,
     )
     assert plan.rc == 0, plan.stdout
     lock = yaml.safe_load(lock_path.read_text())
@@ -456,15 +490,13 @@ def test_a_deploy_from_the_study_lock_gets_the_locked_bytes_after_main_moved(
     moved = hub.add_repo(LOCKED, moved_files)
     assert moved.sha != first.sha and hub.repos[LOCKED].resolve("main") == moved.sha
     locked_bytes = lock_path.read_bytes()
-    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, "locked", **settings)
+    run = weights(playbook, cluster, hub, wheelhouse, tmp_path, host, **settings)
     assert run.rc == 0, run.stdout
-    said = run.results("Say which study lock the run follows")["locked"]["msg"]
+    said = run.results("Say which study lock the run follows")[host]["msg"]
     assert f"Following the study lock {lock_path}" in said and f"{LOCKED}@{first.sha}" in said
     local = f"{WEIGHTS}/{LOCKED}"
-    manifest = json.loads(host_path(cluster, "locked", f"{local}/kimi-manifest.json").read_text())
+    manifest = json.loads(host_path(cluster, host, f"{local}/kimi-manifest.json").read_text())
     assert manifest["revision"] == first.sha
     for name, data in first_files.items():
-        assert (
-            sha256_on_host(cluster, "locked", f"{local}/{name}") == hashlib.sha256(data).hexdigest()
-        )
+        assert sha256_on_host(cluster, host, f"{local}/{name}") == hashlib.sha256(data).hexdigest()
     assert lock_path.read_bytes() == locked_bytes
