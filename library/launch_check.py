@@ -87,20 +87,9 @@ flags:
   elements: str
 """
 
-import json  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.host.helpers import (  # noqa: E402
-    CommandFailed,
-    DeadlineRunner,
-    marked_json,
-)
-from ansible.module_utils.server.launch_check import (  # noqa: E402
-    errors_of,
-    probe_argv,
-    probe_source,
-)
-from ansible.module_utils.server.launch_probe import MARKER  # noqa: E402
+from ansible.module_utils.server.launch_check import LaunchRefused, check_launch  # noqa: E402
 
 
 def main() -> None:
@@ -115,58 +104,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    if p["timeout"] < 1:
-        module.fail_json(msg=f"timeout must be at least 1 s, got {p['timeout']}")
-    args = probe_argv(p["argv"], p["secrets_file"])
-    # The probe's own alarm comes first, so its report (the stage it was in) is what a slow
-    # runtime gets; the kill only covers what the alarm cannot interrupt.
-    grace = min(15.0, 1 + p["timeout"] / 10)
-    deadline = p["timeout"] + grace
     try:
-        rc, out, err = DeadlineRunner(
-            deadline, f"launch_check's timeout={p['timeout']}s + {grace:g}s"
-        )(
-            [p["python"], "-c", probe_source(), str(p["timeout"])],
-            data=json.dumps(args) + "\n",
-            shown=f"{p['python']} -c <launch probe> {p['timeout']}",
-        )
-    except CommandFailed as exc:
-        module.fail_json(
-            msg=f"{exc} The runtime's parser did not answer and ignored the probe's own alarm "
-            "(a hang in native code, e.g. CUDA initialisation at import). Fix: run "
-            f"`{p['python']} -c 'import sglang.srt.server_args'` on the host and look at what "
-            "it waits for."
-        )
-    result = marked_json(out, MARKER)
-    if result is None:
-        module.fail_json(
-            msg=(
-                f"could not run the launch check in {p['python']} (exit {rc}): "
-                f"{(err or out).strip()[-1500:]}. Is the runtime installed? The runtime stage "
-                "creates it; rerun the deploy."
-            )
-        )
-    errors = errors_of(result, args)
-    facts = {
-        "ok": not errors,
-        "mode": result.get("mode"),
-        "version": result.get("version"),
-        "errors": [str(e) for e in errors],
-        "flags": [e.flag for e in errors if e.flag],
-    }
-    if errors:
-        config = f" of serving config {p['name']}" if p["name"] else ""
-        flags = ", ".join(facts["flags"]) or "(none named)"
-        module.fail_json(
-            msg=(
-                f"sglang {result.get('version')} at {p['python']} would refuse the launch"
-                f"{config} (flags: {flags}): " + "; ".join(facts["errors"]) + ". The running "
-                "server was left as it is. Fix: correct or remove the flag (in "
-                "kimi_server_settings.extra_args if you added it there, else in the serving "
-                "config's args)."
-            ),
-            **facts,
-        )
+        facts = check_launch(p["python"], p["argv"], p["secrets_file"], p["name"], p["timeout"])
+    except LaunchRefused as refused:
+        module.fail_json(msg=str(refused), **refused.facts)
     module.exit_json(changed=False, **facts)
 
 

@@ -20,6 +20,10 @@ description:
     from (the version folder the link C(<runtime>/bin/python) sits under points at).
   - With O(launch_record), the runtime version folder the previous launch ran from (the server
     stage's C(launch.json), bounded), for the rollback.
+  - With O(launch), where the launch's Python exists, the launch argv checked by that runtime's
+    own parser, as C(launch_check) checks it (module_utils/server/launch_check.py), in the
+    same module run, giving C(ok), C(mode), C(version), C(errors) and C(flags), or a failure
+    naming the flag the runtime would refuse, before anything of the running server changes.
   - Fails, saying what was found, what is needed and how to fix it, when systemd is asked for
     where it does not run, when the launch's Python is missing (not in check mode), or when
     systemd is too old.
@@ -76,6 +80,29 @@ options:
     description: Seconds C(systemctl --version) may take; at the deadline it is killed.
     type: float
     default: 60
+  launch:
+    description:
+      - The launch to check with the runtime's parser (C(launch_check)'s options C(argv),
+        C(secrets_file), C(name) and C(timeout), the probe's seconds).
+    type: dict
+    suboptions:
+      argv:
+        description: The launch command, as C(launch_check)'s C(argv).
+        type: list
+        elements: str
+        required: true
+      secrets_file:
+        description: As C(launch_check)'s (the kit's C(--config) file, not checked).
+        type: str
+        default: ""
+      name:
+        description: As C(launch_check)'s (the config its messages name).
+        type: str
+        default: ""
+      timeout:
+        description: As C(launch_check)'s (the probe's seconds).
+        type: int
+        default: 300
 author:
   - kimi-deploy-kit maintainers (!UNKNOWN)
 """
@@ -127,11 +154,41 @@ problems:
   returned: always
   type: list
   elements: str
+ok:
+  description: The runtime's parser accepts the launch.
+  returned: with O(launch), where the launch's Python exists
+  type: bool
+mode:
+  description: How far the probe parsed (C(prepare_server_args) or C(add_cli_args)).
+  returned: with O(launch), where the launch's Python exists
+  type: str
+version:
+  description: The runtime's sglang version.
+  returned: with O(launch), where the launch's Python exists
+  type: str
+errors:
+  description: What the runtime would refuse.
+  returned: with O(launch), where the launch's Python exists
+  type: list
+  elements: str
+flags:
+  description: The flags the errors are about.
+  returned: with O(launch), where the launch's Python exists
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host.helpers import CommandFailed, DeadlineRunner  # noqa: E402
 from ansible.module_utils.server.inspect import MANAGERS, inspect  # noqa: E402
+from ansible.module_utils.server.launch_check import LaunchRefused, check_launch  # noqa: E402
+
+LAUNCH = {
+    "argv": {"type": "list", "elements": "str", "required": True},
+    "secrets_file": {"type": "str", "default": ""},
+    "name": {"type": "str", "default": ""},
+    "timeout": {"type": "int", "default": 300},
+}
 
 
 def main() -> None:
@@ -150,8 +207,9 @@ def main() -> None:
             "versions_dir": {"type": "path"},
             "kind": {"type": "str", "choices": ["release", "git"], "default": "release"},
             "timeout": {"type": "float", "default": 60},
+            "launch": {"type": "dict", "options": LAUNCH},
         },
-        required_by={"launch_record": "versions_dir"},
+        required_by={"launch_record": "versions_dir", "launch": "python"},
         supports_check_mode=True,
     )
     if not 0 < module.params["timeout"] <= 3600:
@@ -164,6 +222,20 @@ def main() -> None:
         module.fail_json(msg=f"server_inspect on {module.params['host']}: {error}")
     if result["problems"]:
         module.fail_json(msg=" ".join(result["problems"]), **result)
+    launch = module.params["launch"]
+    if launch and result.get("python_exists"):
+        try:
+            result.update(
+                check_launch(
+                    module.params["python"],
+                    launch["argv"],
+                    launch["secrets_file"],
+                    launch["name"],
+                    launch["timeout"],
+                )
+            )
+        except LaunchRefused as refused:
+            module.fail_json(msg=str(refused), **result, **refused.facts)
     module.exit_json(**result)
 
 

@@ -30,8 +30,10 @@ deploy; the module's task has a timeout as well.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 
+from ansible.module_utils.host.helpers import CommandFailed, DeadlineRunner, marked_json
 from ansible.module_utils.plan.sglang_args import RULES, ArgvError, launch_rule_errors
 from ansible.module_utils.server import launch_probe
 
@@ -40,7 +42,7 @@ from ansible.module_utils.server import launch_probe
 # tests
 # import it. Importing it here makes Ansible ship it in launch_check's payload (no file to copy,
 # no parameter naming one); it runs from its source in the runtime's Python, which has sglang
-# and no Ansible. library/launch_check.py reads its MARKER line back with marked_json().
+# and no Ansible. check_launch() reads its MARKER line back with marked_json().
 def probe_source() -> str:
     return inspect.getsource(launch_probe)
 
@@ -97,3 +99,64 @@ def errors_of(result: dict, argv: list[str]) -> list[ArgvError]:
         return errors
     rules = [rule for rule in RULES if rule != "speculative-algorithm-known"]
     return launch_rule_errors(values, rules, label=label, algorithms=None)
+
+
+class LaunchRefused(Exception):
+    """The check could not run, or the runtime would refuse the launch: the message, and the
+    facts (ok, mode, version, errors, flags) when the parser answered."""
+
+    def __init__(self, msg: str, facts: dict | None = None):
+        super().__init__(msg)
+        self.facts = facts or {}
+
+
+def check_launch(python: str, argv: list, secrets_file: str, name: str, timeout: int) -> dict:
+    """The runtime's parser on the launch argv, in the runtime's Python (launch_check, and
+    server_inspect's `launch`): its facts, or LaunchRefused naming the flag and the fix."""
+    if timeout < 1:
+        raise LaunchRefused(f"timeout must be at least 1 s, got {timeout}")
+    args = probe_argv(argv, secrets_file)
+    # The probe's own alarm comes first, so its report (the stage it was in) is what a slow
+    # runtime gets; the kill only covers what the alarm cannot interrupt.
+    grace = min(15.0, 1 + timeout / 10)
+    try:
+        rc, out, err = DeadlineRunner(
+            timeout + grace, f"launch_check's timeout={timeout}s + {grace:g}s"
+        )(
+            [python, "-c", probe_source(), str(timeout)],
+            data=json.dumps(args) + "\n",
+            shown=f"{python} -c <launch probe> {timeout}",
+        )
+    except CommandFailed as exc:
+        raise LaunchRefused(
+            f"{exc} The runtime's parser did not answer and ignored the probe's own alarm "
+            "(a hang in native code, e.g. CUDA initialisation at import). Fix: run "
+            f"`{python} -c 'import sglang.srt.server_args'` on the host and look at what "
+            "it waits for."
+        ) from None
+    result = marked_json(out, launch_probe.MARKER)
+    if result is None:
+        raise LaunchRefused(
+            f"could not run the launch check in {python} (exit {rc}): "
+            f"{(err or out).strip()[-1500:]}. Is the runtime installed? The runtime stage "
+            "creates it; rerun the deploy."
+        )
+    errors = errors_of(result, args)
+    facts = {
+        "ok": not errors,
+        "mode": result.get("mode"),
+        "version": result.get("version"),
+        "errors": [str(e) for e in errors],
+        "flags": [e.flag for e in errors if e.flag],
+    }
+    if errors:
+        config = f" of serving config {name}" if name else ""
+        flags = ", ".join(facts["flags"]) or "(none named)"
+        raise LaunchRefused(
+            f"sglang {result.get('version')} at {python} would refuse the launch{config} "
+            f"(flags: {flags}): " + "; ".join(facts["errors"]) + ". The running server was "
+            "left as it is. Fix: correct or remove the flag (in kimi_server_settings.extra_args "
+            "if you added it there, else in the serving config's args).",
+            facts,
+        )
+    return facts

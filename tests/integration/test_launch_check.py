@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.runtime
 
 HOST = "lc"
-CHECK = "Check the launch with the runtime's own parser"
+CHECK = "Look at what the host has for this launch and check it with the runtime's own parser"
 START = "Start the server, restarting it only when its launch changed"
 
 

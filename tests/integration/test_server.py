@@ -47,7 +47,7 @@ FAIL = "Fail with what the server said"
 API_CHECK = "Check the endpoints users call"
 API_RECORD = "/var/lib/kimi/server/api-check.json"
 CHECK_RELEASE = "Check the release runtime against the sglang wheel's own requirements"
-CHECK = "Check the launch with the runtime's own parser"
+CHECK = "Look at what the host has for this launch and check it with the runtime's own parser"
 
 
 @pytest.fixture(scope="module")

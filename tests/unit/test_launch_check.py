@@ -279,3 +279,42 @@ def test_the_real_release_parser_is_model_free():
 
 
 # --- over an SSH test host ---------------------------------------------------------------
+
+
+def test_server_inspect_checks_the_launch_in_its_own_run_as_launch_check_does(packages, tmp_path):
+    """The server role's one module run before a start: the same facts as launch_check's, the
+    same refusal naming the flag, and no check where the launch's Python is not there."""
+    from tests.support.modules import run_module
+
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={packages["release"]} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    facts = ("ok", "mode", "version", "errors", "flags")
+
+    def both(argv: list[str]) -> tuple[dict, dict]:
+        launch = {"argv": argv, "name": "ar", "timeout": 60}
+        alone = run_module("launch_check", {"python": str(python), **launch})
+        inspected = run_module(
+            "server_inspect", {"manager": "supervisor", "python": str(python), "launch": launch}
+        )
+        return alone, inspected
+
+    alone, inspected = both(BASE)
+    assert not alone.get("failed") and not inspected.get("failed"), (alone, inspected)
+    assert inspected["python_exists"] and inspected["mode"] == "prepare_server_args"
+    assert {key: inspected[key] for key in facts} == {key: alone[key] for key in facts}
+    alone, inspected = both([*BASE, "--enable-metricz"])
+    assert inspected["failed"] and inspected["msg"] == alone["msg"]
+    assert inspected["flags"] == alone["flags"] == ["--enable-metricz"]
+    assert "The running server was left as it is" in inspected["msg"]
+    absent = run_module(
+        "server_inspect",
+        {
+            "manager": "supervisor",
+            "python": str(tmp_path / "none" / "bin" / "python"),
+            "launch": {"argv": BASE},
+        },
+        check_mode=True,
+    )
+    assert not absent.get("failed") and absent["python_exists"] is False and "mode" not in absent
