@@ -87,20 +87,17 @@ flags:
   elements: str
 """
 
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.server.launch_check import LaunchRefused, check_launch  # noqa: E402
+from ansible.module_utils.server.launch_check import (  # noqa: E402
+    LAUNCH_SPEC,
+    LaunchRefused,
+    check_launch,
+)
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "argv": {"type": "list", "elements": "str", "required": True},
-            "secrets_file": {"type": "str", "default": ""},
-            "name": {"type": "str", "default": ""},
-            "timeout": {"type": "int", "default": 300},
-        },
+        argument_spec={"python": {"type": "path", "required": True}, **LAUNCH_SPEC},
         supports_check_mode=True,
     )
     p = module.params

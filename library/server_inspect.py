@@ -181,14 +181,11 @@ flags:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.host.helpers import CommandFailed, DeadlineRunner  # noqa: E402
 from ansible.module_utils.server.inspect import MANAGERS, inspect  # noqa: E402
-from ansible.module_utils.server.launch_check import LaunchRefused, check_launch  # noqa: E402
-
-LAUNCH = {
-    "argv": {"type": "list", "elements": "str", "required": True},
-    "secrets_file": {"type": "str", "default": ""},
-    "name": {"type": "str", "default": ""},
-    "timeout": {"type": "int", "default": 300},
-}
+from ansible.module_utils.server.launch_check import (  # noqa: E402
+    LAUNCH_SPEC,
+    LaunchRefused,
+    check_launch,
+)
 
 
 def main() -> None:
@@ -207,7 +204,7 @@ def main() -> None:
             "versions_dir": {"type": "path"},
             "kind": {"type": "str", "choices": ["release", "git"], "default": "release"},
             "timeout": {"type": "float", "default": 60},
-            "launch": {"type": "dict", "options": LAUNCH},
+            "launch": {"type": "dict", "options": LAUNCH_SPEC},
         },
         required_by={"launch_record": "versions_dir", "launch": "python"},
         supports_check_mode=True,

@@ -139,21 +139,23 @@ def check_account(name, key: str, path: str) -> str | None:
     return name
 
 
+# Each owner field's lookup on the machine the module runs on (KeyError: no such name).
+_LOOKUPS = (
+    ("owner", lambda name: pwd.getpwnam(name).pw_uid),
+    ("group", lambda name: grp.getgrnam(name).gr_gid),
+)
+
+
 def _ids(entry: dict) -> tuple[int, int]:
-    """The uid and gid the entry asks for, looked up on the machine it runs on; -1 for
-    whichever it leaves alone."""
+    """The uid and gid the entry asks for; -1 for whichever it leaves alone."""
     ids = []
-    for key, lookup in (("owner", lambda n: pwd.getpwnam(n).pw_uid), ("group", _gid)):
+    for key, lookup in _LOOKUPS:
         name = entry.get(key)
         try:
             ids.append(-1 if name is None else lookup(name))
         except KeyError:
             raise FilesError(f"{entry['path']}: there is no {key} {name!r} here") from None
     return ids[0], ids[1]
-
-
-def _gid(name: str) -> int:
-    return grp.getgrnam(name).gr_gid
 
 
 def _owned(found, uid: int, gid: int) -> bool:

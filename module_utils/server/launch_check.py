@@ -101,6 +101,15 @@ def errors_of(result: dict, argv: list[str]) -> list[ArgvError]:
     return launch_rule_errors(values, rules, label=label, algorithms=None)
 
 
+# The launch check's arguments: launch_check's own, and server_inspect's `launch`.
+LAUNCH_SPEC = {
+    "argv": {"type": "list", "elements": "str", "required": True},
+    "secrets_file": {"type": "str", "default": ""},
+    "name": {"type": "str", "default": ""},
+    "timeout": {"type": "int", "default": 300},
+}
+
+
 class LaunchRefused(Exception):
     """The check could not run, or the runtime would refuse the launch: the message, and the
     facts (ok, mode, version, errors, flags) when the parser answered."""

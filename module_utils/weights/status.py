@@ -45,14 +45,14 @@ def look(status_file: str, job_file: str | None) -> dict:
     return _answer(state, progress, status)
 
 
-def wait(status_file: str, job_file: str | None, wait_s: float, sleep=time.sleep) -> dict:
+def wait(status_file: str, job_file: str | None, wait_s: float) -> dict:
     """look(), again every READ_EVERY_S until the download ends or wait_s has passed."""
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise ValueError(f"wait_s must be between 0 and {MAX_WAIT_S}, found {wait_s}")
     deadline = time.monotonic() + wait_s
     found = look(status_file, job_file)
     while not found["done"] and time.monotonic() + READ_EVERY_S <= deadline:
-        sleep(READ_EVERY_S)
+        time.sleep(READ_EVERY_S)
         found = look(status_file, job_file)
     return found
 
