@@ -66,6 +66,8 @@ RUNS_ROOT = Path(os.environ.get("KIMI_TESTHOSTS_ROOT", "/tmp/kimi-kit-testhosts"
 PREFIX = "kkt"  # namespaces, links and run folders all start with it
 SUBNET_BASE = "10.213"  # 10.213.<slot>.0/24 per run; private range, never routed off the machine
 OVERLAID = ("etc", "opt", "var", "usr/local", "root", "srv", "home")
+# Mounted afresh on every sshd host (/run first: the state folder is reached through it).
+PRIVATE_MOUNTS = (Path("/tmp"), Path("/run"), Path("/dev/shm"))
 # Capture replayed by each profile's hosts. h200-x2 is a real capture; the others are built.
 PROFILE_CAPTURES = {"ct200": "ct200-x8", "h200": "h200-x2", "b200": "b200-x8"}
 SSHD = "/usr/sbin/sshd"
@@ -236,6 +238,12 @@ def shared_host_bytecode() -> Path:
     HOST_BYTECODE_DIR.mkdir(parents=True, exist_ok=True)
     HOST_BYTECODE_DIR.chmod(0o755)
     return HOST_BYTECODE_DIR
+
+
+def checkout_under_private_mount() -> bool:
+    """Whether this checkout lies under a folder an sshd host mounts its own over (/tmp, /run,
+    /dev/shm): tests that start the checkout's simulator on a host need it bound back."""
+    return any(REPO.is_relative_to(private) for private in PRIVATE_MOUNTS)
 
 
 def overlay_mount(hdir: Path, sub: str, target: str) -> str:
@@ -631,18 +639,35 @@ class TestHostCluster:
         (hdir / "sshd_config").write_text(
             self.sshd_config(host, inside) + f"PidFile {inside}/sshd.pid\n"
         )
+        hidden_checkout = checkout_under_private_mount()
         mounts = [
             "set -e",
             f"hostname {host.name}",
+            # A checkout under a folder the host makes private (a clone in /tmp) is held at
+            # the state folder first, then bound back at its own path, read-only.
+            *(
+                [f"mkdir -p {hdir}/checkout", f"mount --bind {REPO} {hdir}/checkout"]
+                if hidden_checkout
+                else []
+            ),
             # /run first: the state folder is reached through it once /tmp is private.
             "mount -t tmpfs -o mode=0755 tmpfs /run",
             f"mkdir -p /run/sshd {inside}",
-            f"mount --bind {hdir} {inside}",
+            f"mount --rbind {hdir} {inside}",
             *(overlay_mount(hdir, sub, f"/{sub}") for sub in OVERLAID),
             f"mount --bind {shared_host_bytecode()} {host_bytecode.CACHE_DIR}",
             *mask_foreign_pth(hdir),
             f"mount --bind {hdir}/tmp /tmp",
             "mount -t tmpfs tmpfs /dev/shm",
+            *(
+                [
+                    f"mkdir -p {REPO}",
+                    f"mount --bind {inside}/checkout {REPO}",
+                    f"mount -o remount,bind,ro {REPO}",
+                ]
+                if hidden_checkout
+                else []
+            ),
             f"exec {SSHD} -D -e -f {inside}/sshd_config",
         ]
         # --mount-proc: pgrep, kill and /proc on one host never see another's processes.
