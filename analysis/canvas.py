@@ -22,6 +22,10 @@ from analysis.results import CHAIN_CONTROL, config_order
 # No figure of the report uses math: every text is drawn as it is, in every process that
 # draws (the worker processes import this module too).
 matplotlib.rcParams["text.parse_math"] = False
+# Titles at the top of their panel, where matplotlib's automatic placement puts them unless an
+# x axis is drawn above the panel (none of the report's is): the placement measured every
+# panel's tick labels again at each draw. The same PNG bytes, about 8% less CPU a report.
+matplotlib.rcParams["axes.titley"] = 1.0
 
 DPI = 96
 MAX_PANELS = 10

@@ -320,6 +320,11 @@ def scored(cluster, hub, run, tmp_path_factory):
         "benchmark_warmup_requests": 1,
         "benchmark_poll_s": 1,
         "benchmark_run_id": SCORED_RUN,
+        # Neither this run nor `capacity` asserts the debug files (test_deploy.py does) or the
+        # deploy's config started again afterwards (the first run here does): per host, each
+        # config's debug collection and one server start fewer.
+        "benchmark_debug": False,
+        "benchmark_restore_server": False,
         "benchmark_results_dir": str(results),
         "benchmark_prompt_sets": ["gsm8k"],
         "benchmark_prompt_set_definitions": {
@@ -454,6 +459,8 @@ def capacity(cluster, hub, run, tmp_path_factory):
         "benchmark_warmup_requests": 1,
         "benchmark_poll_s": 1,
         "benchmark_run_id": CAPACITY_RUN,
+        "benchmark_debug": False,
+        "benchmark_restore_server": False,
         "benchmark_results_dir": str(results),
         "benchmark_hf_endpoint": hub.url,
     }

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ansible_run import controller_bytecode
+
 REPO = Path(__file__).resolve().parents[2]
 HOST = "lock-0"
 LOCK = "/var/lib/kimi/lock/lock.json"
@@ -46,6 +48,8 @@ def ansible_playbook(cluster, playbook: str, *extra: str) -> list[str]:
 ENV = {
     **os.environ,
     "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+    # The harness's caches, as run_playbook's runs have them (tests/support/ansible_run.py).
+    **controller_bytecode(),
     "ANSIBLE_NOCOLOR": "1",
     # Wide enough that a warning is one line.
     "COLUMNS": "400",

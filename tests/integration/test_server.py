@@ -159,7 +159,13 @@ def test_runtime_restores_a_changed_pin_and_names_what_pip_cannot_fix(
     plugin = send(
         cluster, wheel(tmp_path, "kimi-plugin", "1.0", {"kimi_plugin.py": b""}, ["packaging==25.0"])
     )
+    # sglang's own pin broken where pip install does not look (check mode: no install).
     cluster.ssh(HOST, f"/opt/kimi/venv/bin/python -m pip install -q --no-deps {old}")
+    checked = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST, check=True)
+    message = checked.results(CHECK_RELEASE)[HOST]["msg"]
+    assert "packaging: 25.0, but sglang 0.5.23 requires packaging==26.4" in message
+
+    # Then a real run puts the pin back, as after a stray `pip install`.
     restored = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST)
     assert restored.rc == 0, restored.stdout
     assert restored.results("Install the pinned SGLang release")[HOST]["changed"]
@@ -175,14 +181,8 @@ def test_runtime_restores_a_changed_pin_and_names_what_pip_cannot_fix(
     assert "uninstall what was added to the environment by hand" in message
     cluster.ssh(HOST, "/opt/kimi/venv/bin/python -m pip uninstall -q -y kimi-plugin")
 
-    # sglang's own pin broken where pip install does not look (check mode: no install).
-    cluster.ssh(HOST, f"/opt/kimi/venv/bin/python -m pip install -q --no-deps {old}")
-    checked = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST, check=True)
-    message = checked.results(CHECK_RELEASE)[HOST]["msg"]
-    assert "packaging: 25.0, but sglang 0.5.23 requires packaging==26.4" in message
-    assert playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=HOST).rc == 0
-    # Restored, and a second run on either host (the other untouched since the install)
-    # changes nothing.
+    # With it removed the venv is the restored one again: a run on either host (the other
+    # untouched since the install) changes nothing.
     again = playbook(RUNTIME, cluster.inventory, extravars=extravars, limit=BOTH)
     again.assert_unchanged()
 
@@ -464,6 +464,26 @@ def test_api_key_beyond_loopback_stays_off_the_command_line(playbook, cluster, r
         assert gone.returncode == 1
 
 
+# Right after the API-key test, whose last run left both servers as serving() starts them.
+def test_teardown_stops_the_server(playbook, cluster, runtime):
+    serving(playbook, cluster)
+    pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
+    down = playbook("teardown.yml", cluster.inventory, extravars=server_vars(), limit=BOTH)
+    LAST_RUN.clear()
+    assert down.rc == 0, down.stdout
+    for host in SERVER_HOSTS:
+        assert down.results("Stop the server")[host]["action"] == "stopped"
+        assert cluster.ssh(host, f"test -d /proc/{pids[host]}", check=False).returncode == 1
+    assert supervisor_state(cluster)["status"] == "stopped"
+    assert unit_show(cluster, "ActiveState", "UnitFileState") == {
+        "ActiveState": "inactive",
+        "UnitFileState": "disabled",
+    }
+    again = playbook("teardown.yml", cluster.inventory, extravars=server_vars(), limit=BOTH)
+    assert again.rc == 0, again.stdout
+    assert {again.results("Stop the server")[h]["changed"] for h in SERVER_HOSTS} == {False}
+
+
 RANK_WAIT = "Wait until this node joined its head (a multi-node server's other ranks)"
 
 
@@ -548,22 +568,3 @@ def test_a_rolling_restart_of_a_fleet_keeps_its_router_answering(
     assert len(answers) >= 20 and not failed, (len(answers), failed[:5])
     print(f"\nrolling restart of 2 replicas: {len(answers)} requests, {len(failed)} failed")
     playbook(SERVER, inventory, extravars=rolling).assert_unchanged()
-
-
-def test_teardown_stops_the_server(playbook, cluster, runtime):
-    serving(playbook, cluster)
-    pids = {host: server_pid(cluster, host) for host in SERVER_HOSTS}
-    down = playbook("teardown.yml", cluster.inventory, extravars=server_vars(), limit=BOTH)
-    LAST_RUN.clear()
-    assert down.rc == 0, down.stdout
-    for host in SERVER_HOSTS:
-        assert down.results("Stop the server")[host]["action"] == "stopped"
-        assert cluster.ssh(host, f"test -d /proc/{pids[host]}", check=False).returncode == 1
-    assert supervisor_state(cluster)["status"] == "stopped"
-    assert unit_show(cluster, "ActiveState", "UnitFileState") == {
-        "ActiveState": "inactive",
-        "UnitFileState": "disabled",
-    }
-    again = playbook("teardown.yml", cluster.inventory, extravars=server_vars(), limit=BOTH)
-    assert again.rc == 0, again.stdout
-    assert {again.results("Stop the server")[h]["changed"] for h in SERVER_HOSTS} == {False}

@@ -28,12 +28,24 @@ ROLLING_PLAY = "Deploy Kimi K2.6 through every stage, a batch of hosts at a time
 DEPLOY_SUMMARY = "Say where the server answers and how to check it"
 
 
-def list_tags(playbook: str) -> dict[str, set[str]]:
-    """Per play name, the task tags ansible-playbook --list-tags shows (no host is contacted)."""
+# Every root playbook the tag test reads, listed by one ansible-playbook: each start parses
+# the whole kit again, and the listing says which playbook each play belongs to.
+TAGGED_PLAYBOOKS = (
+    "deploy_kimi.yml",
+    "playbooks/weights.yml",
+    "benchmark_kimi.yml",
+    "plan.yml",
+    "teardown.yml",
+)
+
+
+def list_tags(*playbooks: str) -> dict[str, dict[str, set[str]]]:
+    """Per playbook, per play name, the task tags ansible-playbook --list-tags shows (no host
+    is contacted)."""
     listed = subprocess.run(
         [
             str(Path(sys.executable).parent / "ansible-playbook"),
-            playbook,
+            *playbooks,
             "-i",
             "inventory/ct200",
             "--list-tags",
@@ -45,18 +57,23 @@ def list_tags(playbook: str) -> dict[str, set[str]]:
         timeout=120,
         check=True,
     ).stdout
+    found_tags: dict[str, dict[str, set[str]]] = {}
     plays: dict[str, set[str]] = {}
     play = None
     for line in listed.splitlines():
-        if found := re.match(r"\s*play #\d+ \([^)]*\): (.*?)\tTAGS:", line):
+        if found := re.match(r"playbook: (.*)$", line.strip()):
+            plays, play = found_tags.setdefault(found.group(1), {}), None
+        elif found := re.match(r"\s*play #\d+ \([^)]*\): (.*?)\tTAGS:", line):
             play = found.group(1)
         elif (found := re.match(r"\s*TASK TAGS: \[(.*)\]", line)) and play:
             plays.setdefault(play, set()).update(t.strip() for t in found.group(1).split(",") if t)
-    return plays
+    assert sorted(found_tags) == sorted(playbooks), listed
+    return found_tags
 
 
 def test_list_tags_shows_every_stage_and_the_lock_plays_stay_always():
-    plays = list_tags("deploy_kimi.yml")
+    listed = list_tags(*TAGGED_PLAYBOOKS)
+    plays = listed["deploy_kimi.yml"]
     # The speed calibration runs only when asked (--tags calibrate): `never` beside it.
     assert set().union(*plays.values()) == {"always", *STAGES, "router", "calibrate", "never"}
     # The router's lock plays are `always` beside their stage, as the rolling play's are.
@@ -65,13 +82,13 @@ def test_list_tags_shows_every_stage_and_the_lock_plays_stay_always():
     # A stage skipped with --skip-tags must not skip the lock's release (or its taking): the
     # stage playbooks' lock plays are `always` alone; deploy_kimi.yml's rolling play is shown
     # releasing under --tags preflight below.
-    stage = list_tags("playbooks/weights.yml")
+    stage = listed["playbooks/weights.yml"]
     for name in LOCK_PLAYS:
         assert stage[name] == {"always"}, stage
     assert "server" in plays["Say where each server answers"]
-    assert set().union(*list_tags("benchmark_kimi.yml").values()) == {"always", "benchmark"}
-    assert set().union(*list_tags("plan.yml").values()) == {"always", "plan"}
-    teardown = list_tags("teardown.yml")
+    assert set().union(*listed["benchmark_kimi.yml"].values()) == {"always", "benchmark"}
+    assert set().union(*listed["plan.yml"].values()) == {"always", "plan"}
+    teardown = listed["teardown.yml"]
     assert set().union(*teardown.values()) == {"always", "teardown", "server", "tuning"}
     assert teardown["Restore the host values the tuning changed"] >= {"teardown", "tuning"}
 
@@ -185,12 +202,14 @@ def models_server():
     server.server_close()
 
 
-def summary_inventory(tmp_path: Path, host_vars: dict) -> Path:
-    """A host the summary play reads settings of; it is never contacted (debug runs locally)."""
+def summary_inventory(tmp_path: Path, host_vars: dict, **more_hosts: dict) -> Path:
+    """A host the summary play reads settings of (and more_hosts: name to host vars); none is
+    contacted (debug runs locally)."""
     inventory = tmp_path / "inventory"
     inventory.mkdir(parents=True)
     (inventory / "group_vars").symlink_to(REPO / "group_vars")
-    hosts = {"ct200-summary": {"ansible_host": "127.0.0.1", **host_vars}}
+    named = {"ct200-summary": host_vars, **more_hosts}
+    hosts = {name: {"ansible_host": "127.0.0.1", **values} for name, values in named.items()}
     tree = {"all": {"children": {"gpu_hosts": {"children": {"ct200": {"hosts": hosts}}}}}}
     (inventory / "hosts.yml").write_text(yaml.safe_dump(tree))
     return inventory
@@ -252,49 +271,36 @@ def test_deploy_summary_checks_a_keyed_server_without_showing_the_key(
 def test_deploy_summary_of_a_loopback_server_without_key(playbook, models_server, tmp_path):
     port = models_server.server_address[1]
     KeyCheckingServer.expected = ""
+    ops = {"kimi_server_port": port, "ansible_user": "ops"}
+    # One run, a host per case: the summary reads each host's own settings.
     run = playbook(
         "playbooks/summary_deploy.yml",
-        summary_inventory(tmp_path, {"kimi_server_port": port, "ansible_user": "ops"}),
-    )
-    assert run.rc == 0, run.stdout
-    msg = run.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
-    assert f"ssh -N -L {port}:127.0.0.1:{port} ops@127.0.0.1" in msg, msg
-    # The tunnel goes the way the run connects: its port and key file too.
-    tunneled = playbook(
-        "playbooks/summary_deploy.yml",
         summary_inventory(
-            tmp_path / "tunnel",
-            {
-                "kimi_server_port": port,
-                "ansible_user": "ops",
-                "ansible_port": 2222,
-                "ansible_ssh_private_key_file": "/home/ops/.ssh/id ed25519",
+            tmp_path,
+            ops,
+            # The tunnel goes the way the run connects: its port and key file too.
+            **{
+                "ct200-tunnel": {
+                    **ops,
+                    "ansible_port": 2222,
+                    "ansible_ssh_private_key_file": "/home/ops/.ssh/id ed25519",
+                },
+                # On IPv6 loopback the forward's address goes in brackets, which ssh -L needs.
+                "ct200-six": {**ops, "kimi_server_host": "::1"},
+                # A keyed server reached as ops: the root-only key file is read under sudo.
+                "ct200-ops": {**ops, "kimi_server_api_key": "sk-kimi-ops-1"},
             },
         ),
     )
-    said = tunneled.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
+    assert run.rc == 0, run.stdout
+    said = {host: result["msg"] for host, result in run.results(DEPLOY_SUMMARY).items()}
+    msg = said["ct200-summary"]
+    assert f"ssh -N -L {port}:127.0.0.1:{port} ops@127.0.0.1" in msg, msg
     tunnel = f"ssh -N -L {port}:127.0.0.1:{port} -p 2222 -i '/home/ops/.ssh/id ed25519' ops@"
-    assert tunnel in said, said
-    # On IPv6 loopback the forward's address goes in brackets, which ssh -L needs.
-    six = playbook(
-        "playbooks/summary_deploy.yml",
-        summary_inventory(
-            tmp_path / "six",
-            {"kimi_server_port": port, "ansible_user": "ops", "kimi_server_host": "::1"},
-        ),
-    )
-    said = six.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"]
-    assert f"ssh -N -L {port}:[::1]:{port} ops@127.0.0.1" in said, said
-    assert f"http://[::1]:{port}/v1/models" in said, said
-    # A keyed server reached as ops: the root-only key file is read under sudo.
-    key_vars = tmp_path / "key.yml"
-    key_vars.write_text(yaml.safe_dump({"kimi_server_api_key": "sk-kimi-ops-1"}))
-    as_ops = playbook(
-        "playbooks/summary_deploy.yml",
-        summary_inventory(tmp_path / "ops", {"kimi_server_port": port, "ansible_user": "ops"}),
-        vars_files=[key_vars],
-    )
-    line = as_ops.results(DEPLOY_SUMMARY)["ct200-summary"]["msg"].splitlines()[-1].strip()
+    assert tunnel in said["ct200-tunnel"], said
+    assert f"ssh -N -L {port}:[::1]:{port} ops@127.0.0.1" in said["ct200-six"], said
+    assert f"http://[::1]:{port}/v1/models" in said["ct200-six"], said
+    line = said["ct200-ops"].splitlines()[-1].strip()
     assert line.startswith("sudo /") and "| curl -sS -H @- " in line, line
     assert "Check it on ct200-summary:" in msg
     checked = run_summary_command(msg)
