@@ -39,7 +39,20 @@ def figures_drawn_once():
 
 @pytest.fixture(autouse=True)
 def fresh_plots(request, figures_drawn_once, monkeypatch):
-    if request.node.get_closest_marker("fresh_plots"):
-        from analysis import plots
+    """`fresh_plots`: every figure drawn anew; `fresh_plots("name", ...)`: the figures of those
+    drawing functions anew, the others as the session drew them."""
+    marker = request.node.get_closest_marker("fresh_plots")
+    if marker is None:
+        return
+    from analysis import plots
 
+    if not marker.args:
         monkeypatch.setattr(plots, "draw", figures_drawn_once)
+        return
+    cached = plots.draw
+
+    def draw(function, args, label=""):
+        chosen = function.__name__ in marker.args
+        return (figures_drawn_once if chosen else cached)(function, args, label)
+
+    monkeypatch.setattr(plots, "draw", draw)

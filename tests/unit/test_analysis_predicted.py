@@ -528,7 +528,7 @@ def test_held_down_sees_low_clocks_without_a_reason():
     assert telemetry.held_down({"gpu": gpu}, [4, 5])["reason"] is None
 
 
-@pytest.mark.fresh_plots
+@pytest.mark.fresh_plots("predicted_concurrency", "predicted_budget")
 def test_the_predicted_plots_are_the_same_bytes_every_time(shapes, tmp_path):
     outcome, _found = shapes
     again = analysis.report(outcome.out.parent, out=tmp_path / "again")
