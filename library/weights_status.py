@@ -75,7 +75,7 @@ status:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.weights.status import job_file, wait  # noqa: E402
+from ansible.module_utils.weights.status import download_job_file, wait  # noqa: E402
 
 
 def main() -> None:
@@ -90,7 +90,7 @@ def main() -> None:
     )
     p = module.params
     try:
-        found = wait(p["status_file"], job_file(p["async_dir"], p["job_id"]), p["wait_s"])
+        found = wait(p["status_file"], download_job_file(p["async_dir"], p["job_id"]), p["wait_s"])
     except ValueError as error:
         module.fail_json(msg=f"weights_status: {error}")
     module.exit_json(**found)

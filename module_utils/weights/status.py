@@ -9,9 +9,9 @@ download ended when it ends, not up to a poll interval later, from as many polls
 
 from __future__ import annotations
 
-import os
 import time
 
+from ansible.module_utils.host.async_job import job_file
 from ansible.module_utils.host.helpers import pid_alive
 from ansible.module_utils.weights.manifest import progress_line, read_json
 
@@ -57,8 +57,9 @@ def wait(status_file: str, job_file: str | None, wait_s: float) -> dict:
     return found
 
 
-def job_file(async_dir: str, job_id: str | None) -> str | None:
-    return os.path.join(os.path.expanduser(async_dir), job_id) if job_id else None
+def download_job_file(async_dir: str, job_id: str | None) -> str | None:
+    """The download job's result file (a job id that names anything else is refused)."""
+    return job_file(async_dir, job_id) if job_id else None
 
 
 def _answer(state: str, progress: str, status: dict) -> dict:

@@ -95,7 +95,6 @@ def tuned(cluster, runtime_wheelhouse, tmp_path_factory):
             "autotune_results_dir": str(results),
             "benchmark_num_prompts": 4,
             "benchmark_warmup_requests": 1,
-            "benchmark_poll_s": 1,
             "benchmark_debug": False,
         },
     )

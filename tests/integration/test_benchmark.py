@@ -129,7 +129,6 @@ def run(cluster, hub, runtime_wheelhouse, tmp_path_factory):
         "benchmark_requests_per_concurrency": 2,
         "benchmark_max_new_tokens": 16,
         "benchmark_warmup_requests": 1,
-        "benchmark_poll_s": 1,
         "benchmark_run_id": RUN,
         "benchmark_results_dir": str(results),
         "benchmark_prompt_sets": ["gsm8k"],
@@ -318,7 +317,6 @@ def scored(cluster, hub, run, tmp_path_factory):
         "benchmark_concurrency": [64],
         "benchmark_num_prompts": 200,
         "benchmark_warmup_requests": 1,
-        "benchmark_poll_s": 1,
         "benchmark_run_id": SCORED_RUN,
         # Neither this run nor `capacity` asserts the debug files (test_deploy.py does) or the
         # deploy's config started again afterwards (the first run here does): per host, each
@@ -457,7 +455,6 @@ def capacity(cluster, hub, run, tmp_path_factory):
         "benchmark_repeats": 2,
         "benchmark_telemetry": "nvidia-smi",
         "benchmark_warmup_requests": 1,
-        "benchmark_poll_s": 1,
         "benchmark_run_id": CAPACITY_RUN,
         "benchmark_debug": False,
         "benchmark_restore_server": False,

@@ -253,7 +253,6 @@ def deploy(cluster, hub, wheelhouse, runtime_wheelhouse, tmp_path_factory):
             "benchmark_requests_per_concurrency": 1,
             "benchmark_max_new_tokens": MAX_NEW_TOKENS,
             "benchmark_warmup_requests": 1,
-            "benchmark_poll_s": 1,
             "benchmark_run_id": RUNS[host],
             "benchmark_results_dir": str(results),
             "benchmark_prompt_sets": [],

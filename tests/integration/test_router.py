@@ -322,7 +322,6 @@ def fleet_bench(cluster, runs, tmp_path_factory):
                 "benchmark_num_prompts": 2,
                 "benchmark_max_new_tokens": 8,
                 "benchmark_warmup_requests": 1,
-                "benchmark_poll_s": 1,
                 "benchmark_telemetry": "off",
                 "benchmark_run_id": FLEET_RUN,
                 "benchmark_results_dir": str(results),
