@@ -69,6 +69,12 @@ options:
     description: Fail when anything does not match; otherwise only report.
     type: bool
     default: true
+  missing_ok:
+    description: >-
+      When O(python) does not exist, answer RV(exists) false and check nothing (no fact is
+      set), instead of failing: the role asks once, without a C(stat) before.
+    type: bool
+    default: false
   timeout:
     description: >-
       Seconds the probe (which imports the package, for sglang torch too) and C(pip check)
@@ -104,6 +110,10 @@ ok:
   description: Whether everything matched.
   returned: always
   type: bool
+exists:
+  description: Whether O(python) exists (false only with O(missing_ok)).
+  returned: always
+  type: bool
 mismatches:
   description: One line per unmet requirement or problem.
   returned: always
@@ -113,7 +123,7 @@ ansible_facts:
   description: The record under O(fact_name)
     (python, package, version, import_version, requirements, packages, kernels, pip_check,
     source, and check_env when asked for).
-  returned: always
+  returned: when O(python) exists
   type: dict
 drift:
   description: >-
@@ -154,6 +164,7 @@ def main() -> None:
             "ignore_packages": {"type": "list", "elements": "str", "default": list(NOT_FROZEN)},
             "fact_name": {"type": "str", "default": "kimi_runtime"},
             "fail_on_mismatch": {"type": "bool", "default": True},
+            "missing_ok": {"type": "bool", "default": False},
             "timeout": {"type": "float", "default": 420},
             "check_env": {"type": "bool", "default": False},
             "check_env_timeout": {"type": "float", "default": 180},

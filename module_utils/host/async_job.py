@@ -19,6 +19,8 @@ import os
 import re
 import time
 
+from ansible.module_utils.host.helpers import TooLarge, read_bounded
+
 # What Ansible names its jobs (j<digits>.<pid>): a name, never a path.
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_WAIT_S = 3600
@@ -41,12 +43,13 @@ def job_file(async_dir: str, job_id: str) -> str:
 def read(path: str) -> dict | None:
     """The job's record, or None while there is none to read whole."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_RESULT_BYTES + 1)
+        raw = read_bounded(path, MAX_RESULT_BYTES)
+    except TooLarge as error:
+        raise ValueError(f"{error}: not a job's result") from None
     except OSError:
         return None
-    if len(raw) > MAX_RESULT_BYTES:
-        raise ValueError(f"{path} holds more than {MAX_RESULT_BYTES} bytes: not a job's result")
+    if raw is None:
+        return None
     try:
         record = json.loads(raw)
     except ValueError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 
 from ansible.module_utils.host.helpers import (
     CommandFailed,
@@ -35,6 +36,18 @@ def run_check(params: dict, run, check_env) -> dict:
     command under the module's deadline (AnsibleModule.run_command's answer, CommandFailed at
     the deadline); `check_env(python)` is the check_env record, asked for only with check_env."""
     p = params
+    if p.get("missing_ok") and not os.path.exists(p["python"]):
+        # No environment yet (a first deploy, in check mode or before its install): nothing
+        # to check, and no record under fact_name, as when the task was skipped.
+        return {
+            "changed": False,
+            "exists": False,
+            "ok": False,
+            "mismatches": [],
+            "drift": [],
+            "drift_report": "",
+            "import_seconds": 0.0,
+        }
     record = probe(p, run)
     mismatches = requirement_mismatches(p, record)
     mismatches += pip_check(p, record, run)
@@ -55,6 +68,7 @@ def run_check(params: dict, run, check_env) -> dict:
     record["ok"] = not mismatches
     record["mismatches"] = mismatches
     result = {
+        "exists": True,
         "mismatches": mismatches,
         "drift": drift,
         "drift_report": runtime_freeze.drift_line(drift),

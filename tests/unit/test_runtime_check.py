@@ -135,3 +135,24 @@ def test_a_command_past_the_deadline_fails_with_the_fix():
 
     with pytest.raises(CheckFailed, match=r"killed at .* Fix: run the command by hand"):
         run_check(PARAMS, run, no_check_env)
+
+
+def test_a_missing_environment_is_answered_only_when_missing_ok(tmp_path):
+    """missing_ok: the role asks without a stat before; no Python there is exists: false, no
+    fact and nothing run. Without it (or with the Python there) the check runs as before."""
+    params = {**PARAMS, "python": str(tmp_path / "venv" / "bin" / "python"), "missing_ok": True}
+    run = runner(probe_record())
+    result = run_check(params, run, no_check_env)
+    assert result["exists"] is False and "ansible_facts" not in result and run.calls == []
+    assert result["drift"] == [] and result["changed"] is False
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    found = run_check(params, runner(probe_record()), no_check_env)
+    assert (
+        found["exists"] is True and found["ok"] is True and "kimi_runtime" in found["ansible_facts"]
+    )
+    # Without missing_ok, a missing Python is probed all the same (the probe's error says why).
+    assert run_check(
+        {**PARAMS, "python": str(tmp_path / "none")}, runner(probe_record()), no_check_env
+    )["exists"]
