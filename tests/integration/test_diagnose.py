@@ -327,7 +327,11 @@ def test_the_bundle_names_every_host_and_the_play_succeeds(first, cluster):
     }
     assert index["unreachable"] == [GONE] and index["failed"] == [NOPYTHON]
     assert "interpreter '/nonexistent/python3' was not found" in index["hosts"][NOPYTHON]["why"]
-    assert "No route to host" in index["hosts"][GONE]["why"]
+    # ssh's own words for an address nothing answers: "No route to host" once ARP gives up,
+    # or, when its connection was already being set up, Ansible's "could not be sent" (seen
+    # on a loaded machine).
+    why = index["hosts"][GONE]["why"]
+    assert "No route to host" in why or "Make sure this host can be reached over SSH" in why, why
     # The work folders went, and the controller's staging folder with them.
     assert work_folders(cluster) == []
     assert sorted(p.name for p in bundle.parent.iterdir()) == ["first.tar.gz"]
