@@ -17,13 +17,11 @@ import contextlib
 import json
 import os
 import re
-import time
 
-from ansible.module_utils.host.helpers import TooLarge, read_bounded
+from ansible.module_utils.host.helpers import TooLarge, look_until, read_bounded
 
-# What Ansible names its jobs (j<digits>.<pid>): a name, never a path.
+# What Ansible names its jobs (j<digits>.<pid>): a name, never a path (nor . or ..).
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-MAX_WAIT_S = 3600
 READ_EVERY_S = 0.5
 # A module's result larger than this is not one a benchmark writes.
 MAX_RESULT_BYTES = 64 << 20
@@ -33,7 +31,7 @@ DROPPED = ("started", "finished", "invocation", "results_file")
 
 def job_file(async_dir: str, job_id: str) -> str:
     """The job's result file under async_dir; refuses an id that would name anything else."""
-    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id) or job_id in (".", ".."):
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
         raise ValueError(
             f"jid must be an async job id (letters, digits, '.', '_', '-'), found {job_id!r}"
         )
@@ -62,15 +60,9 @@ def ended(record: dict | None) -> bool:
     return record is not None and "started" not in record
 
 
-def wait(path: str, wait_s: float, sleep=time.sleep, clock=time.monotonic) -> dict | None:
+def wait(path: str, wait_s: float) -> dict | None:
     """The job's final result once it has ended, else None after wait_s."""
-    if not 0 <= wait_s <= MAX_WAIT_S:
-        raise ValueError(f"wait_s must be between 0 and {MAX_WAIT_S}, found {wait_s}")
-    deadline = clock() + wait_s
-    record = read(path)
-    while not ended(record) and clock() + READ_EVERY_S <= deadline:
-        sleep(READ_EVERY_S)
-        record = read(path)
+    record = look_until(lambda: read(path), ended, wait_s, READ_EVERY_S)
     return record if ended(record) else None
 
 

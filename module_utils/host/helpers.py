@@ -76,6 +76,25 @@ def flock_within(fd: int, wait_s: float, poll_s: float = 0.05) -> bool:
             time.sleep(poll_s)
 
 
+# The longest a module run waits on the host for something to end before it answers.
+MAX_WAIT_S = 3600
+
+
+def look_until(look, done, wait_s: float, every_s: float = 0.5):
+    """look(), again every every_s until done(its answer) or wait_s has passed: the last
+    answer. A poll is a module run (a Python started, Ansible's module code imported); one
+    that waits sees the end when it comes, not at the next poll. ValueError for a wait outside
+    0 to MAX_WAIT_S."""
+    if not 0 <= wait_s <= MAX_WAIT_S:
+        raise ValueError(f"wait_s must be between 0 and {MAX_WAIT_S}, found {wait_s}")
+    deadline = time.monotonic() + wait_s
+    found = look()
+    while not done(found) and time.monotonic() + every_s <= deadline:
+        time.sleep(every_s)
+        found = look()
+    return found
+
+
 class TooLarge(Exception):
     """A file past the size its reader accepts."""
 

@@ -9,16 +9,13 @@ download ended when it ends, not up to a poll interval later, from as many polls
 
 from __future__ import annotations
 
-import time
-
-from ansible.module_utils.host.async_job import job_file
-from ansible.module_utils.host.helpers import pid_alive
+from ansible.module_utils.host import async_job
+from ansible.module_utils.host.helpers import look_until, pid_alive
 from ansible.module_utils.weights.manifest import progress_line, read_json
 
 FINAL = ("done", "failed", "gone", "ended")
 # How often a waiting poll reads the status file: it changes once a second at most.
 READ_EVERY_S = 0.5
-MAX_WAIT_S = 3600
 
 
 def look(status_file: str, job_file: str | None) -> dict:
@@ -47,19 +44,14 @@ def look(status_file: str, job_file: str | None) -> dict:
 
 def wait(status_file: str, job_file: str | None, wait_s: float) -> dict:
     """look(), again every READ_EVERY_S until the download ends or wait_s has passed."""
-    if not 0 <= wait_s <= MAX_WAIT_S:
-        raise ValueError(f"wait_s must be between 0 and {MAX_WAIT_S}, found {wait_s}")
-    deadline = time.monotonic() + wait_s
-    found = look(status_file, job_file)
-    while not found["done"] and time.monotonic() + READ_EVERY_S <= deadline:
-        time.sleep(READ_EVERY_S)
-        found = look(status_file, job_file)
-    return found
+    return look_until(
+        lambda: look(status_file, job_file), lambda found: found["done"], wait_s, READ_EVERY_S
+    )
 
 
 def download_job_file(async_dir: str, job_id: str | None) -> str | None:
     """The download job's result file (a job id that names anything else is refused)."""
-    return job_file(async_dir, job_id) if job_id else None
+    return async_job.job_file(async_dir, job_id) if job_id else None
 
 
 def _answer(state: str, progress: str, status: dict) -> dict:
