@@ -12,8 +12,10 @@ kit's own. Caches that only save time, each in the folder its variable names:
 - KIT_TEST_YAML_DIR: ansible-playbook keeps what the YAML files of the checkout and of
   ansible-core load to (tests/support/yaml_cache.py);
 - KIT_TEST_WORKER_GC=1: ansible-playbook freezes its objects before each task worker forks,
-  so the worker's garbage collector does not copy them (tests/support/worker_gc.py).
-The last five patch a module (ansible-core's, PyYAML's) when, if ever, the process imports it."""
+  so the worker's garbage collector does not copy them (tests/support/worker_gc.py);
+- KIT_TEST_LOADER_COPIES=1: ansible-playbook copies the files it has loaded by unpickling
+  rather than deep-copying them (tests/support/loader_copies.py).
+The last six patch a module (ansible-core's, PyYAML's) when, if ever, the process imports it."""
 
 import importlib.util
 import os
@@ -85,9 +87,13 @@ def _install() -> None:
             after_import(
                 cache.MODULE, lambda module, cache=cache, folder=folder: cache.patch(module, folder)
             )
-    if os.environ.get("KIT_TEST_WORKER_GC") == "1":
-        worker_gc = _load("kimi_test_worker_gc", "worker_gc.py")
-        after_import(worker_gc.MODULE, worker_gc.patch)
+    for variable, filename in (
+        ("KIT_TEST_WORKER_GC", "worker_gc.py"),
+        ("KIT_TEST_LOADER_COPIES", "loader_copies.py"),
+    ):
+        if os.environ.get(variable) == "1":
+            switch = _load(f"kimi_test_{filename[:-3]}", filename)
+            after_import(switch.MODULE, switch.patch)
     folder = os.environ.get("KIT_TEST_YAML_DIR")
     if folder:
         # The owner's alone: what the checkout's files load to.
