@@ -183,7 +183,9 @@ LONGEST_FIRST = (
     "tests/unit/test_controller_lock.py",
     "tests/integration/test_rollout.py",
     "tests/integration/test_launch_check.py",
+    "tests/integration/test_settings_check.py",
     "tests/integration/test_diagnose.py",
+    "tests/unit/test_make_setup.py",
     "tests/unit/test_canary_checkpoint.py",
     "tests/integration/test_smoke.py",
     "tests/unit/test_analysis_quality.py",
@@ -193,23 +195,31 @@ LONGEST_FIRST = (
     "tests/integration/test_host_lock.py",
 )
 # Files that mostly wait (the simulator's steps, deadlines, hung peers: a tenth of a core
-# each, 330 s in all): dealt right after the two longest files, they wait while those two keep
-# both cores busy. Dealt among the short files at the end, as they were, they left a core idle
-# for the last 400 s of the run.
-MOSTLY_WAITING = (
+# each, about 270 s in all), in two halves. The first is dealt right after the two longest
+# files and runs while lint takes the other core (make test runs it beside pytest, at a lower
+# priority); the second after the costliest files that follow, among which it waits. Dealt
+# among the short files at the end, as they were, they left a core idle for the last 400 s of
+# the run; dealt all at once after the two longest, two workers ended up waiting together once
+# lint was done (a quarter of both cores idle for 100 s).
+WAITING_EARLY = (
     "tests/unit/test_sglang_sim.py",
     "tests/unit/test_benchmark.py",
-    "tests/unit/test_benchmark_faults.py",
-    "tests/unit/test_weights.py",
     "tests/unit/test_deadlines.py",
+)
+WAITING_LATE = (
+    "tests/unit/test_weights.py",
     "tests/unit/test_canary.py",
+    "tests/unit/test_benchmark_faults.py",
     "tests/unit/test_allreduce_check.py",
     "tests/unit/test_hub_server.py",
     "tests/unit/test_api_check.py",
     "tests/unit/test_benchmark_client.py",
     "tests/unit/test_sim_knobs.py",
 )
-DEALING_ORDER = LONGEST_FIRST[:2] + MOSTLY_WAITING + LONGEST_FIRST[2:]
+MOSTLY_WAITING = WAITING_EARLY + WAITING_LATE
+DEALING_ORDER = (
+    LONGEST_FIRST[:2] + WAITING_EARLY + LONGEST_FIRST[2:7] + WAITING_LATE + LONGEST_FIRST[7:]
+)
 
 
 def pytest_collection_modifyitems(config, items):
