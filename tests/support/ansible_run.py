@@ -257,6 +257,18 @@ def local_playbook(playbook: Path, **env: str) -> tuple[list[str], dict[str, str
     return argv, env
 
 
+def run_switch_probe(tmp_path: Path, variable: str, on: bool, files: dict[str, str]) -> str:
+    """The output of probe.yml (among `files`, {path under tmp_path: text}, with any plugins
+    it needs) run on localhost with every harness cache but `variable`, a switch, on or off."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = cache_env(variable, "1" if on else "0")
+    done = run_local_playbook(tmp_path / "probe.yml", **env, ANSIBLE_NOCOLOR="1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
 def run_local_playbook(playbook: Path, timeout_s: float = 180, **env: str):
     """ansible-playbook on localhost (local_playbook), run to its end within timeout_s."""
     argv, environ = local_playbook(playbook, **env)

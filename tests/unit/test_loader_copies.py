@@ -11,7 +11,7 @@ from ansible.module_utils._internal._datatag import AnsibleTagHelper
 from ansible.parsing.dataloader import DataLoader
 
 from tests.support import loader_copies
-from tests.support.ansible_run import cache_env, run_local_playbook
+from tests.support.ansible_run import run_switch_probe
 
 # Shared references inside the file (an anchor) must stay shared in each copy, as deepcopy
 # keeps them.
@@ -109,19 +109,14 @@ class LookupModule(LookupBase):
 
 
 def run(tmp_path, on: bool) -> tuple[set[str], list[str]]:
-    (tmp_path / "lookup_plugins").mkdir(exist_ok=True)
-    (tmp_path / "lookup_plugins" / "kimi_loader_probe.py").write_text(PROBE)
-    (tmp_path / "vars.yml").write_text(VARS)
-    (tmp_path / "say.yml").write_text(SAY)
-    playbook = tmp_path / "probe.yml"
-    playbook.write_text(PLAYBOOK)
     # Every other cache in both runs: only the copies differ.
-    env = cache_env("KIT_TEST_LOADER_COPIES", "1" if on else "0")
-    done = run_local_playbook(playbook, **env, ANSIBLE_NOCOLOR="1")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    said = re.findall(r"pickled=(\w+) (limits=\S+\s+text=\S+ item=\d)", done.stdout)
-    assert len(said) == 2, done.stdout[-3000:]
-    return {flag for flag, _ in said}, [rest for _, rest in said]
+    files = {"lookup_plugins/kimi_loader_probe.py": PROBE, "vars.yml": VARS, "say.yml": SAY}
+    said = run_switch_probe(
+        tmp_path, "KIT_TEST_LOADER_COPIES", on, {**files, "probe.yml": PLAYBOOK}
+    )
+    found = re.findall(r"pickled=(\w+) (limits=\S+\s+text=\S+ item=\d)", said)
+    assert len(found) == 2, said[-3000:]
+    return {flag for flag, _ in found}, [rest for _, rest in found]
 
 
 def test_a_playbook_says_the_same_with_pickled_copies_and_without(tmp_path):

@@ -8,7 +8,7 @@ import re
 import types
 
 from tests.support import worker_gc
-from tests.support.ansible_run import cache_env, run_local_playbook
+from tests.support.ansible_run import run_switch_probe
 
 # Runs in the task's worker (a lookup does): how many objects its parent froze before the fork.
 PROBE = """
@@ -39,17 +39,16 @@ PLAYBOOK = """
 
 
 def run(tmp_path, on: bool):
-    (tmp_path / "lookup_plugins").mkdir(exist_ok=True)
-    (tmp_path / "lookup_plugins" / "kimi_gc_probe.py").write_text(PROBE)
-    playbook = tmp_path / "probe.yml"
-    playbook.write_text(PLAYBOOK)
     # Every other cache in both runs: only the freeze differs.
-    env = cache_env("KIT_TEST_WORKER_GC", "1" if on else "0")
-    done = run_local_playbook(playbook, **env, ANSIBLE_NOCOLOR="1")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    found = re.search(r"frozen=(\d+) counted=([\d,]+)", done.stdout)
-    assert found, done.stdout[-3000:]
-    return int(found.group(1)), found.group(2), done.stdout
+    said = run_switch_probe(
+        tmp_path,
+        "KIT_TEST_WORKER_GC",
+        on,
+        {"lookup_plugins/kimi_gc_probe.py": PROBE, "probe.yml": PLAYBOOK},
+    )
+    found = re.search(r"frozen=(\d+) counted=([\d,]+)", said)
+    assert found, said[-3000:]
+    return int(found.group(1)), found.group(2), said
 
 
 def test_a_worker_finds_its_parents_objects_frozen_and_the_run_says_the_same(tmp_path):
