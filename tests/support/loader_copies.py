@@ -31,7 +31,8 @@ def patch(module) -> bool:
     original = loader.load_from_file
     if getattr(original, "kimi_pickled_copies", False):
         return False
-    # id of a kept parse -> (the parse, its pickle); the parse is held so its id stays its own.
+    # id of a kept parse -> (the parse, its pickle or None): holding the parse keeps its id
+    # from naming any other object, so an entry found by id is that parse's.
     pickled: dict[int, tuple[object, bytes | None]] = {}
 
     def load_from_file(self, file_name, cache="all", unsafe=False, json_only=False, **kwargs):
@@ -41,7 +42,7 @@ def patch(module) -> bool:
         if not any(kept is parsed for kept in self._FILE_CACHE.values()):
             return copy.deepcopy(parsed)
         entry = pickled.get(id(parsed))
-        if entry is None or entry[0] is not parsed:
+        if entry is None:
             try:
                 data = pickle.dumps(parsed, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:
