@@ -147,8 +147,10 @@ def controller_bytecode() -> dict[str, str]:
     """The environment under which the modules a playbook runs on this machine keep their
     payloads' bytecode, and ansible-playbook what module_utils files import, the code its
     templates compile to, the payloads it builds and what YAML files load to, its task
-    workers leave its objects alone and its loaded files are copied by unpickling
-    (tests/support/controller_site/sitecustomize.py)."""
+    workers leave its objects alone, its loaded files are copied by unpickling and the tasks
+    that never reach a host run without a worker (tests/support/controller_site/
+    sitecustomize.py). KIT_TEST_INLINE_TASKS=0 in this process's environment turns the last
+    off, to measure it."""
     state = REPO / "tests" / ".state"
     (state / "controller-bytecode").mkdir(parents=True, exist_ok=True)
     site = str(REPO / "tests" / "support" / "controller_site")
@@ -161,6 +163,7 @@ def controller_bytecode() -> dict[str, str]:
         "KIT_TEST_YAML_DIR": str(state / "yaml"),
         "KIT_TEST_WORKER_GC": "1",
         "KIT_TEST_LOADER_COPIES": "1",
+        "KIT_TEST_INLINE_TASKS": os.environ.get("KIT_TEST_INLINE_TASKS", "1"),
         "PYTHONPATH": f"{site}{os.pathsep}{path}" if path else site,
     }
 
@@ -169,7 +172,7 @@ def cache_env(variable: str, value) -> dict[str, str]:
     """This process's environment under the kit's ansible.cfg, for the unit tests of one of the
     harness's caches: without value, none of them; with it, all of them (controller_bytecode),
     `variable` set to value (a cache's folder; a switch's 1 or 0: KIT_TEST_WORKER_GC,
-    KIT_TEST_LOADER_COPIES)."""
+    KIT_TEST_LOADER_COPIES, KIT_TEST_INLINE_TASKS)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_TEST_")}
     env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
     if value:

@@ -14,8 +14,11 @@ kit's own. Caches that only save time, each in the folder its variable names:
 - KIT_TEST_WORKER_GC=1: ansible-playbook freezes its objects before each task worker forks,
   so the worker's garbage collector does not copy them (tests/support/worker_gc.py);
 - KIT_TEST_LOADER_COPIES=1: ansible-playbook copies the files it has loaded by unpickling
-  rather than deep-copying them (tests/support/loader_copies.py).
-The last six patch a module (ansible-core's, PyYAML's) when, if ever, the process imports it."""
+  rather than deep-copying them (tests/support/loader_copies.py);
+- KIT_TEST_INLINE_TASKS=1: ansible-playbook runs the tasks that never reach a host, and
+  resolves a false `when`, in its own process instead of a forked worker
+  (tests/support/inline_tasks.py).
+The last seven patch a module (ansible-core's, PyYAML's) when, if ever, the process imports it."""
 
 import importlib.util
 import os
@@ -90,6 +93,7 @@ def _install() -> None:
     for variable, filename in (
         ("KIT_TEST_WORKER_GC", "worker_gc.py"),
         ("KIT_TEST_LOADER_COPIES", "loader_copies.py"),
+        ("KIT_TEST_INLINE_TASKS", "inline_tasks.py"),
     ):
         if os.environ.get(variable) == "1":
             switch = _load(f"kimi_test_{filename[:-3]}", filename)
