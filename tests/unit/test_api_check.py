@@ -146,19 +146,23 @@ class Hostile(http.server.BaseHTTPRequestHandler):
     at a time, each within the socket's timeout but the whole past the deadline."""
 
     def do_GET(self):
+        # The client cuts the connection (which is the point): a write after that fails.
+        with contextlib.suppress(ConnectionError):
+            self.answer()
+
+    def answer(self):
         if self.path.startswith("/drip"):
             self.send_response(200)
             self.send_header("Content-Length", "100")
             self.end_headers()
-            # Until the client cuts the connection (which is the point).
-            with contextlib.suppress(ConnectionError):
-                for _ in range(100):
-                    self.wfile.write(b" ")
-                    self.wfile.flush()
-                    time.sleep(0.2)
+            for _ in range(100):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                if self.server.done.wait(0.2):
+                    return
             return
-        if self.path.startswith("/slow"):
-            time.sleep(3)
+        if self.path.startswith("/slow") and self.server.done.wait(3):
+            return
         body = b"[" * (2 << 20) if self.path.startswith("/big") else b"<html>no</html>"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -169,10 +173,21 @@ class Hostile(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class HostileServer(http.server.ThreadingHTTPServer):
+    """Its answers end with the test: server_close() waits for them (a slow one, still
+    sleeping after the client gave up, would otherwise write into a later test's stderr)."""
+
+    daemon_threads = False
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Hostile)
+        self.done = threading.Event()
+
+
 def test_answers_are_bounded_and_deadlined():
     from ansible.module_utils.server.api_check import ApiError, Client
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    server = HostileServer()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
@@ -190,6 +205,7 @@ def test_answers_are_bounded_and_deadlined():
             Client(base + "/drip", timeout=1).json("GET", "/v1/models")
         assert time.monotonic() - began < 2.5
     finally:
+        server.done.set()
         server.shutdown()
         server.server_close()
     with pytest.raises(ValueError, match="http"):
