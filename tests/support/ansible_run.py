@@ -272,6 +272,28 @@ def run_switch_probe(tmp_path: Path, variable: str, on: bool, files: dict[str, s
     return done.stdout
 
 
+def assert_start_patched_once(patch, task=None) -> None:
+    """`patch` applied twice to a module with a WorkerProcess (whose task is `task`, one that
+    must fork) wraps its start once, and the wrapped start still starts the worker."""
+    import types
+
+    calls = []
+
+    class WorkerProcess:
+        _task = task
+
+        def start(self):
+            calls.append("start")
+
+    module = types.SimpleNamespace(WorkerProcess=WorkerProcess)
+    patch(module)
+    wrapped = WorkerProcess.start
+    patch(module)
+    assert WorkerProcess.start is wrapped
+    WorkerProcess().start()
+    assert calls == ["start"]
+
+
 def run_local_playbook(playbook: Path, timeout_s: float = 180, **env: str):
     """ansible-playbook on localhost (local_playbook), run to its end within timeout_s."""
     argv, environ = local_playbook(playbook, **env)

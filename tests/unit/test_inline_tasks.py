@@ -11,7 +11,7 @@ import sys
 import types
 
 from tests.support import inline_tasks
-from tests.support.ansible_run import REPO, cache_env, local_playbook
+from tests.support.ansible_run import REPO, assert_start_patched_once, cache_env, local_playbook
 
 INVENTORY = f"""
 h1 ansible_connection=local ansible_python_interpreter={sys.executable}
@@ -285,25 +285,13 @@ def test_only_tasks_without_a_loop_a_timeout_or_async_run_in_place():
 
 
 def test_patching_twice_wraps_start_once():
-    calls = []
-
-    class WorkerProcess:
-        _task = types.SimpleNamespace(
-            action="ansible.builtin.command",
-            loop_with=None,
-            loop=None,
-            async_val=0,
-            timeout=0,
-            when=[],
-        )
-
-        def start(self):
-            calls.append("start")
-
-    module = types.SimpleNamespace(WorkerProcess=WorkerProcess)
-    inline_tasks.patch(module)
-    wrapped = WorkerProcess.start
-    inline_tasks.patch(module)
-    assert WorkerProcess.start is wrapped
-    WorkerProcess().start()
-    assert calls == ["start"]
+    # A module task without a condition: it forks, through the wrapped start.
+    command = types.SimpleNamespace(
+        action="ansible.builtin.command",
+        loop_with=None,
+        loop=None,
+        async_val=0,
+        timeout=0,
+        when=[],
+    )
+    assert_start_patched_once(inline_tasks.patch, command)

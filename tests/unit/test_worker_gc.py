@@ -5,10 +5,9 @@ it, and the playbook does and says the same either way."""
 from __future__ import annotations
 
 import re
-import types
 
 from tests.support import worker_gc
-from tests.support.ansible_run import run_switch_probe
+from tests.support.ansible_run import assert_start_patched_once, run_switch_probe
 
 # Runs in the task's worker (a lookup does): how many objects its parent froze before the fork.
 PROBE = """
@@ -62,16 +61,4 @@ def test_a_worker_finds_its_parents_objects_frozen_and_the_run_says_the_same(tmp
 
 
 def test_patching_twice_wraps_start_once():
-    calls = []
-
-    class WorkerProcess:
-        def start(self):
-            calls.append("start")
-
-    module = types.SimpleNamespace(WorkerProcess=WorkerProcess)
-    worker_gc.patch(module)
-    wrapped = WorkerProcess.start
-    worker_gc.patch(module)
-    assert WorkerProcess.start is wrapped
-    WorkerProcess().start()
-    assert calls == ["start"]
+    assert_start_patched_once(worker_gc.patch)
