@@ -168,12 +168,24 @@ def controller_bytecode() -> dict[str, str]:
     }
 
 
+# What this shell may say about callbacks, which the kit's ansible.cfg says for the playbooks
+# the unit tests run here.
+SHELL_CALLBACK_SETTINGS = frozenset(
+    f"ANSIBLE_{name}" for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED")
+)
+
+
 def cache_env(variable: str, value) -> dict[str, str]:
     """This process's environment under the kit's ansible.cfg, for the unit tests of one of the
-    harness's caches: without value, none of them; with it, all of them (controller_bytecode),
+    harness's caches, without this shell's callback settings: without value, none of them;
+    with it, all of them (controller_bytecode),
     `variable` set to value (a cache's folder; a switch's 1 or 0: KIT_TEST_WORKER_GC,
     KIT_TEST_LOADER_COPIES, KIT_TEST_INLINE_TASKS)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_TEST_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("KIT_TEST_") and k not in SHELL_CALLBACK_SETTINGS
+    }
     env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
     if value:
         env.update(controller_bytecode())
@@ -243,31 +255,46 @@ def python_json(code: str, env: dict[str, str], timeout_s: float = 120) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def local_playbook(playbook: Path, **env: str) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of ansible-playbook running playbook on localhost under the kit's
-    ansible.cfg: what it says about callbacks, not what this shell may say."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **env}
-    for name in ("STDOUT_CALLBACK", "CALLBACK_PLUGINS", "CALLBACKS_ENABLED"):
-        env.pop(f"ANSIBLE_{name}", None)
+def local_playbook(
+    playbook: Path, inventory: str = "localhost,", extra_args: tuple[str, ...] = (), **env: str
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of ansible-playbook running playbook (on localhost unless given an
+    inventory, with extra_args before the playbook) under the kit's ansible.cfg: what it says
+    about callbacks, not what this shell may say; a callback setting in `env` is the caller's
+    and stays."""
+    shell = {k: v for k, v in os.environ.items() if k not in SHELL_CALLBACK_SETTINGS}
+    env = {**shell, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **env}
     argv = [
         str(Path(sys.executable).parent / "ansible-playbook"),
         "-i",
-        "localhost,",
+        inventory,
         "-e",
         f"ansible_python_interpreter={sys.executable}",
+        *extra_args,
         str(playbook),
     ]
     return argv, env
 
 
-def run_switch_probe(tmp_path: Path, variable: str, on: bool, files: dict[str, str]) -> str:
+def run_switch_probe(
+    tmp_path: Path,
+    variable: str,
+    on: bool,
+    files: dict[str, str],
+    inventory: str = "localhost,",
+    extra_args: tuple[str, ...] = (),
+    **env: str,
+) -> str:
     """The output of probe.yml (among `files`, {path under tmp_path: text}, with any plugins
-    it needs) run on localhost with every harness cache but `variable`, a switch, on or off."""
+    it needs) run on localhost (or `inventory`, with extra_args and env as local_playbook
+    takes them) with every harness cache but `variable`, a switch, on or off."""
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    env = cache_env(variable, "1" if on else "0")
-    done = run_local_playbook(tmp_path / "probe.yml", **env, ANSIBLE_NOCOLOR="1")
+    env = {**cache_env(variable, "1" if on else "0"), "ANSIBLE_NOCOLOR": "1", **env}
+    done = run_local_playbook(
+        tmp_path / "probe.yml", inventory=inventory, extra_args=extra_args, **env
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
@@ -294,9 +321,15 @@ def assert_start_patched_once(patch, task=None) -> None:
     assert calls == ["start"]
 
 
-def run_local_playbook(playbook: Path, timeout_s: float = 180, **env: str):
+def run_local_playbook(
+    playbook: Path,
+    timeout_s: float = 180,
+    inventory: str = "localhost,",
+    extra_args: tuple[str, ...] = (),
+    **env: str,
+):
     """ansible-playbook on localhost (local_playbook), run to its end within timeout_s."""
-    argv, environ = local_playbook(playbook, **env)
+    argv, environ = local_playbook(playbook, inventory, extra_args, **env)
     return subprocess.run(
         argv,
         cwd=REPO,

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import types
 
 from tests.support import inline_tasks
-from tests.support.ansible_run import REPO, assert_start_patched_once, cache_env, local_playbook
+from tests.support.ansible_run import REPO, assert_start_patched_once, run_switch_probe
 
 INVENTORY = f"""
 h1 ansible_connection=local ansible_python_interpreter={sys.executable}
@@ -197,42 +196,29 @@ def steady(value):
 
 
 def run(tmp_path, on: bool) -> dict:
-    files = {
-        "probe.yml": PLAYBOOK,
-        "included.yml": INCLUDED,
-        "inventory.ini": INVENTORY,
-        "roles/probe_role/meta/argument_specs.yml": ROLE_SPEC,
-        "roles/probe_role/tasks/main.yml": ROLE_TASKS,
-        "callbacks/probe_record.py": RECORDER,
-    }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
     records = tmp_path / "records"
     shutil.rmtree(records, ignore_errors=True)
-    # Every other cache in both runs: only the switch differs.
-    argv, env = local_playbook(
-        tmp_path / "probe.yml", **cache_env("KIT_TEST_INLINE_TASKS", "1" if on else "0")
-    )
-    argv[argv.index("localhost,")] = str(tmp_path / "inventory.ini")
-    argv[-1:-1] = ["-e", f"record_dir={records}"]
     record = tmp_path / f"record-{on}.json"
-    env.update(
+    # Every other cache in both runs: only the switch differs.
+    run_switch_probe(
+        tmp_path,
+        "KIT_TEST_INLINE_TASKS",
+        on,
+        {
+            "probe.yml": PLAYBOOK,
+            "included.yml": INCLUDED,
+            "inventory.ini": INVENTORY,
+            "roles/probe_role/meta/argument_specs.yml": ROLE_SPEC,
+            "roles/probe_role/tasks/main.yml": ROLE_TASKS,
+            "callbacks/probe_record.py": RECORDER,
+        },
+        inventory=str(tmp_path / "inventory.ini"),
+        extra_args=("-e", f"record_dir={records}"),
         ANSIBLE_CALLBACK_PLUGINS=f"{tmp_path / 'callbacks'}:{REPO / 'callback_plugins'}",
         ANSIBLE_CALLBACKS_ENABLED="probe_record",
         ANSIBLE_ROLES_PATH=str(tmp_path / "roles"),
         PROBE_RECORD=str(record),
     )
-    done = subprocess.run(
-        argv,
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (records / "h2" / "doubled.txt").read_text() == "h2h2"
     return json.loads(record.read_text())
 
@@ -269,29 +255,23 @@ def test_tasks_that_only_template_run_in_place_and_the_run_reports_the_same(tmp_
     assert inline["recap"]["h2"]["rescued"] == 2 and inline["recap"]["h1"]["ignored"] == 2
 
 
-def test_only_tasks_without_a_loop_a_timeout_or_async_run_in_place():
-    def task(action, **fields):
-        values = {"loop_with": None, "loop": None, "async_val": 0, "timeout": 0, "when": []}
-        return types.SimpleNamespace(action=action, **{**values, **fields})
+def fake_task(action: str, **fields):
+    """What inline_kind reads of a task: by default one without loop, timeout, async or when."""
+    values = {"loop_with": None, "loop": None, "async_val": 0, "timeout": 0, "when": []}
+    return types.SimpleNamespace(action=action, **{**values, **fields})
 
-    assert inline_tasks.inline_kind(task("ansible.builtin.set_fact")) == "run"
-    assert inline_tasks.inline_kind(task("debug", when=["x"])) == "run"
-    assert inline_tasks.inline_kind(task("ansible.builtin.command", when=["x"])) == "when"
-    assert inline_tasks.inline_kind(task("ansible.builtin.command")) is None
-    assert inline_tasks.inline_kind(task("debug", loop=[1])) is None
-    assert inline_tasks.inline_kind(task("debug", loop_with="items")) is None
-    assert inline_tasks.inline_kind(task("assert", timeout=5)) is None
-    assert inline_tasks.inline_kind(task("ansible.builtin.command", async_val=10)) is None
+
+def test_only_tasks_without_a_loop_a_timeout_or_async_run_in_place():
+    assert inline_tasks.inline_kind(fake_task("ansible.builtin.set_fact")) == "run"
+    assert inline_tasks.inline_kind(fake_task("debug", when=["x"])) == "run"
+    assert inline_tasks.inline_kind(fake_task("ansible.builtin.command", when=["x"])) == "when"
+    assert inline_tasks.inline_kind(fake_task("ansible.builtin.command")) is None
+    assert inline_tasks.inline_kind(fake_task("debug", loop=[1])) is None
+    assert inline_tasks.inline_kind(fake_task("debug", loop_with="items")) is None
+    assert inline_tasks.inline_kind(fake_task("assert", timeout=5)) is None
+    assert inline_tasks.inline_kind(fake_task("ansible.builtin.command", async_val=10)) is None
 
 
 def test_patching_twice_wraps_start_once():
     # A module task without a condition: it forks, through the wrapped start.
-    command = types.SimpleNamespace(
-        action="ansible.builtin.command",
-        loop_with=None,
-        loop=None,
-        async_val=0,
-        timeout=0,
-        when=[],
-    )
-    assert_start_patched_once(inline_tasks.patch, command)
+    assert_start_patched_once(inline_tasks.patch, fake_task("ansible.builtin.command"))
