@@ -137,6 +137,8 @@ def test_teardown_leaves_nothing_behind(make_testhosts):
     pids = namespace_pids(namespaces)
     assert len(pids) >= 5, "expected sshd, systemd, its journal and sshd, and two sleeps"
     state = Path(cluster.state_dir)
+    # The run's files are on a tmpfs of its own, which the teardown unmounts.
+    assert run_folder_mount(state) == "tmpfs"
     cgroup = Path(cluster.host("h200-1").cgroup)
     cluster.down()
     assert_gone(namespaces, state, cluster.bridge, pids)
@@ -159,6 +161,7 @@ def test_interrupted_run_is_cleaned_up_by_the_next(tmp_path):
     try:
         state = Path(owner.stdout.readline().strip())
         assert (state / "state.json").is_file()
+        assert run_folder_mount(state) == "tmpfs"
     finally:
         owner.kill()
         owner.wait()
@@ -201,4 +204,14 @@ def assert_gone(namespaces: list[str], state: Path, bridge: str, pids: list[int]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert bridge not in links
     assert not state.exists()
+    assert run_folder_mount(state) is None, "the run's tmpfs is still mounted"
     assert [pid for pid in pids if alive(pid)] == [], "a process of the removed hosts survived"
+
+
+def run_folder_mount(folder: Path) -> str | None:
+    """The type of the filesystem mounted at folder in this mount namespace, if any."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == str(folder):
+            return fields[2]
+    return None

@@ -142,6 +142,22 @@ def run(cmd: list[str], check: bool = True, **kwargs) -> subprocess.CompletedPro
     return result
 
 
+# A run's folder is a tmpfs of its own. What its hosts write (the upper layers of their
+# overlays: venvs, weights, results) never goes through the machine's disk journal and
+# writeback, and tearing the run down is one unmount instead of an unlink per file: on ext4
+# that took 1.4 s of CPU per 30,000 files, unmounting a tmpfs that holds them 0.07 s.
+def mount_run_folder(folder: Path) -> None:
+    run(["mount", "-t", "tmpfs", "-o", "mode=0700", f"{PREFIX}-run", str(folder)], timeout=30)
+
+
+def remove_run_folder(folder: Path) -> None:
+    """Unmounted (lazily: a process that still holds a file there keeps it until it lets go),
+    then removed; a folder that was never mounted is removed file by file."""
+    if os.path.ismount(folder):
+        run(["umount", "--lazy", str(folder)], check=False, timeout=30)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 # What a freshly installed Debian host gives root: base-files' dot files (or /etc/skel's).
 ROOT_DOT_FILES = {
     ".bashrc": ("/usr/share/base-files/dot.bashrc", "/etc/skel/.bashrc"),
@@ -458,6 +474,7 @@ class TestHostCluster:
             slot = free_subnet_slot()
             state = RUNS_ROOT / f"{PREFIX}-{run_id}"
             state.mkdir(parents=True, mode=0o700)
+            mount_run_folder(state)
             (state / "cm").mkdir(mode=0o700)
             cluster = cls(
                 run_id=run_id,
@@ -832,7 +849,7 @@ class TestHostCluster:
         for host in self.hosts:
             run(["ip", "link", "del", host.veth], check=False)
         run(["ip", "link", "del", self.bridge], check=False)
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_run_folder(self.root)
 
 
 def sudoers_entry(user: str) -> str:
@@ -1024,7 +1041,7 @@ def known_runs() -> list[TestHostCluster]:
                 # a young one may be another process between mkdir and its first save.
                 with contextlib.suppress(OSError):
                     if time.time() - state.stat().st_mtime > 60:
-                        shutil.rmtree(state, ignore_errors=True)
+                        remove_run_folder(state)
     return runs
 
 
