@@ -145,7 +145,8 @@ def run(cmd: list[str], check: bool = True, **kwargs) -> subprocess.CompletedPro
 # A run's folder is a tmpfs of its own. What its hosts write (the upper layers of their
 # overlays: venvs, weights, results) never goes through the machine's disk journal and
 # writeback, and tearing the run down is one unmount instead of an unlink per file: on ext4
-# that took 1.4 s of CPU per 30,000 files, unmounting a tmpfs that holds them 0.07 s.
+# that took 1.4-1.5 core-s per 30,000 files, unmounting a tmpfs that holds them 0.1
+# (tests/benchmarks/run_folder_teardown.py).
 def mount_run_folder(folder: Path) -> None:
     run(["mount", "-t", "tmpfs", "-o", "mode=0700", f"{PREFIX}-run", str(folder)], timeout=30)
 
