@@ -12,7 +12,7 @@ import yaml
 
 from tests.support import host_bytecode
 from tests.support.models import model
-from tests.support.testhosts import foreign_pth_files
+from tests.support.testhosts import foreign_pth_files, mounts
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -210,8 +210,4 @@ def assert_gone(namespaces: list[str], state: Path, bridge: str, pids: list[int]
 
 def run_folder_mount(folder: Path) -> str | None:
     """The type of the filesystem mounted at folder in this mount namespace, if any."""
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        if fields[1] == str(folder):
-            return fields[2]
-    return None
+    return next((kind for point, kind in mounts() if point == str(folder)), None)

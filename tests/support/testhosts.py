@@ -974,12 +974,18 @@ def prepare_systemd_etc(etc: Path, hostname: str) -> None:
     (etc / "fstab").write_text("# test host: nothing to mount\n")
 
 
+def mounts() -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of every mount this process's mount namespace sees, in
+    the order /proc/self/mounts lists them."""
+    lines = Path("/proc/self/mounts").read_text().splitlines()
+    return [(fields[1], fields[2]) for fields in map(str.split, lines) if len(fields) > 2]
+
+
 def cgroup2_root() -> Path:
     """Where this machine mounts the cgroup v2 hierarchy (alone, or beside v1 controllers)."""
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        if len(fields) > 2 and fields[2] == "cgroup2":
-            return Path(fields[1])
+    for point, kind in mounts():
+        if kind == "cgroup2":
+            return Path(point)
     raise TestHostError(
         "systemd test hosts need a cgroup v2 hierarchy and this machine mounts none: "
         "mount one (mount -t cgroup2 none /sys/fs/cgroup/unified) or run sshd hosts only"
