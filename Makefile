@@ -16,6 +16,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 # make test's timings: each phase's wall time and pytest's slowest tests.
 TIMINGS := .test-timings
+# pytest-xdist: three workers, each taking whole files (module-scoped hosts and simulators are
+# made once), in tests/conftest.py's DEALING_ORDER; make test and make test-unit share it.
+PYTEST_WORKERS := -n 3 --dist loadfile --no-loadscope-reorder
 # The controller environment is two locks made together by `make lock`: requirements.lock, what
 # deploy, plan, benchmark and the analysis need, and requirements-dev.lock, what tests and lint
 # add. `make setup LOCKS=requirements.lock` makes an environment that only deploys.
@@ -154,8 +157,10 @@ test: setup test-deps
 	exit $$status
 
 # The inner loop: modules, module_utils, analysis, simulator and hub, without test hosts.
+# Most of its tests wait (simulators, deadlines), so three workers on two cores took 212 s
+# where one took 536 s, for the same CPU.
 test-unit: setup
-	$(BIN)/pytest tests/unit tests/contract -q
+	$(BIN)/pytest tests/unit tests/contract -q $(PYTEST_WORKERS)
 
 # Installs only what is missing, so it is quiet and fast on a prepared machine.
 test-deps:
@@ -182,14 +187,12 @@ syntax: setup
 	done
 	@echo "--phase syntax=$$(( $$(date +%s) - $$(cat $(TIMINGS)/syntax.start) ))" > $(TIMINGS)/syntax.phase
 
-# make test's pytest runs three workers (pytest-xdist), each taking whole files, so
-# module-scoped test hosts are made once, in tests/conftest.py's DEALING_ORDER.
-# An integration test mostly waits (SSH, the simulator's steps, server start-ups): on two
+# make test's pytest runs on PYTEST_WORKERS. An integration test mostly waits (SSH, the simulator's steps, server start-ups): on two
 # workers the suite used 0.55 of a core.
 pytest: setup test-deps
 	$(BIN)/python -m tests.support.testhosts down --stale
 	@mkdir -p $(TIMINGS)
-	KIT_TIMINGS_FILE=$(TIMINGS)/pytest.json $(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
+	KIT_TIMINGS_FILE=$(TIMINGS)/pytest.json $(BIN)/pytest $(PYTEST_WORKERS)
 
 # The launch-command contract against the real parser of the pinned sglang, in a CPU-only venv
 # holding sglang and only what its argument parsing imports (tests/contract/README.md). Every
