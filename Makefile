@@ -187,8 +187,8 @@ syntax: setup
 	done
 	@echo "--phase syntax=$$(( $$(date +%s) - $$(cat $(TIMINGS)/syntax.start) ))" > $(TIMINGS)/syntax.phase
 
-# make test's pytest runs on PYTEST_WORKERS. An integration test mostly waits (SSH, the simulator's steps, server start-ups): on two
-# workers the suite used 0.55 of a core.
+# make test's pytest runs on PYTEST_WORKERS. An integration test mostly waits (SSH, the
+# simulator's steps, server start-ups): on two workers the suite used 0.55 of a core.
 pytest: setup test-deps
 	$(BIN)/python -m tests.support.testhosts down --stale
 	@mkdir -p $(TIMINGS)
